@@ -1,0 +1,16 @@
+//! The `read` Lambda function: `GET /reels/{reel_id}/likes`, `GET /likes`,
+//! `GET /healthz`, and the JSON 404 of unknown routes.
+//!
+//! Set-up only: logging, configuration and the SDK client are built once per
+//! cold start; the handler lives in `likes::http`.
+
+use lambda_http::{Error, Request, run, service_fn};
+use likes::http::{App, Function, handle};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_http::tracing::init_default_subscriber();
+    let app = App::from_env().await?;
+    let app = &app;
+    run(service_fn(move |req: Request| async move { Ok::<_, Error>(handle(app, Function::Read, req).await) })).await
+}

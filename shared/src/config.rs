@@ -1,0 +1,161 @@
+//! Typed configuration, read once per cold start.
+//!
+//! Every knob has a default so that a function deployed with only the two
+//! table names works; the template sets them explicitly.
+
+use std::time::Duration;
+
+/// How the caller's identity is established.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Only the `sub` claim that the API Gateway JWT authorizer verified.
+    Jwt,
+    /// Local development: the `x-user-id` header is accepted when no JWT
+    /// claim is present. Set by the local stack, never by the template.
+    Dev,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `COUNTERS_TABLE`: shard items and per-reel settings items.
+    pub counters_table: String,
+    /// `LIKES_TABLE`: one item per (user, reel) like: the source of truth.
+    pub likes_table: String,
+    /// `CACHE_TTL_MS` (default 2000): how long a summed count is served from
+    /// memory before the shards are read again.
+    pub cache_ttl: Duration,
+    /// `SETTINGS_TTL_MS` (default 5000): how long a reel's shard counts are
+    /// cached. Resizing waits this long (plus a margin) between its steps.
+    pub settings_ttl: Duration,
+    /// `CACHE_MAX_REELS` (default 100000): entries per cache; the least
+    /// recently used are evicted past it, so a feed touching millions of reels
+    /// cannot exhaust the function's memory.
+    pub cache_max_reels: u64,
+    /// `TX_MAX_ATTEMPTS` (default 6): attempts of one like/unlike transaction
+    /// when DynamoDB cancels it for a conflict or throttling. The SDK's own
+    /// retries (throttled calls, 5xx, timeouts) come on top, per attempt.
+    pub tx_max_attempts: u32,
+    /// `RETRY_BASE_MS` (default 25) and `RETRY_MAX_MS` (default 1000): the
+    /// full-jitter exponential backoff between those attempts.
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    /// `DDB_CONNECT_TIMEOUT_MS` (1000), `DDB_ATTEMPT_TIMEOUT_MS` (2000),
+    /// `DDB_OPERATION_TIMEOUT_MS` (5000), `DDB_MAX_ATTEMPTS` (3): the SDK's
+    /// bounds, so no request outlives the function's timeout.
+    pub ddb_connect_timeout: Duration,
+    pub ddb_attempt_timeout: Duration,
+    pub ddb_operation_timeout: Duration,
+    pub ddb_max_attempts: u32,
+    /// `AUTH_MODE`: `dev` enables the `x-user-id` header; anything else (or
+    /// unset) means JWT only.
+    pub auth_mode: AuthMode,
+}
+
+/// A configuration value that could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(String);
+
+impl Config {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads the configuration through `get`, so tests need not touch the
+    /// process environment.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let table = |name: &str| -> Result<String, ConfigError> {
+            match get(name) {
+                Some(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
+                _ => Err(ConfigError(format!("{name} must name a DynamoDB table"))),
+            }
+        };
+        let num = |name: &str, default: u64, min: u64, max: u64| -> Result<u64, ConfigError> {
+            match get(name) {
+                None => Ok(default),
+                Some(v) if v.trim().is_empty() => Ok(default),
+                Some(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if (min..=max).contains(&n) => Ok(n),
+                    _ => Err(ConfigError(format!(
+                        "{name}={v:?} is not a whole number in {min}..={max}"
+                    ))),
+                },
+            }
+        };
+        let ms = |name: &str, default: u64, min: u64, max: u64| {
+            num(name, default, min, max).map(Duration::from_millis)
+        };
+        let auth_mode = match get("AUTH_MODE").as_deref().map(str::trim) {
+            Some("dev") => AuthMode::Dev,
+            None | Some("") | Some("jwt") => AuthMode::Jwt,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "AUTH_MODE={other:?}: expected \"jwt\" or \"dev\""
+                )));
+            }
+        };
+        let retry_base = ms("RETRY_BASE_MS", 25, 1, 10_000)?;
+        let retry_max = ms("RETRY_MAX_MS", 1_000, 1, 60_000)?;
+        if retry_max < retry_base {
+            return Err(ConfigError("RETRY_MAX_MS is below RETRY_BASE_MS".into()));
+        }
+        Ok(Config {
+            counters_table: table("COUNTERS_TABLE")?,
+            likes_table: table("LIKES_TABLE")?,
+            cache_ttl: ms("CACHE_TTL_MS", 2_000, 0, 3_600_000)?,
+            settings_ttl: ms("SETTINGS_TTL_MS", 5_000, 0, 3_600_000)?,
+            cache_max_reels: num("CACHE_MAX_REELS", 100_000, 1, 100_000_000)?,
+            tx_max_attempts: num("TX_MAX_ATTEMPTS", 6, 1, 50)? as u32,
+            retry_base,
+            retry_max,
+            ddb_connect_timeout: ms("DDB_CONNECT_TIMEOUT_MS", 1_000, 1, 60_000)?,
+            ddb_attempt_timeout: ms("DDB_ATTEMPT_TIMEOUT_MS", 2_000, 1, 60_000)?,
+            ddb_operation_timeout: ms("DDB_OPERATION_TIMEOUT_MS", 5_000, 1, 300_000)?,
+            ddb_max_attempts: num("DDB_MAX_ATTEMPTS", 3, 1, 10)? as u32,
+            auth_mode,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_apply_with_only_table_names() {
+        let c = cfg(&[("COUNTERS_TABLE", "c"), ("LIKES_TABLE", "l")]).unwrap();
+        assert_eq!(c.cache_ttl, Duration::from_millis(2000));
+        assert_eq!(c.settings_ttl, Duration::from_millis(5000));
+        assert_eq!(c.auth_mode, AuthMode::Jwt);
+    }
+
+    #[test]
+    fn missing_table_and_bad_numbers_are_refused() {
+        assert!(cfg(&[("LIKES_TABLE", "l")]).is_err());
+        let base = [("COUNTERS_TABLE", "c"), ("LIKES_TABLE", "l")];
+        for bad in [("CACHE_TTL_MS", "-1"), ("CACHE_TTL_MS", "2s"), ("TX_MAX_ATTEMPTS", "0")] {
+            let mut pairs = base.to_vec();
+            pairs.push(bad);
+            assert!(cfg(&pairs).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn dev_mode_only_when_asked_for_exactly() {
+        let base = [("COUNTERS_TABLE", "c"), ("LIKES_TABLE", "l")];
+        let mut dev = base.to_vec();
+        dev.push(("AUTH_MODE", "dev"));
+        assert_eq!(cfg(&dev).unwrap().auth_mode, AuthMode::Dev);
+        let mut odd = base.to_vec();
+        odd.push(("AUTH_MODE", "DEV-please"));
+        assert!(cfg(&odd).is_err());
+    }
+}

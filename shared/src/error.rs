@@ -1,0 +1,124 @@
+//! The one error type of the crate, and its single mapping to HTTP.
+//!
+//! SDK errors are translated into it at the store boundary
+//! ([`crate::store::dynamo`]); request validation produces it directly. Every
+//! variant has exactly one status and one stable `code`; the `message` shown
+//! to clients never carries internal detail (SDK messages, table names,
+//! ARNs): that goes to the logs where the error is created.
+
+use serde_json::json;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// 400: the request is malformed (bad reel id, bad query, bad header).
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    /// 401: a like/unlike without a verified identity.
+    #[error("authentication required")]
+    Unauthorized,
+    /// 404: no such route.
+    #[error("no such route")]
+    NotFound,
+    /// 405: the route exists, the method does not. `allow` lists the methods.
+    #[error("method not allowed")]
+    MethodNotAllowed { allow: &'static str },
+    /// 413: the request body is larger than `limit` bytes.
+    #[error("request body too large")]
+    PayloadTooLarge { limit: usize },
+    /// 429: DynamoDB still throttled after the bounded retries.
+    #[error("throttled by the database")]
+    Throttled,
+    /// 429: the transaction still conflicted with concurrent ones after the
+    /// bounded retries (a very hot shard: the reel needs more shards).
+    #[error("too much contention on this reel")]
+    Contended,
+    /// 503: DynamoDB could not be reached, timed out, or answered 5xx.
+    #[error("the database is unavailable")]
+    Unavailable,
+    /// 500: a fault of ours (misconfiguration, a malformed stored item).
+    #[error("internal error")]
+    Internal,
+}
+
+impl Error {
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Error::BadRequest { code, message: message.into() }
+    }
+
+    /// The HTTP status of this error: the only place it is decided.
+    pub fn status(&self) -> u16 {
+        match self {
+            Error::BadRequest { .. } => 400,
+            Error::Unauthorized => 401,
+            Error::NotFound => 404,
+            Error::MethodNotAllowed { .. } => 405,
+            Error::PayloadTooLarge { .. } => 413,
+            Error::Throttled | Error::Contended => 429,
+            Error::Internal => 500,
+            Error::Unavailable => 503,
+        }
+    }
+
+    /// The stable, machine-readable code of the JSON body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::BadRequest { code, .. } => code,
+            Error::Unauthorized => "unauthorized",
+            Error::NotFound => "not_found",
+            Error::MethodNotAllowed { .. } => "method_not_allowed",
+            Error::PayloadTooLarge { .. } => "payload_too_large",
+            Error::Throttled => "throttled",
+            Error::Contended => "contended",
+            Error::Internal => "internal",
+            Error::Unavailable => "unavailable",
+        }
+    }
+
+    /// Seconds a client should wait before retrying, for 429 and 503.
+    pub fn retry_after_secs(&self) -> Option<u32> {
+        match self {
+            Error::Throttled | Error::Contended | Error::Unavailable => Some(1),
+            _ => None,
+        }
+    }
+
+    /// `{"error": {"code": "...", "message": "..."}}`
+    pub fn body(&self) -> serde_json::Value {
+        let message = match self {
+            Error::PayloadTooLarge { limit } => {
+                format!("request body too large (limit {limit} bytes)")
+            }
+            other => other.to_string(),
+        };
+        json!({ "error": { "code": self.code(), "message": message } })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_maps_to_a_status_and_json() {
+        let all = [
+            Error::bad_request("invalid_reel_id", "x"),
+            Error::Unauthorized,
+            Error::NotFound,
+            Error::MethodNotAllowed { allow: "GET" },
+            Error::PayloadTooLarge { limit: 10 },
+            Error::Throttled,
+            Error::Contended,
+            Error::Unavailable,
+            Error::Internal,
+        ];
+        let statuses: Vec<u16> = all.iter().map(Error::status).collect();
+        assert_eq!(statuses, [400, 401, 404, 405, 413, 429, 429, 503, 500]);
+        for e in &all {
+            let b = e.body();
+            assert_eq!(b["error"]["code"], e.code());
+            assert!(b["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        }
+        assert_eq!(Error::Throttled.retry_after_secs(), Some(1));
+        assert_eq!(Error::NotFound.retry_after_secs(), None);
+    }
+}

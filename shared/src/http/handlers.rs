@@ -1,0 +1,151 @@
+//! The `like` and `read` handlers.
+
+use super::App;
+use super::request::{self, Route};
+use crate::error::Error;
+use crate::keys::Action;
+use crate::service::WriteRequest;
+use lambda_http::http::{HeaderValue, Method, StatusCode, header};
+use lambda_http::{Body, Request, Response};
+use serde_json::{Value, json};
+use std::time::Instant;
+
+/// Which Lambda function is answering: each serves only its own routes, as
+/// the template wires them, and answers 404 for anything else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Function {
+    /// `PUT|DELETE /reels/{reel_id}/like`.
+    Like,
+    /// `GET /reels/{reel_id}/likes`, `GET /likes`, `GET /healthz`, and the
+    /// API's `$default` route (unknown paths, answered with a JSON 404).
+    Read,
+}
+
+impl Function {
+    fn serves(self, route: &Route) -> bool {
+        match self {
+            Function::Like => matches!(route, Route::Like(_)),
+            Function::Read => !matches!(route, Route::Like(_)),
+        }
+    }
+}
+
+/// Answers one request. Never fails and never panics: errors become JSON.
+pub async fn handle(app: &App, function: Function, req: Request) -> Response<Body> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = request::raw_path(&req);
+    let route = Route::parse(&path).filter(|r| function.serves(r));
+    let route_name = route.as_ref().map_or("none", Route::name);
+    let request_id = request::request_id(&req);
+    let result = match route {
+        None => Err(Error::NotFound),
+        Some(route) => dispatch(app, route, &method, req).await,
+    };
+    let response = match result {
+        Ok((status, body)) => json_response(status, &body),
+        Err(e) => error_response(&e),
+    };
+    let status = response.status().as_u16();
+    let latency_ms = started.elapsed().as_millis() as u64;
+    if status >= 500 {
+        tracing::error!(request_id, route = route_name, %method, status, latency_ms, "request");
+    } else {
+        tracing::info!(request_id, route = route_name, %method, status, latency_ms, "request");
+    }
+    response
+}
+
+async fn dispatch(app: &App, route: Route, method: &Method, req: Request) -> Result<(StatusCode, Value), Error> {
+    let allowed = match &route {
+        Route::Like(_) => *method == Method::PUT || *method == Method::DELETE,
+        _ => *method == Method::GET,
+    };
+    if !allowed {
+        return Err(Error::MethodNotAllowed { allow: route.allow() });
+    }
+    request::check_body(&req)?;
+    match route {
+        Route::Like(raw) => {
+            let user = request::identity(&req, app.config.auth_mode)?.ok_or(Error::Unauthorized)?;
+            let reel = request::reel_id(&raw)?;
+            let idempotency_key = request::idempotency_key(&req)?;
+            let action = if *method == Method::PUT { Action::Like } else { Action::Unlike };
+            let out = app
+                .service
+                .write(WriteRequest {
+                    user,
+                    reel: reel.clone(),
+                    action,
+                    idempotency_key,
+                    request_id: request::request_id(&req),
+                })
+                .await?;
+            Ok((
+                StatusCode::OK,
+                json!({ "reel_id": reel.as_str(), "liked": out.liked, "changed": out.changed, "count": out.count }),
+            ))
+        }
+        Route::ReelLikes(raw) => {
+            let user = request::identity(&req, app.config.auth_mode)?;
+            let reel = request::reel_id(&raw)?;
+            let (count, liked) = match &user {
+                Some(u) => {
+                    let (c, l) = tokio::join!(app.service.count(&reel), app.service.liked(u, &reel));
+                    (c?, Some(l?))
+                }
+                None => (app.service.count(&reel).await?, None),
+            };
+            let mut body = json!({
+                "reel_id": reel.as_str(),
+                "count": count.count,
+                "age_ms": count.age().as_millis() as u64,
+            });
+            if let Some(liked) = liked {
+                body["liked_by_me"] = Value::Bool(liked);
+            }
+            Ok((StatusCode::OK, body))
+        }
+        Route::BatchLikes => {
+            let reels = request::batch_reel_ids(&req)?;
+            let counts = app.service.counts(&reels).await?;
+            let mut map = serde_json::Map::with_capacity(reels.len());
+            let mut age_ms = 0u64;
+            for r in &reels {
+                if let Some(c) = counts.get(r) {
+                    map.insert(r.as_str().to_owned(), json!(c.count));
+                    age_ms = age_ms.max(c.age().as_millis() as u64);
+                }
+            }
+            // age_ms is that of the oldest sum in the answer.
+            Ok((StatusCode::OK, json!({ "counts": map, "age_ms": age_ms })))
+        }
+        Route::Health => {
+            app.service.ready().await?;
+            Ok((StatusCode::OK, json!({ "status": "ok" })))
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
+    let mut resp = Response::new(Body::Text(body.to_string()));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    // Counts are per-user (liked_by_me) and short-lived: no shared caching.
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// The only place an [`Error`] becomes a response.
+pub(crate) fn error_response(e: &Error) -> Response<Body> {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = json_response(status, &e.body());
+    if let Some(secs) = e.retry_after_secs() {
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    if let Error::MethodNotAllowed { allow } = e {
+        resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+    }
+    resp
+}

@@ -1,0 +1,39 @@
+//! The HTTP face of the service: routing, request validation, identity and
+//! JSON responses, shared by the Lambda functions and the local stack.
+//!
+//! The handlers take a `lambda_http::Request` (API Gateway HTTP API, payload
+//! format 2.0) and always return a response: every failure becomes a JSON
+//! error with the status [`Error::status`] gives. Nothing here panics on
+//! any input.
+
+mod handlers;
+mod request;
+
+pub use handlers::{handle, Function};
+pub use request::{MAX_BATCH_REELS, MAX_BODY_BYTES};
+
+use crate::config::Config;
+use crate::service::LikeService;
+use crate::store::dynamo::DynamoStore;
+
+/// What a function instance keeps between invocations: the configuration
+/// and the service (SDK client and caches), built once per cold start.
+pub struct App {
+    pub config: Config,
+    pub service: LikeService<DynamoStore>,
+}
+
+impl App {
+    pub fn new(config: Config, store: DynamoStore) -> Self {
+        let service = LikeService::new(store, &config);
+        App { config, service }
+    }
+
+    /// Reads the configuration and builds the SDK client from the
+    /// environment.
+    pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
+        let config = Config::from_env()?;
+        let store = DynamoStore::from_env(&config).await;
+        Ok(App::new(config, store))
+    }
+}

@@ -1,0 +1,193 @@
+//! Request parsing and validation: routes, ids, headers, identity.
+
+use crate::config::AuthMode;
+use crate::error::Error;
+use crate::keys::{ReelId, UserId};
+use crate::token::MAX_IDEMPOTENCY_KEY_LEN;
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt};
+use percent_encoding::percent_decode_str;
+
+/// Largest request body accepted. No route takes a body; a small one is
+/// tolerated (some clients send `{}`), a large one is refused with 413.
+pub const MAX_BODY_BYTES: usize = 1024;
+/// Most reels one `GET /likes` may ask for (one feed screen).
+pub const MAX_BATCH_REELS: usize = 100;
+
+/// The routes of the HTTP API, matched on the path alone; the method is
+/// checked afterwards so that a known path with a wrong method gets 405.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// `/reels/{reel_id}/like`: PUT likes, DELETE unlikes.
+    Like(String),
+    /// `/reels/{reel_id}/likes`: GET the count.
+    ReelLikes(String),
+    /// `/likes?reel_ids=a,b,c`: GET many counts.
+    BatchLikes,
+    /// `/healthz`: GET readiness.
+    Health,
+}
+
+impl Route {
+    /// Matches the raw (percent-encoded) path. The reel id segment is
+    /// percent-decoded the way API Gateway decodes path parameters, so
+    /// `%23` arrives as `#` and is refused by validation, not routed.
+    pub(crate) fn parse(raw_path: &str) -> Option<Route> {
+        let rest = raw_path.strip_prefix('/')?;
+        let segments: Vec<&str> = rest.split('/').collect();
+        let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+        match segments.as_slice() {
+            ["reels", id, "like"] => Some(Route::Like(decode(id))),
+            ["reels", id, "likes"] => Some(Route::ReelLikes(decode(id))),
+            ["likes"] => Some(Route::BatchLikes),
+            ["healthz"] => Some(Route::Health),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn allow(&self) -> &'static str {
+        match self {
+            Route::Like(_) => "PUT, DELETE",
+            _ => "GET",
+        }
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Route::Like(_) => "like",
+            Route::ReelLikes(_) => "reel_likes",
+            Route::BatchLikes => "batch_likes",
+            Route::Health => "healthz",
+        }
+    }
+}
+
+/// The path API Gateway saw (`rawPath`), or the URI's path for events that
+/// lack it.
+pub(crate) fn raw_path(req: &Request) -> String {
+    let raw = req.raw_http_path();
+    if raw.is_empty() { req.uri().path().to_owned() } else { raw.to_owned() }
+}
+
+pub(crate) fn check_body(req: &Request) -> Result<(), Error> {
+    let len = match req.body() {
+        Body::Empty => 0,
+        Body::Text(t) => t.len(),
+        Body::Binary(b) => b.len(),
+        _ => 0,
+    };
+    if len > MAX_BODY_BYTES {
+        return Err(Error::PayloadTooLarge { limit: MAX_BODY_BYTES });
+    }
+    Ok(())
+}
+
+pub(crate) fn reel_id(raw: &str) -> Result<ReelId, Error> {
+    ReelId::parse(raw).map_err(|e| Error::bad_request("invalid_reel_id", e.0))
+}
+
+/// `reel_ids=a,b,c` (the parameter may also be repeated): 1 to 100 valid,
+/// distinct-after-dedup ids, in the order given.
+pub(crate) fn batch_reel_ids(req: &Request) -> Result<Vec<ReelId>, Error> {
+    let params = req.query_string_parameters();
+    let values = params.all("reel_ids").unwrap_or_default();
+    if values.is_empty() {
+        return Err(Error::bad_request("missing_reel_ids", "query parameter reel_ids is required (comma-separated)"));
+    }
+    let mut out: Vec<ReelId> = Vec::new();
+    for raw in values.iter().flat_map(|v| v.split(',')) {
+        let reel = ReelId::parse(raw).map_err(|e| Error::bad_request("invalid_reel_id", format!("in reel_ids: {}", e.0)))?;
+        if !out.contains(&reel) {
+            if out.len() == MAX_BATCH_REELS {
+                return Err(Error::bad_request(
+                    "too_many_reel_ids",
+                    format!("at most {MAX_BATCH_REELS} reel ids per request"),
+                ));
+            }
+            out.push(reel);
+        }
+    }
+    Ok(out)
+}
+
+/// The optional `Idempotency-Key`: 1–64 visible ASCII characters.
+pub(crate) fn idempotency_key(req: &Request) -> Result<Option<String>, Error> {
+    let Some(v) = req.headers().get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad = || {
+        Error::bad_request(
+            "invalid_idempotency_key",
+            format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters"),
+        )
+    };
+    let s = v.to_str().map_err(|_| bad())?;
+    if s.is_empty() || s.len() > MAX_IDEMPOTENCY_KEY_LEN || !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad());
+    }
+    Ok(Some(s.to_owned()))
+}
+
+/// The caller's identity: the `sub` claim verified by the API Gateway JWT
+/// authorizer; in dev mode only, the `x-user-id` header when no claim is
+/// present. Outside dev mode the header is ignored, never trusted.
+pub(crate) fn identity(req: &Request, mode: AuthMode) -> Result<Option<UserId>, Error> {
+    let claim = match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+            .authorizer
+            .as_ref()
+            .and_then(|a| a.jwt.as_ref())
+            .and_then(|jwt| jwt.claims.get("sub"))
+            .cloned(),
+        _ => None,
+    };
+    if let Some(sub) = claim {
+        // A verified token whose subject we cannot store is not an identity.
+        return UserId::parse(&sub).map(Some).map_err(|_| Error::Unauthorized);
+    }
+    if mode == AuthMode::Dev {
+        if let Some(v) = req.headers().get("x-user-id") {
+            let s = v.to_str().map_err(|_| Error::bad_request("invalid_user_id", "x-user-id must be text"))?;
+            return UserId::parse(s).map(Some).map_err(|e| Error::bad_request("invalid_user_id", e.0));
+        }
+    }
+    Ok(None)
+}
+
+/// The API Gateway request id, or the Lambda invocation id for other events.
+pub(crate) fn request_id(req: &Request) -> Option<String> {
+    if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref() {
+        if let Some(id) = ctx.request_id.as_ref().filter(|s| !s.is_empty()) {
+            return Some(id.clone());
+        }
+    }
+    req.lambda_context_ref().map(|c| c.request_id.clone()).filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_exact_paths_only() {
+        assert_eq!(Route::parse("/reels/abc/like"), Some(Route::Like("abc".into())));
+        assert_eq!(Route::parse("/reels/abc/likes"), Some(Route::ReelLikes("abc".into())));
+        assert_eq!(Route::parse("/likes"), Some(Route::BatchLikes));
+        assert_eq!(Route::parse("/healthz"), Some(Route::Health));
+        for p in ["", "/", "/reels", "/reels/abc", "/reels/abc/like/", "/reels//like", "//likes", "/Likes", "/reels/a/b/like", "likes"] {
+            let r = Route::parse(p);
+            assert!(r.is_none() || matches!(&r, Some(Route::Like(id)) if id.is_empty()), "{p:?} -> {r:?}");
+        }
+    }
+
+    #[test]
+    fn encoded_separators_reach_validation_decoded() {
+        let Some(Route::Like(id)) = Route::parse("/reels/a%23b/like") else { panic!() };
+        assert_eq!(id, "a#b");
+        assert!(reel_id(&id).is_err());
+        let Some(Route::Like(id)) = Route::parse("/reels/%2e%2e/like") else { panic!() };
+        assert!(reel_id(&id).is_err());
+        let Some(Route::Like(id)) = Route::parse("/reels/%ff%fe/like") else { panic!() };
+        assert!(reel_id(&id).is_err());
+    }
+}

@@ -1,0 +1,155 @@
+//! Validated ids and the DynamoDB key formats.
+//!
+//! These formats are a contract (see the README's data model): operations
+//! tools, reconciliation and tests build the same keys.
+
+use std::fmt;
+
+/// Longest reel id accepted.
+pub const MAX_REEL_ID_LEN: usize = 64;
+/// Longest user id accepted (in bytes). Identity providers' `sub` claims are
+/// far shorter; the bound keeps a hostile header from making large keys.
+pub const MAX_USER_ID_LEN: usize = 256;
+/// Shard numbers are zero-padded to three digits, so a reel can have at most
+/// 1000 shards (000..=999).
+pub const MAX_SHARDS: u32 = 1000;
+
+/// A reel id: 1–64 characters of `[A-Za-z0-9_-]`. The alphabet excludes `#`,
+/// the key separator, so one id can never spell another reel's keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReelId(String);
+
+/// Why an id was refused; the message is safe to show to the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidId(pub &'static str);
+
+impl ReelId {
+    pub fn parse(s: &str) -> Result<Self, InvalidId> {
+        if s.is_empty() {
+            return Err(InvalidId("reel_id must not be empty"));
+        }
+        if s.len() > MAX_REEL_ID_LEN {
+            return Err(InvalidId("reel_id must be at most 64 characters"));
+        }
+        if !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+            return Err(InvalidId("reel_id may contain only A-Z, a-z, 0-9, '_' and '-'"));
+        }
+        Ok(ReelId(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ReelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A user id: the JWT `sub` claim (or, in dev mode, the `x-user-id` header).
+/// It is stored as its own attribute and never concatenated into a key, so
+/// its alphabet is free; control characters and empty ids are refused.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct UserId(String);
+
+impl UserId {
+    pub fn parse(s: &str) -> Result<Self, InvalidId> {
+        if s.is_empty() {
+            return Err(InvalidId("user id must not be empty"));
+        }
+        if s.len() > MAX_USER_ID_LEN {
+            return Err(InvalidId("user id must be at most 256 bytes"));
+        }
+        if s.chars().any(char::is_control) {
+            return Err(InvalidId("user id must not contain control characters"));
+        }
+        Ok(UserId(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The two mutations of a like.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Like,
+    Unlike,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Like => "like",
+            Action::Unlike => "unlike",
+        }
+    }
+
+    /// What the action adds to the count when it changes state.
+    pub fn delta(self) -> i64 {
+        match self {
+            Action::Like => 1,
+            Action::Unlike => -1,
+        }
+    }
+}
+
+/// `{shard:03}#reel#{reel_id}#likes`: the shard number comes first so that
+/// the shards of one reel are spread through the key space even in a store
+/// that keeps keys sorted.
+pub fn shard_key(reel: &ReelId, shard: u32) -> String {
+    debug_assert!(shard < MAX_SHARDS);
+    format!("{shard:03}#reel#{reel}#likes")
+}
+
+/// `reel#{reel_id}#settings`: how many shards writers use and readers sum.
+pub fn settings_key(reel: &ReelId) -> String {
+    format!("reel#{reel}#settings")
+}
+
+/// Inverse of [`shard_key`], for tools that list shard items.
+pub fn parse_shard_key(pk: &str) -> Option<(u32, ReelId)> {
+    let (shard, rest) = pk.split_once('#')?;
+    if shard.len() != 3 || !shard.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let reel = rest.strip_prefix("reel#")?.strip_suffix("#likes")?;
+    Some((shard.parse().ok()?, ReelId::parse(reel).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reel_ids_follow_the_alphabet_and_length() {
+        assert!(ReelId::parse("reel-8841_A").is_ok());
+        assert!(ReelId::parse(&"a".repeat(64)).is_ok());
+        for bad in ["", "a#b", "a b", "ä", "../x", "a/b", "a%23", "ｒeel", &"a".repeat(65)] {
+            assert!(ReelId::parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn keys_match_the_documented_formats() {
+        let r = ReelId::parse("8841").unwrap();
+        assert_eq!(shard_key(&r, 0), "000#reel#8841#likes");
+        assert_eq!(shard_key(&r, 7), "007#reel#8841#likes");
+        assert_eq!(shard_key(&r, 999), "999#reel#8841#likes");
+        assert_eq!(settings_key(&r), "reel#8841#settings");
+        assert_eq!(parse_shard_key("007#reel#8841#likes"), Some((7, r)));
+        assert_eq!(parse_shard_key("reel#8841#settings"), None);
+    }
+
+    #[test]
+    fn user_ids_refuse_empty_huge_and_control() {
+        assert!(UserId::parse("user-42").is_ok());
+        assert!(UserId::parse("a#b|c").is_ok(), "user ids are never part of a key");
+        assert!(UserId::parse("").is_err());
+        assert!(UserId::parse("a\nb").is_err());
+        assert!(UserId::parse(&"x".repeat(257)).is_err());
+    }
+}

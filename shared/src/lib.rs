@@ -1,0 +1,31 @@
+//! Sharded like counters on DynamoDB: the domain logic and the DynamoDB access
+//! shared by every Lambda function of the `likes` workspace.
+//!
+//! # Layout
+//!
+//! * [`config`]: the typed configuration, read once per cold start from the
+//!   environment.
+//! * [`keys`]: validated reel and user ids and the DynamoDB key formats (the
+//!   data-model contract of the README).
+//! * [`token`]: the deterministic `ClientRequestToken` and the shard it picks.
+//! * [`error`]: the one error enum of the crate and its single mapping to an
+//!   HTTP status and JSON body.
+//! * [`retry`]: bounded, jittered exponential backoff.
+//! * [`store`]: the `CounterStore` trait the domain sees, and
+//!   [`store::dynamo`], its only implementation; SDK types stay in there.
+//! * [`service`]: the like/unlike/count logic with its in-memory caches.
+//! * [`http`]: request parsing, validation and the `like` and `read` handlers
+//!   that the Lambda functions and the local stack both run.
+
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod keys;
+pub(crate) mod retry;
+pub mod service;
+pub mod store;
+pub mod token;
+
+pub use config::{AuthMode, Config};
+pub use error::Error;
+pub use http::App;
