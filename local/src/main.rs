@@ -1,1 +1,123 @@
-fn main(){}
+//! `likes-local`: the local stack (`serve`, the default) and the viral-burst
+//! demo (`demo`). Configuration is by environment variable; see the README.
+
+use anyhow::{Context, Result, bail};
+use likes_local::demo::{self, DemoOptions};
+use likes_local::stack::client_for;
+use likes_local::template::Template;
+use likes_local::{Dynamo, Stack, StackOptions};
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned())
+}
+
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
+    match std::env::var(name).ok().filter(|v| !v.is_empty()) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|_| anyhow::anyhow!("{name}={v:?} is not a valid number")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,aws_config=warn,aws_smithy_runtime=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        None | Some("serve") => serve().await,
+        Some("demo") => demo().await,
+        Some("-h" | "--help" | "help") => {
+            println!("usage: likes-local [serve|demo]\n\nsee README.md for the environment variables");
+            Ok(())
+        }
+        Some(other) => bail!("unknown command {other:?}; expected serve or demo"),
+    }
+}
+
+async fn serve() -> Result<()> {
+    let template = PathBuf::from(env_or("TEMPLATE", "template.yaml"));
+    let dynamo = match std::env::var("AWS_ENDPOINT_URL_DYNAMODB").ok().filter(|v| !v.is_empty()) {
+        Some(url) => Dynamo::Endpoint(url),
+        None => Dynamo::Embedded {
+            port: env_num("DYNAMODB_PORT", 8000u16)?,
+            file: std::env::var("DYNOXIDE_DB_FILE").ok().filter(|v| !v.is_empty()).map(PathBuf::from),
+        },
+    };
+    let embedded = matches!(dynamo, Dynamo::Embedded { .. });
+    let opts = StackOptions {
+        template,
+        dynamo,
+        host: env_or("HOST", "127.0.0.1"),
+        port: env_num("PORT", 3000u16)?,
+        env: Default::default(),
+        inherit_env: true,
+    };
+    let stack = Stack::start(opts).await.context("starting the local stack")?;
+    println!("likes local stack");
+    println!("  API:      {}  (try: curl -X PUT -H 'x-user-id: u1' {}/reels/r1/like)", stack.base_url, stack.base_url);
+    println!(
+        "  DynamoDB: {} ({})",
+        stack.dynamo_endpoint,
+        if embedded { "embedded dynoxide" } else { "AWS_ENDPOINT_URL_DYNAMODB" }
+    );
+    println!("  tables:   {}, {}", stack.config.counters_table, stack.config.likes_table);
+    println!("  auth:     dev (x-user-id header accepted)");
+    println!("ready: {}/healthz", stack.base_url);
+    shutdown_signal().await;
+    println!("stopping");
+    stack.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+async fn demo() -> Result<()> {
+    let template = Template::load(&PathBuf::from(env_or("TEMPLATE", "template.yaml")))?;
+    let port: u16 = env_num("PORT", 3000u16)?;
+    let base_url = env_or("BASE_URL", &format!("http://127.0.0.1:{port}"));
+    let endpoint = env_or("AWS_ENDPOINT_URL_DYNAMODB", &format!("http://127.0.0.1:{}", env_num("DYNAMODB_PORT", 8000u16)?));
+    let counters = demo::counters_table(&template);
+    let mut opts = StackOptions::isolated(PathBuf::new());
+    opts.inherit_env = true;
+    let config = likes::Config::from_lookup(|k| match k {
+        "COUNTERS_TABLE" => Some(counters.clone()),
+        "LIKES_TABLE" => Some("unused".into()),
+        other => std::env::var(other).ok(),
+    })?;
+    let client = client_for(&config, &endpoint, &opts).await;
+    let demo_opts = DemoOptions {
+        base_url,
+        users: env_num("DEMO_USERS", 3000usize)?,
+        shards: env_num("DEMO_SHARDS", 20u32)?.clamp(1, 1000),
+        concurrency: env_num("DEMO_CONCURRENCY", 64usize)?,
+        cache_ttl: Duration::from_millis(env_num("CACHE_TTL_MS", 2000u64)?),
+    };
+    demo::run(&demo_opts, &client, &counters).await
+}

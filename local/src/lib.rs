@@ -1,0 +1,18 @@
+//! The local stack behind `make serve`, and the harness of the integration
+//! tests.
+//!
+//! # Layout
+//!
+//! * [`template`]: reads `template.yaml`: tables, routes, table variables.
+//! * [`stack`]: starts embedded dynoxide (or uses `AWS_ENDPOINT_URL_DYNAMODB`),
+//!   creates the tables, and serves the gateway.
+//! * `gateway`: the local API Gateway: route matching, payload-format-2.0
+//!   events, the real handlers.
+//! * [`demo`]: the viral-burst demo.
+
+pub mod demo;
+mod gateway;
+pub mod stack;
+pub mod template;
+
+pub use stack::{Dynamo, Stack, StackOptions};

@@ -1,0 +1,225 @@
+//! The local stack: embedded dynoxide (or any endpoint), the tables from
+//! `template.yaml`, and the gateway serving every route on one base URL.
+
+use crate::gateway::Gateway;
+use crate::template::{TableDef, Template};
+use anyhow::{Context, Result, anyhow};
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{Credentials, Region};
+use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus};
+use likes::http::App;
+use likes::store::dynamo::{DynamoStore, sdk_config_loader};
+use likes::{AuthMode, Config};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Where DynamoDB lives.
+#[derive(Clone, Debug)]
+pub enum Dynamo {
+    /// Start dynoxide in this process on `port` (0 = any free port), in
+    /// memory or in a SQLite file.
+    Embedded { port: u16, file: Option<PathBuf> },
+    /// Use this endpoint (DynamoDB Local, LocalStack, AWS itself...).
+    Endpoint(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct StackOptions {
+    pub template: PathBuf,
+    pub dynamo: Dynamo,
+    /// Host and port of the gateway (port 0 = any free port).
+    pub host: String,
+    pub port: u16,
+    /// Configuration variables, looked up before the process environment.
+    pub env: HashMap<String, String>,
+    /// Whether the process environment is consulted at all (tests say no,
+    /// so a developer's shell cannot change what they test).
+    pub inherit_env: bool,
+}
+
+impl StackOptions {
+    /// In-memory dynoxide and the gateway on free ports, isolated from the
+    /// process environment: what the integration tests use.
+    pub fn isolated(template: PathBuf) -> Self {
+        StackOptions {
+            template,
+            dynamo: Dynamo::Embedded { port: 0, file: None },
+            host: "127.0.0.1".into(),
+            port: 0,
+            env: HashMap::new(),
+            inherit_env: false,
+        }
+    }
+
+    fn lookup(&self, name: &str) -> Option<String> {
+        self.env.get(name).cloned().or_else(|| if self.inherit_env { std::env::var(name).ok() } else { None })
+    }
+}
+
+/// A running stack. Dropping it does not stop it; call [`Stack::shutdown`].
+pub struct Stack {
+    pub base_url: String,
+    pub dynamo_endpoint: String,
+    pub config: Config,
+    /// An SDK client on the same endpoint, for tools and tests that look at
+    /// the tables directly.
+    pub client: Client,
+    pub app: Arc<App>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Stack {
+    pub async fn start(opts: StackOptions) -> Result<Stack> {
+        let template = Template::load(&opts.template)?;
+        let (stop, stopped) = watch::channel(false);
+        let mut tasks = Vec::new();
+
+        let dynamo_endpoint = match &opts.dynamo {
+            Dynamo::Endpoint(url) => url.clone(),
+            Dynamo::Embedded { port, file } => {
+                let db = match file {
+                    Some(path) => dynoxide::Database::new(&path.to_string_lossy())
+                        .map_err(|e| anyhow!("opening {}: {e}", path.display()))?,
+                    None => dynoxide::Database::memory().map_err(|e| anyhow!("starting dynoxide: {e}"))?,
+                };
+                let listener = TcpListener::bind((opts.host.as_str(), *port))
+                    .await
+                    .with_context(|| format!("binding the DynamoDB port {port}"))?;
+                let addr = listener.local_addr()?;
+                let mut rx = stopped.clone();
+                tasks.push(tokio::spawn(async move {
+                    let shutdown = async move {
+                        let _ = rx.wait_for(|s| *s).await;
+                    };
+                    if let Err(e) = dynoxide::server::serve_with_shutdown(listener, db, shutdown).await {
+                        tracing::error!(error = %e, "dynoxide stopped");
+                    }
+                }));
+                format!("http://{addr}")
+            }
+        };
+
+        // Table names: the variable the template wires to each table, else
+        // the table's logical id.
+        let mut env = opts.env.clone();
+        for (var, table) in &template.table_env {
+            if opts.lookup(var).is_none() {
+                env.insert(var.clone(), table.clone());
+            }
+        }
+        let lookup_opts = StackOptions { env, ..opts.clone() };
+        let mut config = Config::from_lookup(|k| lookup_opts.lookup(k)).context("configuration")?;
+        // The local stack is the one place dev auth is switched on.
+        config.auth_mode = AuthMode::Dev;
+
+        let client = client_for(&config, &dynamo_endpoint, &lookup_opts).await;
+        for table in &template.tables {
+            let name = template
+                .table_env
+                .iter()
+                .find(|(_, id)| *id == &table.logical_id)
+                .and_then(|(var, _)| lookup_opts.lookup(var))
+                .unwrap_or_else(|| table.logical_id.clone());
+            ensure_table(&client, &name, table).await?;
+        }
+
+        let app = Arc::new(App::new(config.clone(), DynamoStore::new(client.clone(), &config)));
+        let gateway = Arc::new(Gateway::new(app.clone(), &template.routes)?);
+        let listener = TcpListener::bind((opts.host.as_str(), opts.port))
+            .await
+            .with_context(|| format!("binding {}:{}", opts.host, opts.port))?;
+        let addr: SocketAddr = listener.local_addr()?;
+        let router = axum::Router::new().fallback(move |req| {
+            let g = gateway.clone();
+            async move { g.serve(req).await }
+        });
+        let mut rx = stopped.clone();
+        tasks.push(tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+                tracing::error!(error = %e, "gateway stopped");
+            }
+        }));
+
+        Ok(Stack { base_url: format!("http://{addr}"), dynamo_endpoint, config, client, app, stop, tasks })
+    }
+
+    /// Stops the gateway and the embedded emulator and waits for them.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+/// An SDK client for `endpoint`, with dummy credentials and region when the
+/// environment has none (a local emulator accepts any).
+pub async fn client_for(config: &Config, endpoint: &str, opts: &StackOptions) -> Client {
+    let mut loader = sdk_config_loader(config);
+    let has_creds = opts.lookup("AWS_ACCESS_KEY_ID").is_some() || opts.lookup("AWS_PROFILE").is_some();
+    if !has_creds {
+        loader = loader.credentials_provider(Credentials::new("local", "local", None, None, "likes-local"));
+    }
+    if opts.lookup("AWS_REGION").or_else(|| opts.lookup("AWS_DEFAULT_REGION")).is_none() {
+        loader = loader.region(Region::new("us-east-1"));
+    }
+    let sdk = loader.load().await;
+    // Set on the client, so it wins over any endpoint in the environment.
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).endpoint_url(endpoint).build();
+    Client::from_conf(conf)
+}
+
+/// Creates `name` from the template's definition unless it exists, and
+/// waits until it is ACTIVE.
+async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()> {
+    let exists = client.describe_table().table_name(name).send().await.is_ok();
+    if !exists {
+        let mut req = client.create_table().table_name(name).billing_mode(BillingMode::PayPerRequest);
+        for (attr, kind) in &def.key_schema {
+            req = req.key_schema(
+                KeySchemaElement::builder().attribute_name(attr).key_type(KeyType::from(kind.as_str())).build()?,
+            );
+        }
+        for (attr, ty) in &def.attributes {
+            req = req.attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(attr)
+                    .attribute_type(ScalarAttributeType::from(ty.as_str()))
+                    .build()?,
+            );
+        }
+        match req.send().await {
+            Ok(_) => tracing::info!(table = name, "created table"),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}
+            Err(e) => {
+                return Err(anyhow!(
+                    "creating table {name}: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+                ));
+            }
+        }
+    }
+    for _ in 0..120 {
+        let out = client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(|e| anyhow!("describing {name}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(&e)))?;
+        if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(anyhow!("table {name} did not become ACTIVE within a minute"))
+}

@@ -1,0 +1,180 @@
+//! Reads `template.yaml`: the one source of truth for the tables, the routes
+//! and which function serves each route.
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_yaml::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A DynamoDB table as the template defines it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableDef {
+    pub logical_id: String,
+    /// (attribute name, "HASH" | "RANGE")
+    pub key_schema: Vec<(String, String)>,
+    /// (attribute name, "S" | "N" | "B")
+    pub attributes: Vec<(String, String)>,
+}
+
+/// One `HttpApi` event of a function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteDef {
+    /// `ANY`, `GET`, ... (upper case).
+    pub method: String,
+    /// `/reels/{reel_id}/like`, or `$default`.
+    pub path: String,
+    /// The function's logical id.
+    pub function: String,
+    /// The function's `CodeUri`, e.g. `functions/like`.
+    pub code_uri: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Template {
+    pub tables: Vec<TableDef>,
+    pub routes: Vec<RouteDef>,
+    /// Environment variable → table logical id, from `!Ref <Table>` values in
+    /// `Globals.Function.Environment` and each function's `Environment`.
+    pub table_env: BTreeMap<String, String>,
+}
+
+impl Template {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Result<Self> {
+        let doc: Value = serde_yaml::from_str(text).context("template.yaml is not valid YAML")?;
+        let resources = doc
+            .get("Resources")
+            .and_then(Value::as_mapping)
+            .ok_or_else(|| anyhow!("template has no Resources"))?;
+        let mut tables = Vec::new();
+        let mut routes = Vec::new();
+        let mut table_env = BTreeMap::new();
+        let mut env_blocks: Vec<&Value> = Vec::new();
+        if let Some(v) = doc.get("Globals").and_then(|g| g.get("Function")).and_then(|f| f.get("Environment")) {
+            env_blocks.push(v);
+        }
+        for (id, res) in resources {
+            let id = id.as_str().ok_or_else(|| anyhow!("non-string resource id"))?.to_owned();
+            let ty = res.get("Type").and_then(Value::as_str).unwrap_or_default();
+            let props = res.get("Properties");
+            match ty {
+                "AWS::DynamoDB::Table" => {
+                    let props = props.ok_or_else(|| anyhow!("{id}: no Properties"))?;
+                    tables.push(TableDef {
+                        logical_id: id.clone(),
+                        key_schema: pairs(props.get("KeySchema"), "AttributeName", "KeyType")
+                            .with_context(|| format!("{id}.KeySchema"))?,
+                        attributes: pairs(props.get("AttributeDefinitions"), "AttributeName", "AttributeType")
+                            .with_context(|| format!("{id}.AttributeDefinitions"))?,
+                    });
+                }
+                "AWS::Serverless::Function" => {
+                    let props = props.ok_or_else(|| anyhow!("{id}: no Properties"))?;
+                    let code_uri = props
+                        .get("CodeUri")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| anyhow!("{id}: CodeUri must be a plain string"))?
+                        .trim_end_matches('/')
+                        .to_owned();
+                    if let Some(env) = props.get("Environment") {
+                        env_blocks.push(env);
+                    }
+                    let events = props.get("Events").and_then(Value::as_mapping);
+                    for (_, ev) in events.into_iter().flatten() {
+                        if ev.get("Type").and_then(Value::as_str) != Some("HttpApi") {
+                            continue;
+                        }
+                        let p = ev.get("Properties");
+                        let path = p.and_then(|p| p.get("Path")).and_then(Value::as_str).unwrap_or("$default");
+                        let method = p.and_then(|p| p.get("Method")).and_then(Value::as_str).unwrap_or("ANY");
+                        routes.push(RouteDef {
+                            method: method.to_ascii_uppercase(),
+                            path: path.to_owned(),
+                            function: id.clone(),
+                            code_uri: code_uri.clone(),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        for env in env_blocks {
+            let vars = env.get("Variables").and_then(Value::as_mapping);
+            for (k, v) in vars.into_iter().flatten() {
+                if let (Some(k), Value::Tagged(t)) = (k.as_str(), v) {
+                    if t.tag == "!Ref" {
+                        if let Some(target) = t.value.as_str() {
+                            if tables.iter().any(|t| t.logical_id == target) {
+                                table_env.insert(k.to_owned(), target.to_owned());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if tables.is_empty() {
+            bail!("template defines no AWS::DynamoDB::Table");
+        }
+        Ok(Template { tables, routes, table_env })
+    }
+
+    /// The table a function reads from environment variable `var`.
+    pub fn table_for_env(&self, var: &str) -> Option<&TableDef> {
+        let id = self.table_env.get(var)?;
+        self.tables.iter().find(|t| &t.logical_id == id)
+    }
+}
+
+fn pairs(v: Option<&Value>, a: &str, b: &str) -> Result<Vec<(String, String)>> {
+    let list = v.and_then(Value::as_sequence).ok_or_else(|| anyhow!("expected a list"))?;
+    list.iter()
+        .map(|e| {
+            let x = e.get(a).and_then(Value::as_str).ok_or_else(|| anyhow!("missing {a}"))?;
+            let y = e.get(b).and_then(Value::as_str).ok_or_else(|| anyhow!("missing {b}"))?;
+            Ok((x.to_owned(), y.to_owned()))
+        })
+        .collect()
+}
+
+/// Does `pattern` (`/reels/{reel_id}/like`) match the raw `path`? Returns the
+/// path parameters, percent-decoded as API Gateway passes them.
+pub fn match_path(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
+    let pat: Vec<&str> = pattern.trim_start_matches('/').split('/').collect();
+    let segs: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
+    if pat.len() != segs.len() {
+        return None;
+    }
+    let mut params = Vec::new();
+    for (p, s) in pat.iter().zip(&segs) {
+        if let Some(name) = p.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+            if s.is_empty() {
+                return None;
+            }
+            let decoded = percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+            params.push((name.to_owned(), decoded));
+        } else if p != s {
+            return None;
+        }
+    }
+    Some(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_match_like_api_gateway() {
+        assert_eq!(
+            match_path("/reels/{reel_id}/like", "/reels/a%23b/like"),
+            Some(vec![("reel_id".into(), "a#b".into())])
+        );
+        assert_eq!(match_path("/reels/{reel_id}/like", "/reels//like"), None);
+        assert_eq!(match_path("/likes", "/likes"), Some(vec![]));
+        assert_eq!(match_path("/likes", "/likes/"), None);
+    }
+}

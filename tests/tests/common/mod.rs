@@ -1,0 +1,165 @@
+//! The test harness: a whole local stack per test (embedded dynoxide on a
+//! free port, the tables from template.yaml, the gateway running the real
+//! handlers), plus ground-truth views of the tables through the SDK.
+#![allow(dead_code)]
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use likes_local::{Stack, StackOptions};
+use serde_json::Value;
+use std::path::PathBuf;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub struct TestStack {
+    pub stack: Stack,
+    pub http: reqwest::Client,
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+    pub headers: reqwest::header::HeaderMap,
+}
+
+impl TestStack {
+    /// A fresh, isolated stack; `env` overrides configuration variables.
+    pub async fn start(env: &[(&str, &str)]) -> TestStack {
+        let mut opts = StackOptions::isolated(repo_root().join("template.yaml"));
+        for (k, v) in env {
+            opts.env.insert((*k).into(), (*v).into());
+        }
+        let stack = Stack::start(opts).await.expect("stack starts");
+        TestStack { stack, http: reqwest::Client::new() }
+    }
+
+    /// A stack whose reads are never cached, so every read is the truth.
+    pub async fn uncached() -> TestStack {
+        Self::start(&[("CACHE_TTL_MS", "0"), ("SETTINGS_TTL_MS", "0")]).await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.stack.base_url, path)
+    }
+
+    pub async fn send(&self, method: &str, path: &str, user: Option<&str>, headers: &[(&str, &str)], body: Option<Vec<u8>>) -> Reply {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = self.http.request(method, self.url(path));
+        if let Some(u) = user {
+            req = req.header("x-user-id", u);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        let resp = req.send().await.expect("request reaches the gateway");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.expect("body");
+        let body: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text:?}"));
+        Reply { status, body, headers }
+    }
+
+    pub async fn like(&self, user: &str, reel: &str) -> Reply {
+        self.send("PUT", &format!("/reels/{reel}/like"), Some(user), &[], None).await
+    }
+
+    pub async fn like_with_key(&self, user: &str, reel: &str, key: &str) -> Reply {
+        self.send("PUT", &format!("/reels/{reel}/like"), Some(user), &[("idempotency-key", key)], None).await
+    }
+
+    pub async fn unlike(&self, user: &str, reel: &str) -> Reply {
+        self.send("DELETE", &format!("/reels/{reel}/like"), Some(user), &[], None).await
+    }
+
+    pub async fn http_count(&self, reel: &str) -> i64 {
+        let r = self.send("GET", &format!("/reels/{reel}/likes"), None, &[], None).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body["count"].as_i64().expect("count")
+    }
+
+    /// Sum of all shard items of `reel` in the table (000..999), read directly.
+    pub async fn shard_sum(&self, reel: &str) -> i64 {
+        self.shards(reel).await.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Every shard item of `reel`: (shard, n).
+    pub async fn shards(&self, reel: &str) -> Vec<(u32, i64)> {
+        let suffix = format!("#reel#{reel}#likes");
+        let mut out = Vec::new();
+        for item in self.scan(&self.stack.config.counters_table).await {
+            let pk = item.get("pk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            if let Some(shard) = pk.strip_suffix(&suffix) {
+                let n = item.get("n").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0);
+                out.push((shard.parse().expect("3-digit shard"), n));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Like rows of `reel`, read directly: the truth.
+    pub async fn like_rows(&self, reel: &str) -> usize {
+        self.scan(&self.stack.config.likes_table)
+            .await
+            .iter()
+            .filter(|i| i.get("reel_id").and_then(|v| v.as_s().ok()).is_some_and(|r| r == reel))
+            .count()
+    }
+
+    pub async fn scan(&self, table: &str) -> Vec<std::collections::HashMap<String, AttributeValue>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let resp = self
+                .stack
+                .client
+                .scan()
+                .table_name(table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("scan");
+            out.extend(resp.items.unwrap_or_default());
+            start = resp.last_evaluated_key;
+            if start.is_none() {
+                return out;
+            }
+        }
+    }
+
+    /// Writes a reel's settings item directly (as the reshard function will).
+    pub async fn set_shards(&self, reel: &str, write: u32, read: u32) {
+        self.stack
+            .client
+            .put_item()
+            .table_name(&self.stack.config.counters_table)
+            .item("pk", AttributeValue::S(format!("reel#{reel}#settings")))
+            .item("write_shards", AttributeValue::N(write.to_string()))
+            .item("read_shards", AttributeValue::N(read.to_string()))
+            .send()
+            .await
+            .expect("put settings");
+    }
+
+    /// Writes a shard item directly (drift injection, pre-seeded shards).
+    pub async fn put_shard(&self, reel: &str, shard: u32, n: i64) {
+        self.stack
+            .client
+            .put_item()
+            .table_name(&self.stack.config.counters_table)
+            .item("pk", AttributeValue::S(format!("{shard:03}#reel#{reel}#likes")))
+            .item("n", AttributeValue::N(n.to_string()))
+            .send()
+            .await
+            .expect("put shard");
+    }
+
+    pub async fn stop(self) {
+        self.stack.shutdown().await;
+    }
+}
