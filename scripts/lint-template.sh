@@ -11,7 +11,7 @@ else
   if [[ ! -x .venv/bin/cfn-lint ]]; then
     echo "cfn-lint not found on PATH; installing it into .venv" >&2
     python3 -m venv .venv
-    .venv/bin/pip install --quiet cfn-lint
+    .venv/bin/pip install --quiet 'cfn-lint>=1.51,<2'
   fi
   CFN_LINT=.venv/bin/cfn-lint
 fi

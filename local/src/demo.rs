@@ -23,14 +23,32 @@ pub struct DemoOptions {
 #[derive(Default)]
 struct Tally {
     sent: usize,
-    changed: usize,
-    absorbed: usize,
+    /// First taps that changed the state.
+    applied: usize,
+    /// Retries with the same Idempotency-Key, answered like the original
+    /// (`changed: true`) without counting again.
+    retries_replayed: usize,
+    /// Double taps (new requests) answered `changed: false`.
+    duplicates_absorbed: usize,
+    /// Answers that were neither: errors, or a state change where none
+    /// was expected.
     errors: usize,
 }
 
+/// What the burst did, for callers that check it.
+#[derive(Clone, Debug)]
+pub struct DemoReport {
+    pub reel: String,
+    pub count: i64,
+    pub shards: Vec<i64>,
+    pub sent: usize,
+    pub duplicates_absorbed: usize,
+    pub retries_replayed: usize,
+}
+
 /// Runs the demo; fails if the final count is not exactly the number of
-/// distinct users.
-pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> Result<()> {
+/// distinct users or any answer was not the expected one.
+pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> Result<DemoReport> {
     let http = reqwest::Client::new();
     let health = http.get(format!("{}/healthz", opts.base_url)).send().await;
     if !health.as_ref().is_ok_and(|r| r.status().is_success()) {
@@ -62,19 +80,30 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
                 // Every 7th user's app sends an Idempotency-Key and retries
                 // the same request; every 5th user double-taps.
                 let key = (i % 7 == 0).then(|| format!("tap-{i}"));
-                let sends = 1 + usize::from(i % 7 == 0) + usize::from(i % 5 == 0);
-                for _ in 0..sends {
+                // (idempotency key, expected `changed`, kind)
+                let mut sends = vec![(key.clone(), true, 0u8)];
+                if key.is_some() {
+                    sends.push((key.clone(), true, 1));
+                }
+                if i % 5 == 0 {
+                    sends.push((None, false, 2));
+                }
+                for (key, expect_changed, kind) in sends {
                     let mut req = http.put(&url).header("x-user-id", &user);
                     if let Some(k) = &key {
                         req = req.header("idempotency-key", k);
                     }
                     t.sent += 1;
-                    match req.send().await {
-                        Ok(r) if r.status().is_success() => match r.json::<serde_json::Value>().await {
-                            Ok(v) if v["changed"] == true => t.changed += 1,
-                            Ok(_) => t.absorbed += 1,
-                            Err(_) => t.errors += 1,
-                        },
+                    let changed = match req.send().await {
+                        Ok(r) if r.status().is_success() => {
+                            r.json::<serde_json::Value>().await.ok().and_then(|v| v["changed"].as_bool())
+                        }
+                        _ => None,
+                    };
+                    match (changed, kind) {
+                        (Some(c), 0) if c == expect_changed => t.applied += 1,
+                        (Some(c), 1) if c == expect_changed => t.retries_replayed += 1,
+                        (Some(c), 2) if c == expect_changed => t.duplicates_absorbed += 1,
                         _ => t.errors += 1,
                     }
                 }
@@ -88,8 +117,9 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
     let mut total = Tally::default();
     for t in tallies {
         total.sent += t.sent;
-        total.changed += t.changed;
-        total.absorbed += t.absorbed;
+        total.applied += t.applied;
+        total.retries_replayed += t.retries_replayed;
+        total.duplicates_absorbed += t.duplicates_absorbed;
         total.errors += t.errors;
     }
 
@@ -102,24 +132,32 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
     let mean = shards.iter().sum::<i64>() as f64 / shards.len().max(1) as f64;
 
     println!(
-        "requests: {} sent in {:.2}s ({:.0}/s); {} changed, {} duplicates absorbed (double taps and retries), {} errors",
+        "requests: {} sent in {:.2}s ({:.0}/s)",
         total.sent,
         elapsed.as_secs_f64(),
         total.sent as f64 / elapsed.as_secs_f64().max(1e-9),
-        total.changed,
-        total.absorbed,
-        total.errors
     );
+    println!("  likes applied:                 {}", total.applied);
+    println!("  double taps rejected:          {} (answered changed=false)", total.duplicates_absorbed);
+    println!("  Idempotency-Key retries:       {} (answered like the original, counted once)", total.retries_replayed);
+    println!("  errors or unexpected answers:  {}", total.errors);
     println!("total: {count} (expected {})", opts.users);
     println!("shard spread: min {min}, max {max}, mean {mean:.1}");
     for (i, n) in shards.iter().enumerate() {
         let bar = "#".repeat(((*n as f64 / max.max(1) as f64) * 40.0).round() as usize);
         println!("  {i:03} {n:>6} {bar}");
     }
-    if count != opts.users as i64 || total.errors > 0 {
+    if count != opts.users as i64 || total.errors > 0 || shards.iter().sum::<i64>() != count {
         bail!("count {count} with {} errors; expected exactly {}", total.errors, opts.users);
     }
-    Ok(())
+    Ok(DemoReport {
+        reel,
+        count,
+        shards,
+        sent: total.sent,
+        duplicates_absorbed: total.duplicates_absorbed,
+        retries_replayed: total.retries_replayed,
+    })
 }
 
 async fn shard_values(client: &Client, table: &str, reel: &str, shards: u32) -> Result<Vec<i64>> {

@@ -119,5 +119,5 @@ async fn demo() -> Result<()> {
         concurrency: env_num("DEMO_CONCURRENCY", 64usize)?,
         cache_ttl: Duration::from_millis(env_num("CACHE_TTL_MS", 2000u64)?),
     };
-    demo::run(&demo_opts, &client, &counters).await
+    demo::run(&demo_opts, &client, &counters).await.map(|_| ())
 }

@@ -39,13 +39,19 @@ pub struct Config {
     /// full-jitter exponential backoff between those attempts.
     pub retry_base: Duration,
     pub retry_max: Duration,
-    /// `DDB_CONNECT_TIMEOUT_MS` (1000), `DDB_ATTEMPT_TIMEOUT_MS` (2000),
-    /// `DDB_OPERATION_TIMEOUT_MS` (5000), `DDB_MAX_ATTEMPTS` (3): the SDK's
-    /// bounds, so no request outlives the function's timeout.
+    /// `DDB_CONNECT_TIMEOUT_MS` (1000), `DDB_ATTEMPT_TIMEOUT_MS` (1500),
+    /// `DDB_OPERATION_TIMEOUT_MS` (3000), `DDB_MAX_ATTEMPTS` (3): the SDK's
+    /// bounds on one call, its own retries included.
     pub ddb_connect_timeout: Duration,
     pub ddb_attempt_timeout: Duration,
     pub ddb_operation_timeout: Duration,
     pub ddb_max_attempts: u32,
+    /// `REQUEST_BUDGET_MS` (default 8000): no new transaction attempt starts
+    /// unless it can finish (at the SDK's operation timeout) within this
+    /// budget from the start of the request. With the settings read before
+    /// and the count read after, a like is bounded by about budget + 2 x
+    /// operation timeout, below the template's 15 s function timeout.
+    pub request_budget: Duration,
     /// `AUTH_MODE`: `dev` enables the `x-user-id` header; anything else (or
     /// unset) means JWT only.
     pub auth_mode: AuthMode,
@@ -110,8 +116,9 @@ impl Config {
             retry_base,
             retry_max,
             ddb_connect_timeout: ms("DDB_CONNECT_TIMEOUT_MS", 1_000, 1, 60_000)?,
-            ddb_attempt_timeout: ms("DDB_ATTEMPT_TIMEOUT_MS", 2_000, 1, 60_000)?,
-            ddb_operation_timeout: ms("DDB_OPERATION_TIMEOUT_MS", 5_000, 1, 300_000)?,
+            ddb_attempt_timeout: ms("DDB_ATTEMPT_TIMEOUT_MS", 1_500, 1, 60_000)?,
+            ddb_operation_timeout: ms("DDB_OPERATION_TIMEOUT_MS", 3_000, 1, 300_000)?,
+            request_budget: ms("REQUEST_BUDGET_MS", 8_000, 1, 900_000)?,
             ddb_max_attempts: num("DDB_MAX_ATTEMPTS", 3, 1, 10)? as u32,
             auth_mode,
         })

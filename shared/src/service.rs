@@ -92,6 +92,10 @@ pub struct LikeService<S> {
     counts: Option<Cache<ReelId, Count>>,
     settings: Option<Cache<ReelId, Settings>>,
     backoff: Backoff,
+    /// See [`Config::request_budget`].
+    budget: Duration,
+    /// The SDK's bound on one call.
+    call_timeout: Duration,
 }
 
 fn cache<V: Clone + Send + Sync + 'static>(ttl: Duration, max: u64) -> Option<Cache<ReelId, V>> {
@@ -114,6 +118,8 @@ impl<S: CounterStore> LikeService<S> {
                 base: config.retry_base,
                 max: config.retry_max,
             },
+            budget: config.request_budget,
+            call_timeout: config.ddb_operation_timeout,
         }
     }
 
@@ -219,6 +225,7 @@ impl<S: CounterStore> LikeService<S> {
     /// Likes or unlikes, exactly once: one transaction writes the like row
     /// (conditioned on its current state) and the shard increment together.
     pub async fn write(&self, req: WriteRequest) -> Result<WriteOutcome, Error> {
+        let started = Instant::now();
         let settings = self.settings(&req.reel).await?;
         let token = match (&req.idempotency_key, &req.request_id) {
             (Some(k), _) => RequestToken::derive(&req.user, &req.reel, req.action, &RequestIdentity::ClientKey(k)),
@@ -241,15 +248,17 @@ impl<S: CounterStore> LikeService<S> {
         let (path, changed) = loop {
             attempt += 1;
             if attempt > 1 {
-                if !self.backoff.allows(attempt - 1) {
-                    tracing::warn!(reel = %req.reel, action = req.action.as_str(), attempts = attempt - 1, reason = ?last_retry, "transaction retries exhausted");
+                let delay = self.backoff.delay(attempt - 1);
+                let in_budget = started.elapsed() + delay + self.call_timeout <= self.budget;
+                if !self.backoff.allows(attempt - 1) || !in_budget {
+                    tracing::warn!(reel = %req.reel, action = req.action.as_str(), attempts = attempt - 1, reason = ?last_retry, in_budget, "transaction retries exhausted");
                     return Err(match last_retry {
                         RetryReason::Throttled => Error::Throttled,
                         RetryReason::Conflict | RetryReason::InProgress => Error::Contended,
                     });
                 }
                 retries += 1;
-                tokio::time::sleep(self.backoff.delay(attempt - 1)).await;
+                tokio::time::sleep(delay).await;
             }
             match self.store.write_like(&tx).await? {
                 TxResult::Committed { replayed: false } => break (WritePath::Applied, true),

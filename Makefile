@@ -1,0 +1,63 @@
+# The two commands of the README:
+#   make serve   run the product locally (embedded DynamoDB + every route)
+#   make test    run every test (what CI runs, through .ci/run)
+# Everything else here is optional tooling.
+
+CARGO ?= cargo
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: check-cargo serve test demo unit lint-template smoke fmt clippy lambda-build sam-build deploy invoke help
+
+help:
+	@echo "make serve | test | demo | lambda-build | sam-build | deploy | invoke"
+
+check-cargo:
+	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
+
+## Local stack on http://127.0.0.1:$${PORT:-3000}; Ctrl-C stops it.
+serve: check-cargo
+	$(CARGO) run --locked --quiet -p likes-local --bin likes-local -- serve
+
+## The viral-burst demo against a running `make serve`.
+demo: check-cargo
+	$(CARGO) run --locked --quiet -p likes-local --bin likes-local -- demo
+
+## All tests: the template lint, unit + integration tests, and an end-to-end
+## run of the `make serve` binary with the demo against it.
+test: check-cargo lint-template smoke unit
+
+unit:
+	$(CARGO) test --workspace --locked
+
+lint-template:
+	scripts/lint-template.sh
+
+smoke:
+	$(CARGO) build --locked --quiet -p likes-local --bin likes-local
+	scripts/smoke-serve.sh target/debug/likes-local
+
+fmt:
+	$(CARGO) fmt --all
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## Release bootstraps for Lambda (arm64); needs `pip install cargo-lambda`.
+lambda-build:
+	$(CARGO) lambda build --release --arm64 -p like -p read
+
+## SAM build/deploy (rust-cargolambda is a beta build method in SAM CLI).
+sam-build:
+	sam build --beta-features
+
+deploy: sam-build
+	sam deploy --guided
+
+## `sam local invoke` against a local DynamoDB (needs Docker); start
+## `make serve` first, or point DYNAMODB_ENDPOINT at DynamoDB Local.
+DYNAMODB_ENDPOINT ?= http://host.docker.internal:8000
+EVENT ?= events/like.json
+FUNCTION ?= LikeFunction
+invoke: sam-build
+	printf '{"Parameters":{"AWS_ENDPOINT_URL_DYNAMODB":"%s","COUNTERS_TABLE":"CountersTable","LIKES_TABLE":"LikesTable","AWS_ACCESS_KEY_ID":"local","AWS_SECRET_ACCESS_KEY":"local","AWS_REGION":"us-east-1"}}' "$(DYNAMODB_ENDPOINT)" > /tmp/likes-sam-env.json
+	sam local invoke $(FUNCTION) -e $(EVENT) --env-vars /tmp/likes-sam-env.json --parameter-overrides JwtIssuer=https://example.com JwtAudience=local

@@ -1,0 +1,82 @@
+//! `template.yaml` is the one source of truth, and what the local stack
+//! serves is what it says: every route answers through the local gateway,
+//! every sample event names a route of the template, the tables the stack
+//! created have the template's keys, and no function is put in dev auth.
+
+mod common;
+
+use common::{TestStack, repo_root};
+use likes_local::template::Template;
+
+fn template() -> Template {
+    Template::load(&repo_root().join("template.yaml")).expect("template parses")
+}
+
+#[test]
+fn the_template_never_enables_dev_auth() {
+    let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let mut blocks = vec![doc["Globals"]["Function"]["Environment"]["Variables"].clone()];
+    for (_, res) in doc["Resources"].as_mapping().unwrap() {
+        blocks.push(res["Properties"]["Environment"]["Variables"].clone());
+    }
+    for vars in blocks {
+        assert!(vars.get("AUTH_MODE").is_none(), "AUTH_MODE set in the template");
+    }
+}
+
+#[test]
+fn every_sample_event_is_a_route_of_the_template() {
+    let t = template();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(repo_root().join("events")).unwrap() {
+        let path = entry.unwrap().path();
+        let ev: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let key = ev["routeKey"].as_str().unwrap();
+        let known = t.routes.iter().any(|r| {
+            if r.path == "$default" { key == "$default" } else { key == format!("{} {}", r.method, r.path) }
+        });
+        assert!(known, "{}: routeKey {key:?} is not in template.yaml", path.display());
+        seen += 1;
+    }
+    assert!(seen >= 9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_template_route_is_served_by_the_local_stack() {
+    let tpl = template();
+    assert!(tpl.routes.len() >= 5);
+    let t = TestStack::uncached().await;
+    for r in &tpl.routes {
+        if r.path == "$default" {
+            let reply = t.send("GET", "/no/such/route", None, &[], None).await;
+            assert_eq!(reply.status, 404);
+            continue;
+        }
+        let path = r.path.replace("{reel_id}", "r1");
+        let path = if path == "/likes" { "/likes?reel_ids=r1".to_owned() } else { path };
+        let method = if path.ends_with("/like") { "PUT" } else { "GET" };
+        let reply = t.send(method, &path, Some("u1"), &[], None).await;
+        assert_eq!(reply.status, 200, "{method} {path} ({}): {}", r.function, reply.body);
+    }
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stack_creates_the_tables_the_template_defines() {
+    let tpl = template();
+    let t = TestStack::uncached().await;
+    for (var, name) in [("COUNTERS_TABLE", &t.stack.config.counters_table), ("LIKES_TABLE", &t.stack.config.likes_table)] {
+        let def = tpl.table_for_env(var).expect("template wires the variable to a table");
+        let desc = t.stack.client.describe_table().table_name(name).send().await.unwrap();
+        let table = desc.table().unwrap();
+        let keys: Vec<(String, String)> = table
+            .key_schema()
+            .iter()
+            .map(|k| (k.attribute_name().to_owned(), k.key_type().as_str().to_owned()))
+            .collect();
+        assert_eq!(keys, def.key_schema, "{var}");
+        assert!(table.global_secondary_indexes().is_empty(), "no index keyed by reel");
+    }
+    t.stop().await;
+}
