@@ -52,9 +52,14 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
     let http = reqwest::Client::new();
     let health = http.get(format!("{}/healthz", opts.base_url)).send().await;
     if !health.as_ref().is_ok_and(|r| r.status().is_success()) {
-        bail!("the local stack does not answer at {} (start it with `make serve`)", opts.base_url);
+        bail!(
+            "the local stack does not answer at {} (start it with `make serve`)",
+            opts.base_url
+        );
     }
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
     let reel = format!("demo-{secs}");
     // Size the reel up front, the way the resharding function grows a hot
     // reel, so the spread over shards shows.
@@ -68,7 +73,10 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
         .await
         .context("writing the demo reel's settings")?;
 
-    println!("viral burst: {} users like reel {reel} ({} shards, {} in flight)", opts.users, opts.shards, opts.concurrency);
+    println!(
+        "viral burst: {} users like reel {reel} ({} shards, {} in flight)",
+        opts.users, opts.shards, opts.concurrency
+    );
     let started = Instant::now();
     let url = format!("{}/reels/{reel}/like", opts.base_url);
     let tallies: Vec<Tally> = futures::stream::iter(0..opts.users)
@@ -95,9 +103,11 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
                     }
                     t.sent += 1;
                     let changed = match req.send().await {
-                        Ok(r) if r.status().is_success() => {
-                            r.json::<serde_json::Value>().await.ok().and_then(|v| v["changed"].as_bool())
-                        }
+                        Ok(r) if r.status().is_success() => r
+                            .json::<serde_json::Value>()
+                            .await
+                            .ok()
+                            .and_then(|v| v["changed"].as_bool()),
                         _ => None,
                     };
                     match (changed, kind) {
@@ -124,11 +134,19 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
     }
 
     tokio::time::sleep(opts.cache_ttl + Duration::from_millis(100)).await;
-    let read: serde_json::Value = http.get(format!("{}/reels/{reel}/likes", opts.base_url)).send().await?.json().await?;
+    let read: serde_json::Value = http
+        .get(format!("{}/reels/{reel}/likes", opts.base_url))
+        .send()
+        .await?
+        .json()
+        .await?;
     let count = read["count"].as_i64().unwrap_or(-1);
 
     let shards = shard_values(client, counters_table, &reel, opts.shards).await?;
-    let (min, max) = (shards.iter().min().copied().unwrap_or(0), shards.iter().max().copied().unwrap_or(0));
+    let (min, max) = (
+        shards.iter().min().copied().unwrap_or(0),
+        shards.iter().max().copied().unwrap_or(0),
+    );
     let mean = shards.iter().sum::<i64>() as f64 / shards.len().max(1) as f64;
 
     println!(
@@ -138,8 +156,14 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
         total.sent as f64 / elapsed.as_secs_f64().max(1e-9),
     );
     println!("  likes applied:                 {}", total.applied);
-    println!("  double taps rejected:          {} (answered changed=false)", total.duplicates_absorbed);
-    println!("  Idempotency-Key retries:       {} (answered like the original, counted once)", total.retries_replayed);
+    println!(
+        "  double taps rejected:          {} (answered changed=false)",
+        total.duplicates_absorbed
+    );
+    println!(
+        "  Idempotency-Key retries:       {} (answered like the original, counted once)",
+        total.retries_replayed
+    );
     println!("  errors or unexpected answers:  {}", total.errors);
     println!("total: {count} (expected {})", opts.users);
     println!("shard spread: min {min}, max {max}, mean {mean:.1}");
@@ -148,7 +172,11 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
         println!("  {i:03} {n:>6} {bar}");
     }
     if count != opts.users as i64 || total.errors > 0 || shards.iter().sum::<i64>() != count {
-        bail!("count {count} with {} errors; expected exactly {}", total.errors, opts.users);
+        bail!(
+            "count {count} with {} errors; expected exactly {}",
+            total.errors,
+            opts.users
+        );
     }
     Ok(DemoReport {
         reel,
@@ -161,23 +189,53 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
 }
 
 async fn shard_values(client: &Client, table: &str, reel: &str, shards: u32) -> Result<Vec<i64>> {
-    let keys: Vec<String> = (0..shards).map(|s| format!("{s:03}#reel#{reel}#likes")).collect();
+    let keys: Vec<String> = (0..shards)
+        .map(|s| format!("{s:03}#reel#{reel}#likes"))
+        .collect();
     let mut values: HashMap<String, i64> = HashMap::new();
     for chunk in keys.chunks(100) {
-        let mut pending: Vec<HashMap<String, AttributeValue>> =
-            chunk.iter().map(|k| HashMap::from([("pk".to_owned(), AttributeValue::S(k.clone()))])).collect();
+        let mut pending: Vec<HashMap<String, AttributeValue>> = chunk
+            .iter()
+            .map(|k| HashMap::from([("pk".to_owned(), AttributeValue::S(k.clone()))]))
+            .collect();
         while !pending.is_empty() {
-            let ka = KeysAndAttributes::builder().set_keys(Some(std::mem::take(&mut pending))).consistent_read(true).build()?;
-            let out = client.batch_get_item().request_items(table, ka).send().await?;
-            for item in out.responses.and_then(|mut r| r.remove(table)).unwrap_or_default() {
-                let pk = item.get("pk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
-                let n = item.get("n").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0);
+            let ka = KeysAndAttributes::builder()
+                .set_keys(Some(std::mem::take(&mut pending)))
+                .consistent_read(true)
+                .build()?;
+            let out = client
+                .batch_get_item()
+                .request_items(table, ka)
+                .send()
+                .await?;
+            for item in out
+                .responses
+                .and_then(|mut r| r.remove(table))
+                .unwrap_or_default()
+            {
+                let pk = item
+                    .get("pk")
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                let n = item
+                    .get("n")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
                 values.insert(pk, n);
             }
-            pending = out.unprocessed_keys.and_then(|mut u| u.remove(table)).map(|k| k.keys).unwrap_or_default();
+            pending = out
+                .unprocessed_keys
+                .and_then(|mut u| u.remove(table))
+                .map(|k| k.keys)
+                .unwrap_or_default();
         }
     }
-    Ok(keys.iter().map(|k| values.get(k).copied().unwrap_or(0)).collect())
+    Ok(keys
+        .iter()
+        .map(|k| values.get(k).copied().unwrap_or(0))
+        .collect())
 }
 
 /// The counters table's name, resolved the way the stack resolves it.

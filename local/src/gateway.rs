@@ -18,6 +18,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// answers 413 for anything between).
 const GATEWAY_BODY_LIMIT: usize = 64 * 1024;
 
+/// A matched route: its definition, the function serving it, its path
+/// parameters.
+type Matched<'a> = (&'a RouteDef, Function, Vec<(String, String)>);
+
 pub(crate) struct Gateway {
     app: Arc<App>,
     routes: Vec<(RouteDef, Function)>,
@@ -32,7 +36,11 @@ impl Gateway {
             let function = match r.code_uri.rsplit('/').next() {
                 Some("like") => Function::Like,
                 Some("read") => Function::Read,
-                _ => bail!("no local handler for {} (CodeUri {})", r.function, r.code_uri),
+                _ => bail!(
+                    "no local handler for {} (CodeUri {})",
+                    r.function,
+                    r.code_uri
+                ),
             };
             out.push((r.clone(), function));
         }
@@ -41,8 +49,8 @@ impl Gateway {
 
     /// API Gateway's choice: the most specific matching route (fewer path
     /// variables first, an explicit method before ANY), `$default` last.
-    fn pick(&self, method: &Method, path: &str) -> Option<(&RouteDef, Function, Vec<(String, String)>)> {
-        let mut best: Option<(usize, &RouteDef, Function, Vec<(String, String)>)> = None;
+    fn pick(&self, method: &Method, path: &str) -> Option<Matched<'_>> {
+        let mut best: Option<(usize, Matched<'_>)> = None;
         for (r, f) in &self.routes {
             let method_ok = r.method == "ANY" || r.method == method.as_str();
             if !method_ok {
@@ -57,27 +65,49 @@ impl Gateway {
                 }
             };
             if best.as_ref().is_none_or(|b| rank < b.0) {
-                best = Some((rank, r, *f, params));
+                best = Some((rank, (r, *f, params)));
             }
         }
-        best.map(|(_, r, f, p)| (r, f, p))
+        best.map(|(_, m)| m)
     }
 
-    pub(crate) async fn serve(self: Arc<Self>, req: HttpRequest<AxumBody>) -> HttpResponse<AxumBody> {
+    pub(crate) async fn serve(
+        self: Arc<Self>,
+        req: HttpRequest<AxumBody>,
+    ) -> HttpResponse<AxumBody> {
         let (parts, body) = req.into_parts();
         let bytes = match to_bytes(body, GATEWAY_BODY_LIMIT).await {
             Ok(b) => b,
-            Err(_) => return plain_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "request body too large"),
+            Err(_) => {
+                return plain_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    "request body too large",
+                );
+            }
         };
         let path = parts.uri.path().to_owned();
         let Some((route, function, params)) = self.pick(&parts.method, &path) else {
             // Only reachable for a template without a `$default` route.
             return plain_error(StatusCode::NOT_FOUND, "not_found", "no such route");
         };
-        let event = build_event(&parts.method, &parts.uri, &parts.headers, &bytes, route, &params);
+        let event = build_event(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            &bytes,
+            route,
+            &params,
+        );
         let request = match lambda_http::request::from_str(&event.to_string()) {
             Ok(r) => r,
-            Err(_) => return plain_error(StatusCode::BAD_REQUEST, "bad_request", "request could not be represented as an API Gateway event"),
+            Err(_) => {
+                return plain_error(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    "request could not be represented as an API Gateway event",
+                );
+            }
         };
         let resp = likes::http::handle(&self.app, function, request).await;
         let (parts, body) = resp.into_parts();
@@ -94,7 +124,10 @@ fn plain_error(status: StatusCode, code: &str, message: &str) -> HttpResponse<Ax
     let body = json!({ "error": { "code": code, "message": message } }).to_string();
     let mut r = HttpResponse::new(AxumBody::from(body));
     *r.status_mut() = status;
-    r.headers_mut().insert("content-type", "application/json".parse().expect("static header"));
+    r.headers_mut().insert(
+        "content-type",
+        "application/json".parse().expect("static header"),
+    );
     r
 }
 
@@ -133,13 +166,28 @@ fn build_event(
             }
         }
     }
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    let route_key = if route.path == "$default" { "$default".to_owned() } else { format!("{} {}", route.method, route.path) };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let route_key = if route.path == "$default" {
+        "$default".to_owned()
+    } else {
+        format!("{} {}", route.method, route.path)
+    };
     let mut query = Map::new();
-    for pair in uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+    for pair in uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let k = percent_encoding::percent_decode_str(k).decode_utf8_lossy().into_owned();
-        let v = percent_encoding::percent_decode_str(&v.replace('+', " ")).decode_utf8_lossy().into_owned();
+        let k = percent_encoding::percent_decode_str(k)
+            .decode_utf8_lossy()
+            .into_owned();
+        let v = percent_encoding::percent_decode_str(&v.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned();
         match query.get_mut(&k) {
             Some(Value::String(prev)) => {
                 prev.push(',');
@@ -155,11 +203,20 @@ fn build_event(
     } else {
         match std::str::from_utf8(body) {
             Ok(s) => (Value::String(s.to_owned()), false),
-            Err(_) => (Value::String(base64::engine::general_purpose::STANDARD.encode(body)), true),
+            Err(_) => (
+                Value::String(base64::engine::general_purpose::STANDARD.encode(body)),
+                true,
+            ),
         }
     };
-    let path_params: Map<String, Value> = params.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
-    let user_agent = headers.get("user-agent").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()).unwrap_or_default();
+    let path_params: Map<String, Value> = params
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    let user_agent = headers
+        .get("user-agent")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
     let mut event = json!({
         "version": "2.0",
         "routeKey": route_key,

@@ -10,13 +10,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned())
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.to_owned())
 }
 
 fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
     match std::env::var(name).ok().filter(|v| !v.is_empty()) {
         None => Ok(default),
-        Some(v) => v.parse().map_err(|_| anyhow::anyhow!("{name}={v:?} is not a valid number")),
+        Some(v) => v
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{name}={v:?} is not a valid number")),
     }
 }
 
@@ -34,7 +39,9 @@ async fn main() -> Result<()> {
         None | Some("serve") => serve().await,
         Some("demo") => demo().await,
         Some("-h" | "--help" | "help") => {
-            println!("usage: likes-local [serve|demo]\n\nsee README.md for the environment variables");
+            println!(
+                "usage: likes-local [serve|demo]\n\nsee README.md for the environment variables"
+            );
             Ok(())
         }
         Some(other) => bail!("unknown command {other:?}; expected serve or demo"),
@@ -43,11 +50,17 @@ async fn main() -> Result<()> {
 
 async fn serve() -> Result<()> {
     let template = PathBuf::from(env_or("TEMPLATE", "template.yaml"));
-    let dynamo = match std::env::var("AWS_ENDPOINT_URL_DYNAMODB").ok().filter(|v| !v.is_empty()) {
+    let dynamo = match std::env::var("AWS_ENDPOINT_URL_DYNAMODB")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
         Some(url) => Dynamo::Endpoint(url),
         None => Dynamo::Embedded {
             port: env_num("DYNAMODB_PORT", 8000u16)?,
-            file: std::env::var("DYNOXIDE_DB_FILE").ok().filter(|v| !v.is_empty()).map(PathBuf::from),
+            file: std::env::var("DYNOXIDE_DB_FILE")
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
         },
     };
     let embedded = matches!(dynamo, Dynamo::Embedded { .. });
@@ -59,15 +72,27 @@ async fn serve() -> Result<()> {
         env: Default::default(),
         inherit_env: true,
     };
-    let stack = Stack::start(opts).await.context("starting the local stack")?;
+    let stack = Stack::start(opts)
+        .await
+        .context("starting the local stack")?;
     println!("likes local stack");
-    println!("  API:      {}  (try: curl -X PUT -H 'x-user-id: u1' {}/reels/r1/like)", stack.base_url, stack.base_url);
+    println!(
+        "  API:      {}  (try: curl -X PUT -H 'x-user-id: u1' {}/reels/r1/like)",
+        stack.base_url, stack.base_url
+    );
     println!(
         "  DynamoDB: {} ({})",
         stack.dynamo_endpoint,
-        if embedded { "embedded dynoxide" } else { "AWS_ENDPOINT_URL_DYNAMODB" }
+        if embedded {
+            "embedded dynoxide"
+        } else {
+            "AWS_ENDPOINT_URL_DYNAMODB"
+        }
     );
-    println!("  tables:   {}, {}", stack.config.counters_table, stack.config.likes_table);
+    println!(
+        "  tables:   {}, {}",
+        stack.config.counters_table, stack.config.likes_table
+    );
     println!("  auth:     dev (x-user-id header accepted)");
     println!("ready: {}/healthz", stack.base_url);
     shutdown_signal().await;
@@ -80,13 +105,14 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},
@@ -102,7 +128,10 @@ async fn demo() -> Result<()> {
     let template = Template::load(&PathBuf::from(env_or("TEMPLATE", "template.yaml")))?;
     let port: u16 = env_num("PORT", 3000u16)?;
     let base_url = env_or("BASE_URL", &format!("http://127.0.0.1:{port}"));
-    let endpoint = env_or("AWS_ENDPOINT_URL_DYNAMODB", &format!("http://127.0.0.1:{}", env_num("DYNAMODB_PORT", 8000u16)?));
+    let endpoint = env_or(
+        "AWS_ENDPOINT_URL_DYNAMODB",
+        &format!("http://127.0.0.1:{}", env_num("DYNAMODB_PORT", 8000u16)?),
+    );
     let counters = demo::counters_table(&template);
     let mut opts = StackOptions::isolated(PathBuf::new());
     opts.inherit_env = true;

@@ -6,7 +6,9 @@ use crate::template::{TableDef, Template};
 use anyhow::{Context, Result, anyhow};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{Credentials, Region};
-use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
+};
 use likes::http::App;
 use likes::store::dynamo::{DynamoStore, sdk_config_loader};
 use likes::{AuthMode, Config};
@@ -49,7 +51,10 @@ impl StackOptions {
     pub fn isolated(template: PathBuf) -> Self {
         StackOptions {
             template,
-            dynamo: Dynamo::Embedded { port: 0, file: None },
+            dynamo: Dynamo::Embedded {
+                port: 0,
+                file: None,
+            },
             host: "127.0.0.1".into(),
             port: 0,
             env: HashMap::new(),
@@ -58,7 +63,13 @@ impl StackOptions {
     }
 
     fn lookup(&self, name: &str) -> Option<String> {
-        self.env.get(name).cloned().or_else(|| if self.inherit_env { std::env::var(name).ok() } else { None })
+        self.env.get(name).cloned().or_else(|| {
+            if self.inherit_env {
+                std::env::var(name).ok()
+            } else {
+                None
+            }
+        })
     }
 }
 
@@ -87,7 +98,8 @@ impl Stack {
                 let db = match file {
                     Some(path) => dynoxide::Database::new(&path.to_string_lossy())
                         .map_err(|e| anyhow!("opening {}: {e}", path.display()))?,
-                    None => dynoxide::Database::memory().map_err(|e| anyhow!("starting dynoxide: {e}"))?,
+                    None => dynoxide::Database::memory()
+                        .map_err(|e| anyhow!("starting dynoxide: {e}"))?,
                 };
                 let listener = TcpListener::bind((opts.host.as_str(), *port))
                     .await
@@ -98,7 +110,9 @@ impl Stack {
                     let shutdown = async move {
                         let _ = rx.wait_for(|s| *s).await;
                     };
-                    if let Err(e) = dynoxide::server::serve_with_shutdown(listener, db, shutdown).await {
+                    if let Err(e) =
+                        dynoxide::server::serve_with_shutdown(listener, db, shutdown).await
+                    {
                         tracing::error!(error = %e, "dynoxide stopped");
                     }
                 }));
@@ -114,7 +128,10 @@ impl Stack {
                 env.insert(var.clone(), table.clone());
             }
         }
-        let lookup_opts = StackOptions { env, ..opts.clone() };
+        let lookup_opts = StackOptions {
+            env,
+            ..opts.clone()
+        };
         let mut config = Config::from_lookup(|k| lookup_opts.lookup(k)).context("configuration")?;
         // The local stack is the one place dev auth is switched on.
         config.auth_mode = AuthMode::Dev;
@@ -130,7 +147,10 @@ impl Stack {
             ensure_table(&client, &name, table).await?;
         }
 
-        let app = Arc::new(App::new(config.clone(), DynamoStore::new(client.clone(), &config)));
+        let app = Arc::new(App::new(
+            config.clone(),
+            DynamoStore::new(client.clone(), &config),
+        ));
         let gateway = Arc::new(Gateway::new(app.clone(), &template.routes)?);
         let listener = TcpListener::bind((opts.host.as_str(), opts.port))
             .await
@@ -145,12 +165,23 @@ impl Stack {
             let shutdown = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+            if let Err(e) = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
                 tracing::error!(error = %e, "gateway stopped");
             }
         }));
 
-        Ok(Stack { base_url: format!("http://{addr}"), dynamo_endpoint, config, client, app, stop, tasks })
+        Ok(Stack {
+            base_url: format!("http://{addr}"),
+            dynamo_endpoint,
+            config,
+            client,
+            app,
+            stop,
+            tasks,
+        })
     }
 
     /// Stops the gateway and the embedded emulator and waits for them.
@@ -166,28 +197,52 @@ impl Stack {
 /// environment has none (a local emulator accepts any).
 pub async fn client_for(config: &Config, endpoint: &str, opts: &StackOptions) -> Client {
     let mut loader = sdk_config_loader(config);
-    let has_creds = opts.lookup("AWS_ACCESS_KEY_ID").is_some() || opts.lookup("AWS_PROFILE").is_some();
+    let has_creds =
+        opts.lookup("AWS_ACCESS_KEY_ID").is_some() || opts.lookup("AWS_PROFILE").is_some();
     if !has_creds {
-        loader = loader.credentials_provider(Credentials::new("local", "local", None, None, "likes-local"));
+        loader = loader.credentials_provider(Credentials::new(
+            "local",
+            "local",
+            None,
+            None,
+            "likes-local",
+        ));
     }
-    if opts.lookup("AWS_REGION").or_else(|| opts.lookup("AWS_DEFAULT_REGION")).is_none() {
+    if opts
+        .lookup("AWS_REGION")
+        .or_else(|| opts.lookup("AWS_DEFAULT_REGION"))
+        .is_none()
+    {
         loader = loader.region(Region::new("us-east-1"));
     }
     let sdk = loader.load().await;
     // Set on the client, so it wins over any endpoint in the environment.
-    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk).endpoint_url(endpoint).build();
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .endpoint_url(endpoint)
+        .build();
     Client::from_conf(conf)
 }
 
 /// Creates `name` from the template's definition unless it exists, and
 /// waits until it is ACTIVE.
 async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()> {
-    let exists = client.describe_table().table_name(name).send().await.is_ok();
+    let exists = client
+        .describe_table()
+        .table_name(name)
+        .send()
+        .await
+        .is_ok();
     if !exists {
-        let mut req = client.create_table().table_name(name).billing_mode(BillingMode::PayPerRequest);
+        let mut req = client
+            .create_table()
+            .table_name(name)
+            .billing_mode(BillingMode::PayPerRequest);
         for (attr, kind) in &def.key_schema {
             req = req.key_schema(
-                KeySchemaElement::builder().attribute_name(attr).key_type(KeyType::from(kind.as_str())).build()?,
+                KeySchemaElement::builder()
+                    .attribute_name(attr)
+                    .key_type(KeyType::from(kind.as_str()))
+                    .build()?,
             );
         }
         for (attr, ty) in &def.attributes {
@@ -200,7 +255,9 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
         }
         match req.send().await {
             Ok(_) => tracing::info!(table = name, "created table"),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {}
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_in_use_exception()) => {}
             Err(e) => {
                 return Err(anyhow!(
                     "creating table {name}: {}",
@@ -215,11 +272,18 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
             .table_name(name)
             .send()
             .await
-            .map_err(|e| anyhow!("describing {name}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(&e)))?;
+            .map_err(|e| {
+                anyhow!(
+                    "describing {name}: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+                )
+            })?;
         if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Err(anyhow!("table {name} did not become ACTIVE within a minute"))
+    Err(anyhow!(
+        "table {name} did not become ACTIVE within a minute"
+    ))
 }

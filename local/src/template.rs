@@ -40,7 +40,8 @@ pub struct Template {
 
 impl Template {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         Self::parse(&text)
     }
 
@@ -54,11 +55,18 @@ impl Template {
         let mut routes = Vec::new();
         let mut table_env = BTreeMap::new();
         let mut env_blocks: Vec<&Value> = Vec::new();
-        if let Some(v) = doc.get("Globals").and_then(|g| g.get("Function")).and_then(|f| f.get("Environment")) {
+        if let Some(v) = doc
+            .get("Globals")
+            .and_then(|g| g.get("Function"))
+            .and_then(|f| f.get("Environment"))
+        {
             env_blocks.push(v);
         }
         for (id, res) in resources {
-            let id = id.as_str().ok_or_else(|| anyhow!("non-string resource id"))?.to_owned();
+            let id = id
+                .as_str()
+                .ok_or_else(|| anyhow!("non-string resource id"))?
+                .to_owned();
             let ty = res.get("Type").and_then(Value::as_str).unwrap_or_default();
             let props = res.get("Properties");
             match ty {
@@ -68,8 +76,12 @@ impl Template {
                         logical_id: id.clone(),
                         key_schema: pairs(props.get("KeySchema"), "AttributeName", "KeyType")
                             .with_context(|| format!("{id}.KeySchema"))?,
-                        attributes: pairs(props.get("AttributeDefinitions"), "AttributeName", "AttributeType")
-                            .with_context(|| format!("{id}.AttributeDefinitions"))?,
+                        attributes: pairs(
+                            props.get("AttributeDefinitions"),
+                            "AttributeName",
+                            "AttributeType",
+                        )
+                        .with_context(|| format!("{id}.AttributeDefinitions"))?,
                     });
                 }
                 "AWS::Serverless::Function" => {
@@ -89,8 +101,14 @@ impl Template {
                             continue;
                         }
                         let p = ev.get("Properties");
-                        let path = p.and_then(|p| p.get("Path")).and_then(Value::as_str).unwrap_or("$default");
-                        let method = p.and_then(|p| p.get("Method")).and_then(Value::as_str).unwrap_or("ANY");
+                        let path = p
+                            .and_then(|p| p.get("Path"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("$default");
+                        let method = p
+                            .and_then(|p| p.get("Method"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("ANY");
                         routes.push(RouteDef {
                             method: method.to_ascii_uppercase(),
                             path: path.to_owned(),
@@ -105,21 +123,23 @@ impl Template {
         for env in env_blocks {
             let vars = env.get("Variables").and_then(Value::as_mapping);
             for (k, v) in vars.into_iter().flatten() {
-                if let (Some(k), Value::Tagged(t)) = (k.as_str(), v) {
-                    if t.tag == "!Ref" {
-                        if let Some(target) = t.value.as_str() {
-                            if tables.iter().any(|t| t.logical_id == target) {
-                                table_env.insert(k.to_owned(), target.to_owned());
-                            }
-                        }
-                    }
+                if let (Some(k), Value::Tagged(t)) = (k.as_str(), v)
+                    && t.tag == "!Ref"
+                    && let Some(target) = t.value.as_str()
+                    && tables.iter().any(|t| t.logical_id == target)
+                {
+                    table_env.insert(k.to_owned(), target.to_owned());
                 }
             }
         }
         if tables.is_empty() {
             bail!("template defines no AWS::DynamoDB::Table");
         }
-        Ok(Template { tables, routes, table_env })
+        Ok(Template {
+            tables,
+            routes,
+            table_env,
+        })
     }
 
     /// The table a function reads from environment variable `var`.
@@ -130,11 +150,19 @@ impl Template {
 }
 
 fn pairs(v: Option<&Value>, a: &str, b: &str) -> Result<Vec<(String, String)>> {
-    let list = v.and_then(Value::as_sequence).ok_or_else(|| anyhow!("expected a list"))?;
+    let list = v
+        .and_then(Value::as_sequence)
+        .ok_or_else(|| anyhow!("expected a list"))?;
     list.iter()
         .map(|e| {
-            let x = e.get(a).and_then(Value::as_str).ok_or_else(|| anyhow!("missing {a}"))?;
-            let y = e.get(b).and_then(Value::as_str).ok_or_else(|| anyhow!("missing {b}"))?;
+            let x = e
+                .get(a)
+                .and_then(Value::as_str)
+                .ok_or_else(|| anyhow!("missing {a}"))?;
+            let y = e
+                .get(b)
+                .and_then(Value::as_str)
+                .ok_or_else(|| anyhow!("missing {b}"))?;
             Ok((x.to_owned(), y.to_owned()))
         })
         .collect()
@@ -154,7 +182,9 @@ pub fn match_path(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
             if s.is_empty() {
                 return None;
             }
-            let decoded = percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+            let decoded = percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned();
             params.push((name.to_owned(), decoded));
         } else if p != s {
             return None;

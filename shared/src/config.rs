@@ -131,8 +131,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::from_lookup(|k| map.get(k).cloned())
     }
 
@@ -148,7 +150,11 @@ mod tests {
     fn missing_table_and_bad_numbers_are_refused() {
         assert!(cfg(&[("LIKES_TABLE", "l")]).is_err());
         let base = [("COUNTERS_TABLE", "c"), ("LIKES_TABLE", "l")];
-        for bad in [("CACHE_TTL_MS", "-1"), ("CACHE_TTL_MS", "2s"), ("TX_MAX_ATTEMPTS", "0")] {
+        for bad in [
+            ("CACHE_TTL_MS", "-1"),
+            ("CACHE_TTL_MS", "2s"),
+            ("TX_MAX_ATTEMPTS", "0"),
+        ] {
             let mut pairs = base.to_vec();
             pairs.push(bad);
             assert!(cfg(&pairs).is_err(), "{bad:?} accepted");

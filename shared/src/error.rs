@@ -42,7 +42,10 @@ pub enum Error {
 
 impl Error {
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Error::BadRequest { code, message: message.into() }
+        Error::BadRequest {
+            code,
+            message: message.into(),
+        }
     }
 
     /// The HTTP status of this error: the only place it is decided.
@@ -116,7 +119,11 @@ mod tests {
         for e in &all {
             let b = e.body();
             assert_eq!(b["error"]["code"], e.code());
-            assert!(b["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+            assert!(
+                b["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty())
+            );
         }
         assert_eq!(Error::Throttled.retry_after_secs(), Some(1));
         assert_eq!(Error::NotFound.retry_after_secs(), None);

@@ -31,8 +31,13 @@ impl ReelId {
         if s.len() > MAX_REEL_ID_LEN {
             return Err(InvalidId("reel_id must be at most 64 characters"));
         }
-        if !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-            return Err(InvalidId("reel_id may contain only A-Z, a-z, 0-9, '_' and '-'"));
+        if !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(InvalidId(
+                "reel_id may contain only A-Z, a-z, 0-9, '_' and '-'",
+            ));
         }
         Ok(ReelId(s.to_owned()))
     }
@@ -128,7 +133,17 @@ mod tests {
     fn reel_ids_follow_the_alphabet_and_length() {
         assert!(ReelId::parse("reel-8841_A").is_ok());
         assert!(ReelId::parse(&"a".repeat(64)).is_ok());
-        for bad in ["", "a#b", "a b", "ä", "../x", "a/b", "a%23", "ｒeel", &"a".repeat(65)] {
+        for bad in [
+            "",
+            "a#b",
+            "a b",
+            "ä",
+            "../x",
+            "a/b",
+            "a%23",
+            "ｒeel",
+            &"a".repeat(65),
+        ] {
             assert!(ReelId::parse(bad).is_err(), "{bad:?} accepted");
         }
     }
@@ -147,7 +162,10 @@ mod tests {
     #[test]
     fn user_ids_refuse_empty_huge_and_control() {
         assert!(UserId::parse("user-42").is_ok());
-        assert!(UserId::parse("a#b|c").is_ok(), "user ids are never part of a key");
+        assert!(
+            UserId::parse("a#b|c").is_ok(),
+            "user ids are never part of a key"
+        );
         assert!(UserId::parse("").is_err());
         assert!(UserId::parse("a\nb").is_err());
         assert!(UserId::parse(&"x".repeat(257)).is_err());

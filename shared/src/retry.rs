@@ -35,7 +35,11 @@ mod tests {
 
     #[test]
     fn delays_are_bounded_and_grow() {
-        let b = Backoff { max_attempts: 5, base: Duration::from_millis(10), max: Duration::from_millis(100) };
+        let b = Backoff {
+            max_attempts: 5,
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(100),
+        };
         for attempt in 1..30 {
             let cap = Duration::from_millis((10u64 << (attempt - 1).min(20)).min(100));
             for _ in 0..50 {

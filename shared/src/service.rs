@@ -170,8 +170,14 @@ impl<S: CounterStore> LikeService<S> {
         let load = async {
             let settings = self.settings(reel).await?;
             let read_at = Instant::now();
-            let sums = self.store.sum_shards(&[(reel.clone(), settings.shards_to_sum())]).await?;
-            Ok(Count { count: sums.get(reel).copied().unwrap_or(0), read_at })
+            let sums = self
+                .store
+                .sum_shards(&[(reel.clone(), settings.shards_to_sum())])
+                .await?;
+            Ok(Count {
+                count: sums.get(reel).copied().unwrap_or(0),
+                read_at,
+            })
         };
         match &self.counts {
             Some(c) => c.try_get_with(reel.clone(), load).await.map_err(unshare),
@@ -202,12 +208,20 @@ impl<S: CounterStore> LikeService<S> {
             let settings = self.settings_many(&missing).await?;
             let plan: Vec<(ReelId, u32)> = missing
                 .iter()
-                .map(|r| (r.clone(), settings.get(r).copied().unwrap_or_default().shards_to_sum()))
+                .map(|r| {
+                    (
+                        r.clone(),
+                        settings.get(r).copied().unwrap_or_default().shards_to_sum(),
+                    )
+                })
                 .collect();
             let read_at = Instant::now();
             let sums = self.store.sum_shards(&plan).await?;
             for r in missing {
-                let n = Count { count: sums.get(&r).copied().unwrap_or(0), read_at };
+                let n = Count {
+                    count: sums.get(&r).copied().unwrap_or(0),
+                    read_at,
+                };
                 if let Some(c) = &self.counts {
                     c.insert(r.clone(), n).await;
                 }
@@ -228,11 +242,24 @@ impl<S: CounterStore> LikeService<S> {
         let started = Instant::now();
         let settings = self.settings(&req.reel).await?;
         let token = match (&req.idempotency_key, &req.request_id) {
-            (Some(k), _) => RequestToken::derive(&req.user, &req.reel, req.action, &RequestIdentity::ClientKey(k)),
-            (None, Some(id)) => RequestToken::derive(&req.user, &req.reel, req.action, &RequestIdentity::RequestId(id)),
+            (Some(k), _) => RequestToken::derive(
+                &req.user,
+                &req.reel,
+                req.action,
+                &RequestIdentity::ClientKey(k),
+            ),
+            (None, Some(id)) => RequestToken::derive(
+                &req.user,
+                &req.reel,
+                req.action,
+                &RequestIdentity::RequestId(id),
+            ),
             (None, None) => RequestToken::random(),
         };
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
         let mut tx = LikeTx {
             user: req.user.clone(),
             reel: req.reel.clone(),
@@ -273,7 +300,10 @@ impl<S: CounterStore> LikeService<S> {
                     let row = self.store.like_row(&req.user, &req.reel).await?;
                     match (req.action, row) {
                         (Action::Like, Some(row)) => {
-                            let ours = row.token.as_deref().is_some_and(|t| used_tokens.iter().any(|u| u.as_str() == t));
+                            let ours = row
+                                .token
+                                .as_deref()
+                                .is_some_and(|t| used_tokens.iter().any(|u| u.as_str() == t));
                             break (WritePath::ResolvedByRow, ours);
                         }
                         // The row is gone: the earlier attempt of this very
@@ -297,7 +327,11 @@ impl<S: CounterStore> LikeService<S> {
         let committed_at = Instant::now();
         let current = self.count(&req.reel).await?;
         // A sum read after our commit already includes it.
-        let own = if changed && current.read_at < committed_at { req.action.delta() } else { 0 };
+        let own = if changed && current.read_at < committed_at {
+            req.action.delta()
+        } else {
+            0
+        };
         let count = (current.count + own).max(0);
         tracing::info!(
             reel = %req.reel,
@@ -321,5 +355,140 @@ impl<S: CounterStore> LikeService<S> {
     /// Readiness: both tables reachable.
     pub async fn ready(&self) -> Result<(), Error> {
         self.store.ping().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The retry policy of [`LikeService::write`], driven by a store that
+    //! answers from a script: the faults no emulator produces (conflicts,
+    //! throttling cancellations) and what the service makes of them. The
+    //! DynamoDB behaviour itself is tested against dynoxide in `tests/`.
+    use super::*;
+    use crate::store::{LikeRow, Settings};
+    use std::sync::Mutex;
+
+    struct Scripted {
+        answers: Mutex<Vec<TxResult>>,
+        calls: Mutex<u32>,
+    }
+
+    impl CounterStore for Scripted {
+        async fn settings(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, Settings>, Error> {
+            Ok(reels
+                .iter()
+                .map(|r| (r.clone(), Settings::default()))
+                .collect())
+        }
+        async fn sum_shards(&self, reels: &[(ReelId, u32)]) -> Result<HashMap<ReelId, i64>, Error> {
+            Ok(reels.iter().map(|(r, _)| (r.clone(), 41)).collect())
+        }
+        async fn write_like(&self, _tx: &LikeTx) -> Result<TxResult, Error> {
+            *self.calls.lock().unwrap() += 1;
+            let mut a = self.answers.lock().unwrap();
+            Ok(if a.len() > 1 { a.remove(0) } else { a[0] })
+        }
+        async fn like_row(&self, _u: &UserId, _r: &ReelId) -> Result<Option<LikeRow>, Error> {
+            Ok(None)
+        }
+        async fn ping(&self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    fn service(answers: Vec<TxResult>, extra: &[(&str, &str)]) -> LikeService<Scripted> {
+        let mut vars = vec![
+            ("COUNTERS_TABLE", "c"),
+            ("LIKES_TABLE", "l"),
+            ("RETRY_BASE_MS", "1"),
+            ("RETRY_MAX_MS", "2"),
+        ];
+        vars.extend_from_slice(extra);
+        let config = Config::from_lookup(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap();
+        LikeService::new(
+            Scripted {
+                answers: Mutex::new(answers),
+                calls: Mutex::new(0),
+            },
+            &config,
+        )
+    }
+
+    fn like() -> WriteRequest {
+        WriteRequest {
+            user: UserId::parse("u").unwrap(),
+            reel: ReelId::parse("r").unwrap(),
+            action: Action::Like,
+            idempotency_key: None,
+            request_id: Some("req".into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn conflicts_are_retried_then_succeed_with_the_retries_counted() {
+        let conflict = TxResult::Retry(RetryReason::Conflict);
+        let svc = service(
+            vec![conflict, conflict, TxResult::Committed { replayed: false }],
+            &[],
+        );
+        let out = svc.write(like()).await.unwrap();
+        // The sum (41) was read after the commit, so it already includes it.
+        assert_eq!(
+            (out.path, out.retries, out.changed, out.count),
+            (WritePath::Applied, 2, true, 41)
+        );
+        assert_eq!(*svc.store().calls.lock().unwrap(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_sum_cached_before_the_write_is_adjusted_by_it() {
+        let svc = service(vec![TxResult::Committed { replayed: false }], &[]);
+        svc.count(&ReelId::parse("r").unwrap()).await.unwrap();
+        let out = svc.write(like()).await.unwrap();
+        assert_eq!((out.changed, out.count), (true, 42));
+        let svc = service(vec![TxResult::AlreadyInState], &[]);
+        svc.count(&ReelId::parse("r").unwrap()).await.unwrap();
+        let out = svc.write(like()).await.unwrap();
+        assert_eq!((out.changed, out.count), (false, 41));
+    }
+
+    #[tokio::test]
+    async fn retries_are_bounded_and_end_in_429_errors() {
+        let svc = service(
+            vec![TxResult::Retry(RetryReason::Conflict)],
+            &[("TX_MAX_ATTEMPTS", "4")],
+        );
+        assert_eq!(svc.write(like()).await.unwrap_err(), Error::Contended);
+        assert_eq!(*svc.store().calls.lock().unwrap(), 4);
+
+        let svc = service(
+            vec![TxResult::Retry(RetryReason::Throttled)],
+            &[("TX_MAX_ATTEMPTS", "3")],
+        );
+        let err = svc.write(like()).await.unwrap_err();
+        assert_eq!((err.status(), err.retry_after_secs()), (429, Some(1)));
+        assert_eq!(*svc.store().calls.lock().unwrap(), 3);
+    }
+
+    #[tokio::test]
+    async fn no_attempt_starts_that_could_not_finish_within_the_budget() {
+        // One call may take the whole budget: no retry can fit after the first.
+        let svc = service(
+            vec![TxResult::Retry(RetryReason::Conflict)],
+            &[
+                ("TX_MAX_ATTEMPTS", "50"),
+                ("REQUEST_BUDGET_MS", "100"),
+                ("DDB_OPERATION_TIMEOUT_MS", "100"),
+                ("RETRY_BASE_MS", "30"),
+                ("RETRY_MAX_MS", "30"),
+            ],
+        );
+        assert_eq!(svc.write(like()).await.unwrap_err(), Error::Contended);
+        assert_eq!(*svc.store().calls.lock().unwrap(), 1);
     }
 }

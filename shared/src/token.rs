@@ -97,7 +97,10 @@ mod tests {
     use super::*;
 
     fn ids() -> (UserId, ReelId) {
-        (UserId::parse("user-42").unwrap(), ReelId::parse("reel-1").unwrap())
+        (
+            UserId::parse("user-42").unwrap(),
+            ReelId::parse("reel-1").unwrap(),
+        )
     }
 
     #[test]
@@ -119,8 +122,18 @@ mod tests {
             RequestToken::derive(&u, &r, Action::Unlike, &RequestIdentity::RequestId("r1")),
             RequestToken::derive(&u, &r, Action::Like, &RequestIdentity::RequestId("r2")),
             RequestToken::derive(&u, &r, Action::Like, &RequestIdentity::ClientKey("r1")),
-            RequestToken::derive(&UserId::parse("user-43").unwrap(), &r, Action::Like, &RequestIdentity::RequestId("r1")),
-            RequestToken::derive(&u, &ReelId::parse("reel-2").unwrap(), Action::Like, &RequestIdentity::RequestId("r1")),
+            RequestToken::derive(
+                &UserId::parse("user-43").unwrap(),
+                &r,
+                Action::Like,
+                &RequestIdentity::RequestId("r1"),
+            ),
+            RequestToken::derive(
+                &u,
+                &ReelId::parse("reel-2").unwrap(),
+                Action::Like,
+                &RequestIdentity::RequestId("r1"),
+            ),
         ];
         for o in &others {
             assert_ne!(&base, o);
@@ -134,8 +147,18 @@ mod tests {
         // "ab"+"c" and "a"+"bc" must not collide.
         let r = ReelId::parse("c").unwrap();
         let r2 = ReelId::parse("bc").unwrap();
-        let a = RequestToken::derive(&UserId::parse("ab").unwrap(), &r, Action::Like, &RequestIdentity::RequestId("x"));
-        let b = RequestToken::derive(&UserId::parse("a").unwrap(), &r2, Action::Like, &RequestIdentity::RequestId("x"));
+        let a = RequestToken::derive(
+            &UserId::parse("ab").unwrap(),
+            &r,
+            Action::Like,
+            &RequestIdentity::RequestId("x"),
+        );
+        let b = RequestToken::derive(
+            &UserId::parse("a").unwrap(),
+            &r2,
+            Action::Like,
+            &RequestIdentity::RequestId("x"),
+        );
         assert_ne!(a, b);
     }
 

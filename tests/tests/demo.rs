@@ -18,12 +18,20 @@ async fn a_viral_burst_counts_each_user_once() {
         concurrency: 32,
         cache_ttl: Duration::from_millis(300),
     };
-    let report = run(&opts, &t.stack.client, &t.stack.config.counters_table).await.expect("demo succeeds");
+    let report = run(&opts, &t.stack.client, &t.stack.config.counters_table)
+        .await
+        .expect("demo succeeds");
     assert_eq!(report.count, 350);
     assert_eq!(report.shards.len(), 8);
     assert!(report.shards.iter().all(|&n| n > 0), "{:?}", report.shards);
-    assert_eq!(report.duplicates_absorbed, 70, "every 5th user double-tapped");
-    assert_eq!(report.retries_replayed, 50, "every 7th user retried with its key");
+    assert_eq!(
+        report.duplicates_absorbed, 70,
+        "every 5th user double-tapped"
+    );
+    assert_eq!(
+        report.retries_replayed, 50,
+        "every 7th user retried with its key"
+    );
     assert_eq!(report.sent, 350 + 70 + 50);
     assert_eq!(t.like_rows(&report.reel).await, 350);
     t.stop().await;

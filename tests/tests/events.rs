@@ -16,13 +16,19 @@ use serde_json::Value;
 fn event(name: &str) -> lambda_http::Request {
     let path = repo_root().join("events").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    lambda_http::request::from_str(&text).unwrap_or_else(|e| panic!("{name} is not an API Gateway v2 event: {e}"))
+    lambda_http::request::from_str(&text)
+        .unwrap_or_else(|e| panic!("{name} is not an API Gateway v2 event: {e}"))
 }
 
 async fn call(app: &App, f: Function, req: lambda_http::Request) -> (u16, Value) {
     let resp = handle(app, f, req).await;
     let status = resp.status().as_u16();
-    assert_eq!(resp.headers().get("content-type").and_then(|v| v.to_str().ok()), Some("application/json"));
+    assert_eq!(
+        resp.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/json")
+    );
     let body = match resp.body() {
         Body::Text(t) => serde_json::from_str(t).expect("JSON body"),
         other => panic!("unexpected body {other:?}"),
@@ -34,7 +40,10 @@ async fn call(app: &App, f: Function, req: lambda_http::Request) -> (u16, Value)
 fn jwt_app(t: &TestStack) -> App {
     let mut config = t.stack.config.clone();
     config.auth_mode = AuthMode::Jwt;
-    App::new(config.clone(), DynamoStore::new(t.stack.client.clone(), &config))
+    App::new(
+        config.clone(),
+        DynamoStore::new(t.stack.client.clone(), &config),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,20 +52,46 @@ async fn sample_events_drive_the_handlers() {
     let app = jwt_app(&t);
 
     let (s, b) = call(&app, Function::Like, event("like.json")).await;
-    assert_eq!((s, &b), (200, &serde_json::json!({"reel_id": "reel-8841", "liked": true, "changed": true, "count": 1})));
+    assert_eq!(
+        (s, &b),
+        (
+            200,
+            &serde_json::json!({"reel_id": "reel-8841", "liked": true, "changed": true, "count": 1})
+        )
+    );
     // Lambda (or a client) delivering the same event again: counted once.
     let (s, b) = call(&app, Function::Like, event("like.json")).await;
-    assert_eq!((s, b["changed"].as_bool(), b["count"].as_i64()), (200, Some(true), Some(1)));
+    assert_eq!(
+        (s, b["changed"].as_bool(), b["count"].as_i64()),
+        (200, Some(true), Some(1))
+    );
     assert_eq!(t.shard_sum("reel-8841").await, 1);
 
     let (s, b) = call(&app, Function::Read, event("read.json")).await;
-    assert_eq!((s, b["count"].as_i64(), b["liked_by_me"].as_bool()), (200, Some(1), Some(true)));
+    assert_eq!(
+        (s, b["count"].as_i64(), b["liked_by_me"].as_bool()),
+        (200, Some(1), Some(true))
+    );
 
     let (s, b) = call(&app, Function::Read, event("batch-read.json")).await;
-    assert_eq!((s, &b["counts"]), (200, &serde_json::json!({"reel-8841": 1, "reel-17": 0, "reel-99": 0})));
+    assert_eq!(
+        (s, &b["counts"]),
+        (
+            200,
+            &serde_json::json!({"reel-8841": 1, "reel-17": 0, "reel-99": 0})
+        )
+    );
 
     let (s, b) = call(&app, Function::Like, event("unlike.json")).await;
-    assert_eq!((s, b["liked"].as_bool(), b["changed"].as_bool(), b["count"].as_i64()), (200, Some(false), Some(true), Some(0)));
+    assert_eq!(
+        (
+            s,
+            b["liked"].as_bool(),
+            b["changed"].as_bool(),
+            b["count"].as_i64()
+        ),
+        (200, Some(false), Some(true), Some(0))
+    );
     assert_eq!(t.shard_sum("reel-8841").await, 0);
 
     let (s, b) = call(&app, Function::Read, event("healthz.json")).await;
@@ -66,13 +101,22 @@ async fn sample_events_drive_the_handlers() {
     assert_eq!((s, b["error"]["code"].as_str()), (404, Some("not_found")));
 
     let (s, b) = call(&app, Function::Like, event("like-no-identity.json")).await;
-    assert_eq!((s, b["error"]["code"].as_str()), (401, Some("unauthorized")));
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
 
     let (s, b) = call(&app, Function::Like, event("like-bad-reel.json")).await;
-    assert_eq!((s, b["error"]["code"].as_str()), (400, Some("invalid_reel_id")));
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (400, Some("invalid_reel_id"))
+    );
 
     let (s, b) = call(&app, Function::Like, event("method-not-allowed.json")).await;
-    assert_eq!((s, b["error"]["code"].as_str()), (405, Some("method_not_allowed")));
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (405, Some("method_not_allowed"))
+    );
 
     // A function only serves its own routes.
     let (s, _) = call(&app, Function::Read, event("like.json")).await;
@@ -89,16 +133,21 @@ async fn a_forged_user_header_is_ignored_outside_dev_mode() {
     let t = TestStack::uncached().await;
     let app = jwt_app(&t);
     let mut req = event("like-no-identity.json");
-    req.headers_mut().insert("x-user-id", "victim".parse().unwrap());
+    req.headers_mut()
+        .insert("x-user-id", "victim".parse().unwrap());
     let (s, _) = call(&app, Function::Like, req).await;
     assert_eq!(s, 401);
     // With a JWT, the claim wins over the header.
     let mut req = event("like.json");
-    req.headers_mut().insert("x-user-id", "victim".parse().unwrap());
+    req.headers_mut()
+        .insert("x-user-id", "victim".parse().unwrap());
     let (s, _) = call(&app, Function::Like, req).await;
     assert_eq!(s, 200);
     let rows = t.scan(&t.stack.config.likes_table).await;
-    let users: Vec<_> = rows.iter().filter_map(|r| r.get("user_id").and_then(|v| v.as_s().ok()).cloned()).collect();
+    let users: Vec<_> = rows
+        .iter()
+        .filter_map(|r| r.get("user_id").and_then(|v| v.as_s().ok()).cloned())
+        .collect();
     assert_eq!(users, ["user-42"]);
     t.stop().await;
 }
@@ -120,9 +169,17 @@ async fn an_unreachable_database_answers_503_within_the_budget() {
     let client = likes_local::stack::client_for(&config, "http://127.0.0.1:9", &opts).await;
     let app = App::new(config.clone(), DynamoStore::new(client, &config));
     let started = std::time::Instant::now();
-    for (f, e) in [(Function::Like, "like.json"), (Function::Read, "read.json"), (Function::Read, "healthz.json")] {
+    for (f, e) in [
+        (Function::Like, "like.json"),
+        (Function::Read, "read.json"),
+        (Function::Read, "healthz.json"),
+    ] {
         let (s, b) = call(&app, f, event(e)).await;
-        assert_eq!((s, b["error"]["code"].as_str()), (503, Some("unavailable")), "{e}");
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (503, Some("unavailable")),
+            "{e}"
+        );
     }
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }

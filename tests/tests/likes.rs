@@ -45,9 +45,16 @@ async fn concurrent_likes_from_distinct_users_count_exactly() {
 async fn double_taps_count_once() {
     let t = TestStack::uncached().await;
     t.set_shards("reel-1", 4, 4).await;
-    let replies: Vec<_> =
-        futures::stream::iter(0..8).map(|_| t.like("tapper", "reel-1")).buffer_unordered(8).collect().await;
-    assert!(replies.iter().all(|r| r.status == 200 && r.body["liked"] == true));
+    let replies: Vec<_> = futures::stream::iter(0..8)
+        .map(|_| t.like("tapper", "reel-1"))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert!(
+        replies
+            .iter()
+            .all(|r| r.status == 200 && r.body["liked"] == true)
+    );
     let changed = replies.iter().filter(|r| r.body["changed"] == true).count();
     assert_eq!(changed, 1, "exactly one of the taps changed the state");
     assert_eq!(t.like_rows("reel-1").await, 1);
@@ -63,7 +70,10 @@ async fn idempotency_key_retries_count_once_and_answer_like_the_original() {
         let r = t.like_with_key("u1", "reel-2", "tap-1").await;
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.body["liked"], true);
-        assert_eq!(r.body["changed"], true, "a retry answers what the original did");
+        assert_eq!(
+            r.body["changed"], true,
+            "a retry answers what the original did"
+        );
         assert_eq!(r.body["count"], 1);
     }
     assert_eq!(t.shard_sum("reel-2").await, 1);
@@ -78,9 +88,17 @@ async fn idempotency_key_retries_count_once_and_answer_like_the_original() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn like_unlike_like_is_never_swallowed() {
     let t = TestStack::uncached().await;
-    let steps = [("PUT", true, 1), ("DELETE", false, 0), ("PUT", true, 1), ("DELETE", false, 0), ("PUT", true, 1)];
+    let steps = [
+        ("PUT", true, 1),
+        ("DELETE", false, 0),
+        ("PUT", true, 1),
+        ("DELETE", false, 0),
+        ("PUT", true, 1),
+    ];
     for (method, liked, count) in steps {
-        let r = t.send(method, "/reels/reel-3/like", Some("u7"), &[], None).await;
+        let r = t
+            .send(method, "/reels/reel-3/like", Some("u7"), &[], None)
+            .await;
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.body["liked"], liked);
         assert_eq!(r.body["changed"], true, "{method} must change the state");
@@ -118,7 +136,13 @@ async fn writes_without_identity_are_refused_and_write_nothing() {
     t.stop().await;
 }
 
-fn write(user: &str, reel: &str, action: Action, key: Option<&str>, request_id: &str) -> WriteRequest {
+fn write(
+    user: &str,
+    reel: &str,
+    action: Action,
+    key: Option<&str>,
+    request_id: &str,
+) -> WriteRequest {
     WriteRequest {
         user: UserId::parse(user).unwrap(),
         reel: ReelId::parse(reel).unwrap(),
@@ -137,42 +161,76 @@ async fn every_write_path_counts_once() {
 
     // Applied, then a byte-identical retry (an unlike carries no timestamp):
     // DynamoDB replays the success without writing again.
-    let first = svc.write(write("u1", "paths", Action::Like, None, "req-1")).await.unwrap();
+    let first = svc
+        .write(write("u1", "paths", Action::Like, None, "req-1"))
+        .await
+        .unwrap();
     assert_eq!((first.path, first.changed), (WritePath::Applied, true));
-    let un = svc.write(write("u1", "paths", Action::Unlike, Some("k-un"), "req-2")).await.unwrap();
+    let un = svc
+        .write(write("u1", "paths", Action::Unlike, Some("k-un"), "req-2"))
+        .await
+        .unwrap();
     assert_eq!((un.path, un.changed), (WritePath::Applied, true));
-    let replay = svc.write(write("u1", "paths", Action::Unlike, Some("k-un"), "req-3")).await.unwrap();
-    assert_eq!((replay.path, replay.changed, replay.liked), (WritePath::Replayed, true, false));
+    let replay = svc
+        .write(write("u1", "paths", Action::Unlike, Some("k-un"), "req-3"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (replay.path, replay.changed, replay.liked),
+        (WritePath::Replayed, true, false)
+    );
     assert_eq!(t.shard_sum("paths").await, 0);
 
     // A retried like with the same key carries a new liked_at, so DynamoDB
     // answers IdempotentParameterMismatch; the like row (written under our
     // token) shows the original took effect: no second count.
-    let a = svc.write(write("u2", "paths", Action::Like, Some("k-like"), "req-4")).await.unwrap();
+    let a = svc
+        .write(write("u2", "paths", Action::Like, Some("k-like"), "req-4"))
+        .await
+        .unwrap();
     assert_eq!(a.path, WritePath::Applied);
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    let b = svc.write(write("u2", "paths", Action::Like, Some("k-like"), "req-5")).await.unwrap();
+    let b = svc
+        .write(write("u2", "paths", Action::Like, Some("k-like"), "req-5"))
+        .await
+        .unwrap();
     assert_eq!((b.path, b.changed), (WritePath::ResolvedByRow, true));
     assert_eq!(t.shard_sum("paths").await, 1);
 
     // A resize between an unlike and its retry moves the retry's shard, so
     // the retried request differs from the first: a mismatch again, resolved
     // by the (absent) like row. Pick a key whose shard moves.
-    let (user, reel) = (UserId::parse("u2").unwrap(), ReelId::parse("paths").unwrap());
+    let (user, reel) = (
+        UserId::parse("u2").unwrap(),
+        ReelId::parse("paths").unwrap(),
+    );
     let key = (0..)
         .map(|i| format!("k-un-{i}"))
-        .find(|k| RequestToken::derive(&user, &reel, Action::Unlike, &RequestIdentity::ClientKey(k)).shard(50) != 0)
+        .find(|k| {
+            RequestToken::derive(&user, &reel, Action::Unlike, &RequestIdentity::ClientKey(k))
+                .shard(50)
+                != 0
+        })
         .unwrap();
-    let c = svc.write(write("u2", "paths", Action::Unlike, Some(&key), "req-6")).await.unwrap();
+    let c = svc
+        .write(write("u2", "paths", Action::Unlike, Some(&key), "req-6"))
+        .await
+        .unwrap();
     assert_eq!((c.path, c.shard), (WritePath::Applied, 0));
     t.set_shards("paths", 50, 50).await;
-    let d = svc.write(write("u2", "paths", Action::Unlike, Some(&key), "req-7")).await.unwrap();
+    let d = svc
+        .write(write("u2", "paths", Action::Unlike, Some(&key), "req-7"))
+        .await
+        .unwrap();
     assert_eq!((d.path, d.changed), (WritePath::ResolvedByRow, true));
     assert_eq!(t.shard_sum("paths").await, 0);
     assert_eq!(t.like_rows("paths").await, 0);
 
     // Already in state.
-    let e = svc.write(write("u3", "paths", Action::Unlike, None, "req-8")).await.unwrap();
+    let e = svc
+        .write(write("u3", "paths", Action::Unlike, None, "req-8"))
+        .await
+        .unwrap();
     assert_eq!((e.path, e.changed), (WritePath::AlreadyInState, false));
     assert_eq!(t.shard_sum("paths").await, 0);
     t.stop().await;

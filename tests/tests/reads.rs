@@ -23,11 +23,16 @@ async fn count_sums_every_read_shard_including_negative_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_reels_count_zero() {
     let t = TestStack::uncached().await;
-    let r = t.send("GET", "/reels/never-liked/likes", None, &[], None).await;
+    let r = t
+        .send("GET", "/reels/never-liked/likes", None, &[], None)
+        .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body["count"], 0);
     assert_eq!(r.body["reel_id"], "never-liked");
-    assert!(r.body.get("liked_by_me").is_none(), "no identity, no liked_by_me");
+    assert!(
+        r.body.get("liked_by_me").is_none(),
+        "no identity, no liked_by_me"
+    );
     t.stop().await;
 }
 
@@ -35,13 +40,25 @@ async fn missing_reels_count_zero() {
 async fn liked_by_me_follows_the_callers_own_like() {
     let t = TestStack::uncached().await;
     t.like("me", "mine").await;
-    let r = t.send("GET", "/reels/mine/likes", Some("me"), &[], None).await;
-    assert_eq!((r.body["count"].as_i64(), r.body["liked_by_me"].as_bool()), (Some(1), Some(true)));
-    let r = t.send("GET", "/reels/mine/likes", Some("not-me"), &[], None).await;
+    let r = t
+        .send("GET", "/reels/mine/likes", Some("me"), &[], None)
+        .await;
+    assert_eq!(
+        (r.body["count"].as_i64(), r.body["liked_by_me"].as_bool()),
+        (Some(1), Some(true))
+    );
+    let r = t
+        .send("GET", "/reels/mine/likes", Some("not-me"), &[], None)
+        .await;
     assert_eq!(r.body["liked_by_me"], false);
     t.unlike("me", "mine").await;
-    let r = t.send("GET", "/reels/mine/likes", Some("me"), &[], None).await;
-    assert_eq!((r.body["count"].as_i64(), r.body["liked_by_me"].as_bool()), (Some(0), Some(false)));
+    let r = t
+        .send("GET", "/reels/mine/likes", Some("me"), &[], None)
+        .await;
+    assert_eq!(
+        (r.body["count"].as_i64(), r.body["liked_by_me"].as_bool()),
+        (Some(0), Some(false))
+    );
     t.stop().await;
 }
 
@@ -72,16 +89,29 @@ async fn batch_read_answers_many_reels_in_one_call() {
         t.like(&format!("u{u}"), "a").await;
     }
     t.like("u0", "b").await;
-    let r = t.send("GET", "/likes?reel_ids=a,b,c,a", None, &[], None).await;
+    let r = t
+        .send("GET", "/likes?reel_ids=a,b,c,a", None, &[], None)
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(r.body["counts"], serde_json::json!({"a": 3, "b": 1, "c": 0}));
+    assert_eq!(
+        r.body["counts"],
+        serde_json::json!({"a": 3, "b": 1, "c": 0})
+    );
     assert!(r.body["age_ms"].is_u64());
     // 100 reels at once, 100 shards for one of them: several BatchGetItem chunks.
     t.set_shards("wide", 100, 100).await;
     t.put_shard("wide", 99, 7).await;
     let mut ids: Vec<String> = (0..99).map(|i| format!("r{i}")).collect();
     ids.push("wide".into());
-    let r = t.send("GET", &format!("/likes?reel_ids={}", ids.join(",")), None, &[], None).await;
+    let r = t
+        .send(
+            "GET",
+            &format!("/likes?reel_ids={}", ids.join(",")),
+            None,
+            &[],
+            None,
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let counts = r.body["counts"].as_object().unwrap();
     assert_eq!(counts.len(), 100);
@@ -101,13 +131,22 @@ async fn healthz_reports_ready_when_tables_are_reachable() {
 async fn healthz_and_reads_answer_503_when_a_table_is_missing() {
     let t = TestStack::start(&[("LIKES_TABLE", "no-such-table"), ("CACHE_TTL_MS", "0")]).await;
     // The stack created "no-such-table" from the template; drop it.
-    t.stack.client.delete_table().table_name("no-such-table").send().await.unwrap();
+    t.stack
+        .client
+        .delete_table()
+        .table_name("no-such-table")
+        .send()
+        .await
+        .unwrap();
     let r = t.send("GET", "/healthz", None, &[], None).await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.body["error"]["code"], "unavailable");
     assert!(r.headers.get("retry-after").is_some());
     let text = r.body.to_string();
-    assert!(!text.contains("no-such-table") && !text.contains("ResourceNotFound"), "no internal detail: {text}");
+    assert!(
+        !text.contains("no-such-table") && !text.contains("ResourceNotFound"),
+        "no internal detail: {text}"
+    );
     let r = t.like("u1", "x").await;
     assert_eq!(r.status, 503, "{}", r.body);
     t.stop().await;

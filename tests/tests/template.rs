@@ -21,7 +21,10 @@ fn the_template_never_enables_dev_auth() {
         blocks.push(res["Properties"]["Environment"]["Variables"].clone());
     }
     for vars in blocks {
-        assert!(vars.get("AUTH_MODE").is_none(), "AUTH_MODE set in the template");
+        assert!(
+            vars.get("AUTH_MODE").is_none(),
+            "AUTH_MODE set in the template"
+        );
     }
 }
 
@@ -31,12 +34,21 @@ fn every_sample_event_is_a_route_of_the_template() {
     let mut seen = 0;
     for entry in std::fs::read_dir(repo_root().join("events")).unwrap() {
         let path = entry.unwrap().path();
-        let ev: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let ev: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let key = ev["routeKey"].as_str().unwrap();
         let known = t.routes.iter().any(|r| {
-            if r.path == "$default" { key == "$default" } else { key == format!("{} {}", r.method, r.path) }
+            if r.path == "$default" {
+                key == "$default"
+            } else {
+                key == format!("{} {}", r.method, r.path)
+            }
         });
-        assert!(known, "{}: routeKey {key:?} is not in template.yaml", path.display());
+        assert!(
+            known,
+            "{}: routeKey {key:?} is not in template.yaml",
+            path.display()
+        );
         seen += 1;
     }
     assert!(seen >= 9);
@@ -54,10 +66,22 @@ async fn every_template_route_is_served_by_the_local_stack() {
             continue;
         }
         let path = r.path.replace("{reel_id}", "r1");
-        let path = if path == "/likes" { "/likes?reel_ids=r1".to_owned() } else { path };
-        let method = if path.ends_with("/like") { "PUT" } else { "GET" };
+        let path = if path == "/likes" {
+            "/likes?reel_ids=r1".to_owned()
+        } else {
+            path
+        };
+        let method = if path.ends_with("/like") {
+            "PUT"
+        } else {
+            "GET"
+        };
         let reply = t.send(method, &path, Some("u1"), &[], None).await;
-        assert_eq!(reply.status, 200, "{method} {path} ({}): {}", r.function, reply.body);
+        assert_eq!(
+            reply.status, 200,
+            "{method} {path} ({}): {}",
+            r.function, reply.body
+        );
     }
     t.stop().await;
 }
@@ -66,17 +90,70 @@ async fn every_template_route_is_served_by_the_local_stack() {
 async fn the_stack_creates_the_tables_the_template_defines() {
     let tpl = template();
     let t = TestStack::uncached().await;
-    for (var, name) in [("COUNTERS_TABLE", &t.stack.config.counters_table), ("LIKES_TABLE", &t.stack.config.likes_table)] {
-        let def = tpl.table_for_env(var).expect("template wires the variable to a table");
-        let desc = t.stack.client.describe_table().table_name(name).send().await.unwrap();
+    for (var, name) in [
+        ("COUNTERS_TABLE", &t.stack.config.counters_table),
+        ("LIKES_TABLE", &t.stack.config.likes_table),
+    ] {
+        let def = tpl
+            .table_for_env(var)
+            .expect("template wires the variable to a table");
+        let desc = t
+            .stack
+            .client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .unwrap();
         let table = desc.table().unwrap();
         let keys: Vec<(String, String)> = table
             .key_schema()
             .iter()
-            .map(|k| (k.attribute_name().to_owned(), k.key_type().as_str().to_owned()))
+            .map(|k| {
+                (
+                    k.attribute_name().to_owned(),
+                    k.key_type().as_str().to_owned(),
+                )
+            })
             .collect();
         assert_eq!(keys, def.key_schema, "{var}");
-        assert!(table.global_secondary_indexes().is_empty(), "no index keyed by reel");
+        assert!(
+            table.global_secondary_indexes().is_empty(),
+            "no index keyed by reel"
+        );
     }
     t.stop().await;
+}
+
+/// `make serve` with `AWS_ENDPOINT_URL_DYNAMODB` set: no emulator of its own,
+/// the tables created on that endpoint if missing, the same routes served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_endpoint_is_used_and_given_its_tables() {
+    let host = TestStack::uncached().await;
+    let mut opts = likes_local::StackOptions::isolated(repo_root().join("template.yaml"));
+    opts.dynamo = likes_local::Dynamo::Endpoint(host.stack.dynamo_endpoint.clone());
+    for (k, v) in [
+        ("COUNTERS_TABLE", "ext-counters"),
+        ("LIKES_TABLE", "ext-likes"),
+        ("CACHE_TTL_MS", "0"),
+    ] {
+        opts.env.insert(k.into(), v.into());
+    }
+    let guest = likes_local::Stack::start(opts)
+        .await
+        .expect("stack on an existing endpoint");
+    assert_eq!(guest.dynamo_endpoint, host.stack.dynamo_endpoint);
+    let r = reqwest::Client::new()
+        .put(format!("{}/reels/ext/like", guest.base_url))
+        .header("x-user-id", "u1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The write landed in the host emulator's newly created tables.
+    let rows = host.scan("ext-likes").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(host.scan("ext-counters").await.len(), 1);
+    guest.shutdown().await;
+    host.stop().await;
 }

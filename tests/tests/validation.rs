@@ -17,14 +17,25 @@ struct Case {
 }
 
 fn case(method: &'static str, path: impl Into<String>, status: u16, code: &'static str) -> Case {
-    Case { method, path: path.into(), user: Some("attacker"), headers: vec![], body: None, status, code }
+    Case {
+        method,
+        path: path.into(),
+        user: Some("attacker"),
+        headers: vec![],
+        body: None,
+        status,
+        code,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_input_class_is_a_4xx_json_error_and_changes_nothing() {
     let t = TestStack::uncached().await;
     t.like("fan", "good").await;
-    let items_before = (t.scan(&t.stack.config.counters_table).await.len(), t.scan(&t.stack.config.likes_table).await.len());
+    let items_before = (
+        t.scan(&t.stack.config.counters_table).await.len(),
+        t.scan(&t.stack.config.likes_table).await.len(),
+    );
 
     let long_id = "a".repeat(65);
     let many: Vec<String> = (0..101).map(|i| format!("r{i}")).collect();
@@ -32,7 +43,12 @@ async fn every_bad_input_class_is_a_4xx_json_error_and_changes_nothing() {
         // Reel ids outside [A-Za-z0-9_-]{1,64}, however they are spelled.
         case("PUT", "/reels/good%23x/like", 400, "invalid_reel_id"),
         case("PUT", "/reels/x%23reel%23good/like", 400, "invalid_reel_id"),
-        case("PUT", format!("/reels/{long_id}/like"), 400, "invalid_reel_id"),
+        case(
+            "PUT",
+            format!("/reels/{long_id}/like"),
+            400,
+            "invalid_reel_id",
+        ),
         case("PUT", "/reels/%E2%80%8Bgood/like", 400, "invalid_reel_id"),
         case("PUT", "/reels/%EF%BD%87ood/like", 400, "invalid_reel_id"),
         case("PUT", "/reels/..%2Fgood/like", 400, "invalid_reel_id"),
@@ -48,7 +64,12 @@ async fn every_bad_input_class_is_a_4xx_json_error_and_changes_nothing() {
         case("GET", "/likes?reel_ids=", 400, "invalid_reel_id"),
         case("GET", "/likes?reel_ids=a,,b", 400, "invalid_reel_id"),
         case("GET", "/likes?reel_ids=a,b%23c", 400, "invalid_reel_id"),
-        case("GET", format!("/likes?reel_ids={}", many.join(",")), 400, "too_many_reel_ids"),
+        case(
+            "GET",
+            format!("/likes?reel_ids={}", many.join(",")),
+            400,
+            "too_many_reel_ids",
+        ),
         // Routes and methods.
         case("GET", "/nope", 404, "not_found"),
         case("GET", "/reels/good", 404, "not_found"),
@@ -84,10 +105,20 @@ async fn every_bad_input_class_is_a_4xx_json_error_and_changes_nothing() {
 
     for c in &cases {
         let headers: Vec<(&str, &str)> = c.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let r = t.send(c.method, &c.path, c.user, &headers, c.body.clone()).await;
+        let r = t
+            .send(c.method, &c.path, c.user, &headers, c.body.clone())
+            .await;
         assert_eq!(r.status, c.status, "{} {}: {}", c.method, c.path, r.body);
-        assert_eq!(r.body["error"]["code"], c.code, "{} {}: {}", c.method, c.path, r.body);
-        assert!(r.body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert_eq!(
+            r.body["error"]["code"], c.code,
+            "{} {}: {}",
+            c.method, c.path, r.body
+        );
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
         assert_eq!(
             r.headers.get("content-type").and_then(|v| v.to_str().ok()),
             Some("application/json"),
@@ -96,23 +127,48 @@ async fn every_bad_input_class_is_a_4xx_json_error_and_changes_nothing() {
             c.path
         );
         if c.status == 405 {
-            assert!(r.headers.get("allow").is_some(), "405 names the allowed methods");
+            assert!(
+                r.headers.get("allow").is_some(),
+                "405 names the allowed methods"
+            );
         }
     }
 
     assert_eq!(t.http_count("good").await, 1);
     assert_eq!(t.like_rows("good").await, 1);
-    let items_after = (t.scan(&t.stack.config.counters_table).await.len(), t.scan(&t.stack.config.likes_table).await.len());
-    assert_eq!(items_before, items_after, "no item was written by any bad request");
+    let items_after = (
+        t.scan(&t.stack.config.counters_table).await.len(),
+        t.scan(&t.stack.config.likes_table).await.len(),
+    );
+    assert_eq!(
+        items_before, items_after,
+        "no item was written by any bad request"
+    );
     t.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_bodies_and_unknown_query_parameters_are_tolerated() {
     let t = TestStack::uncached().await;
-    let r = t.send("PUT", "/reels/ok/like?utm=1", Some("u1"), &[("content-type", "application/json")], Some(b"{}".to_vec())).await;
+    let r = t
+        .send(
+            "PUT",
+            "/reels/ok/like?utm=1",
+            Some("u1"),
+            &[("content-type", "application/json")],
+            Some(b"{}".to_vec()),
+        )
+        .await;
     assert_eq!((r.status, r.body["changed"].as_bool()), (200, Some(true)));
-    let r = t.send("GET", "/likes?reel_ids=ok&reel_ids=other&x=y", None, &[], None).await;
+    let r = t
+        .send(
+            "GET",
+            "/likes?reel_ids=ok&reel_ids=other&x=y",
+            None,
+            &[],
+            None,
+        )
+        .await;
     assert_eq!(r.body["counts"], serde_json::json!({"ok": 1, "other": 0}));
     t.stop().await;
 }

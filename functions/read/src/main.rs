@@ -12,5 +12,8 @@ async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let app = App::from_env().await?;
     let app = &app;
-    run(service_fn(move |req: Request| async move { Ok::<_, Error>(handle(app, Function::Read, req).await) })).await
+    run(service_fn(move |req: Request| async move {
+        Ok::<_, Error>(handle(app, Function::Read, req).await)
+    }))
+    .await
 }

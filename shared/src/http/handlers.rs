@@ -56,13 +56,20 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     response
 }
 
-async fn dispatch(app: &App, route: Route, method: &Method, req: Request) -> Result<(StatusCode, Value), Error> {
+async fn dispatch(
+    app: &App,
+    route: Route,
+    method: &Method,
+    req: Request,
+) -> Result<(StatusCode, Value), Error> {
     let allowed = match &route {
         Route::Like(_) => *method == Method::PUT || *method == Method::DELETE,
         _ => *method == Method::GET,
     };
     if !allowed {
-        return Err(Error::MethodNotAllowed { allow: route.allow() });
+        return Err(Error::MethodNotAllowed {
+            allow: route.allow(),
+        });
     }
     request::check_body(&req)?;
     match route {
@@ -70,7 +77,11 @@ async fn dispatch(app: &App, route: Route, method: &Method, req: Request) -> Res
             let user = request::identity(&req, app.config.auth_mode)?.ok_or(Error::Unauthorized)?;
             let reel = request::reel_id(&raw)?;
             let idempotency_key = request::idempotency_key(&req)?;
-            let action = if *method == Method::PUT { Action::Like } else { Action::Unlike };
+            let action = if *method == Method::PUT {
+                Action::Like
+            } else {
+                Action::Unlike
+            };
             let out = app
                 .service
                 .write(WriteRequest {
@@ -91,7 +102,8 @@ async fn dispatch(app: &App, route: Route, method: &Method, req: Request) -> Res
             let reel = request::reel_id(&raw)?;
             let (count, liked) = match &user {
                 Some(u) => {
-                    let (c, l) = tokio::join!(app.service.count(&reel), app.service.liked(u, &reel));
+                    let (c, l) =
+                        tokio::join!(app.service.count(&reel), app.service.liked(u, &reel));
                     (c?, Some(l?))
                 }
                 None => (app.service.count(&reel).await?, None),
@@ -131,7 +143,10 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
     let mut resp = Response::new(Body::Text(body.to_string()));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     // Counts are per-user (liked_by_me) and short-lived: no shared caching.
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
@@ -142,10 +157,12 @@ pub(crate) fn error_response(e: &Error) -> Response<Body> {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = json_response(status, &e.body());
     if let Some(secs) = e.retry_after_secs() {
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     if let Error::MethodNotAllowed { allow } = e {
-        resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
     }
     resp
 }

@@ -9,7 +9,7 @@
 mod handlers;
 mod request;
 
-pub use handlers::{handle, Function};
+pub use handlers::{Function, handle};
 pub use request::{MAX_BATCH_REELS, MAX_BODY_BYTES};
 
 use crate::config::Config;

@@ -66,7 +66,11 @@ impl Route {
 /// lack it.
 pub(crate) fn raw_path(req: &Request) -> String {
     let raw = req.raw_http_path();
-    if raw.is_empty() { req.uri().path().to_owned() } else { raw.to_owned() }
+    if raw.is_empty() {
+        req.uri().path().to_owned()
+    } else {
+        raw.to_owned()
+    }
 }
 
 pub(crate) fn check_body(req: &Request) -> Result<(), Error> {
@@ -77,7 +81,9 @@ pub(crate) fn check_body(req: &Request) -> Result<(), Error> {
         _ => 0,
     };
     if len > MAX_BODY_BYTES {
-        return Err(Error::PayloadTooLarge { limit: MAX_BODY_BYTES });
+        return Err(Error::PayloadTooLarge {
+            limit: MAX_BODY_BYTES,
+        });
     }
     Ok(())
 }
@@ -92,11 +98,15 @@ pub(crate) fn batch_reel_ids(req: &Request) -> Result<Vec<ReelId>, Error> {
     let params = req.query_string_parameters();
     let values = params.all("reel_ids").unwrap_or_default();
     if values.is_empty() {
-        return Err(Error::bad_request("missing_reel_ids", "query parameter reel_ids is required (comma-separated)"));
+        return Err(Error::bad_request(
+            "missing_reel_ids",
+            "query parameter reel_ids is required (comma-separated)",
+        ));
     }
     let mut out: Vec<ReelId> = Vec::new();
     for raw in values.iter().flat_map(|v| v.split(',')) {
-        let reel = ReelId::parse(raw).map_err(|e| Error::bad_request("invalid_reel_id", format!("in reel_ids: {}", e.0)))?;
+        let reel = ReelId::parse(raw)
+            .map_err(|e| Error::bad_request("invalid_reel_id", format!("in reel_ids: {}", e.0)))?;
         if !out.contains(&reel) {
             if out.len() == MAX_BATCH_REELS {
                 return Err(Error::bad_request(
@@ -118,11 +128,14 @@ pub(crate) fn idempotency_key(req: &Request) -> Result<Option<String>, Error> {
     let bad = || {
         Error::bad_request(
             "invalid_idempotency_key",
-            format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters"),
+            format!(
+                "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters"
+            ),
         )
     };
     let s = v.to_str().map_err(|_| bad())?;
-    if s.is_empty() || s.len() > MAX_IDEMPOTENCY_KEY_LEN || !s.bytes().all(|b| b.is_ascii_graphic()) {
+    if s.is_empty() || s.len() > MAX_IDEMPOTENCY_KEY_LEN || !s.bytes().all(|b| b.is_ascii_graphic())
+    {
         return Err(bad());
     }
     Ok(Some(s.to_owned()))
@@ -143,25 +156,33 @@ pub(crate) fn identity(req: &Request, mode: AuthMode) -> Result<Option<UserId>, 
     };
     if let Some(sub) = claim {
         // A verified token whose subject we cannot store is not an identity.
-        return UserId::parse(&sub).map(Some).map_err(|_| Error::Unauthorized);
+        return UserId::parse(&sub)
+            .map(Some)
+            .map_err(|_| Error::Unauthorized);
     }
-    if mode == AuthMode::Dev {
-        if let Some(v) = req.headers().get("x-user-id") {
-            let s = v.to_str().map_err(|_| Error::bad_request("invalid_user_id", "x-user-id must be text"))?;
-            return UserId::parse(s).map(Some).map_err(|e| Error::bad_request("invalid_user_id", e.0));
-        }
+    if mode == AuthMode::Dev
+        && let Some(v) = req.headers().get("x-user-id")
+    {
+        let s = v
+            .to_str()
+            .map_err(|_| Error::bad_request("invalid_user_id", "x-user-id must be text"))?;
+        return UserId::parse(s)
+            .map(Some)
+            .map_err(|e| Error::bad_request("invalid_user_id", e.0));
     }
     Ok(None)
 }
 
 /// The API Gateway request id, or the Lambda invocation id for other events.
 pub(crate) fn request_id(req: &Request) -> Option<String> {
-    if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref() {
-        if let Some(id) = ctx.request_id.as_ref().filter(|s| !s.is_empty()) {
-            return Some(id.clone());
-        }
+    if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref()
+        && let Some(id) = ctx.request_id.as_ref().filter(|s| !s.is_empty())
+    {
+        return Some(id.clone());
     }
-    req.lambda_context_ref().map(|c| c.request_id.clone()).filter(|s| !s.is_empty())
+    req.lambda_context_ref()
+        .map(|c| c.request_id.clone())
+        .filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]
@@ -170,24 +191,50 @@ mod tests {
 
     #[test]
     fn routes_match_exact_paths_only() {
-        assert_eq!(Route::parse("/reels/abc/like"), Some(Route::Like("abc".into())));
-        assert_eq!(Route::parse("/reels/abc/likes"), Some(Route::ReelLikes("abc".into())));
+        assert_eq!(
+            Route::parse("/reels/abc/like"),
+            Some(Route::Like("abc".into()))
+        );
+        assert_eq!(
+            Route::parse("/reels/abc/likes"),
+            Some(Route::ReelLikes("abc".into()))
+        );
         assert_eq!(Route::parse("/likes"), Some(Route::BatchLikes));
         assert_eq!(Route::parse("/healthz"), Some(Route::Health));
-        for p in ["", "/", "/reels", "/reels/abc", "/reels/abc/like/", "/reels//like", "//likes", "/Likes", "/reels/a/b/like", "likes"] {
+        for p in [
+            "",
+            "/",
+            "/reels",
+            "/reels/abc",
+            "/reels/abc/like/",
+            "/reels//like",
+            "//likes",
+            "/Likes",
+            "/reels/a/b/like",
+            "likes",
+        ] {
             let r = Route::parse(p);
-            assert!(r.is_none() || matches!(&r, Some(Route::Like(id)) if id.is_empty()), "{p:?} -> {r:?}");
+            assert!(
+                r.is_none() || matches!(&r, Some(Route::Like(id)) if id.is_empty()),
+                "{p:?} -> {r:?}"
+            );
         }
     }
 
     #[test]
     fn encoded_separators_reach_validation_decoded() {
-        let Some(Route::Like(id)) = Route::parse("/reels/a%23b/like") else { panic!() };
+        let Some(Route::Like(id)) = Route::parse("/reels/a%23b/like") else {
+            panic!()
+        };
         assert_eq!(id, "a#b");
         assert!(reel_id(&id).is_err());
-        let Some(Route::Like(id)) = Route::parse("/reels/%2e%2e/like") else { panic!() };
+        let Some(Route::Like(id)) = Route::parse("/reels/%2e%2e/like") else {
+            panic!()
+        };
         assert!(reel_id(&id).is_err());
-        let Some(Route::Like(id)) = Route::parse("/reels/%ff%fe/like") else { panic!() };
+        let Some(Route::Like(id)) = Route::parse("/reels/%ff%fe/like") else {
+            panic!()
+        };
         assert!(reel_id(&id).is_err());
     }
 }

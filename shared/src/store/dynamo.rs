@@ -83,8 +83,10 @@ impl DynamoStore {
         projection: &'static str,
         names: &'static [(&'static str, &'static str)],
     ) -> Result<Vec<HashMap<String, AttributeValue>>, Error> {
-        let chunks: Vec<Vec<String>> =
-            keys.chunks(BATCH_GET_MAX_KEYS).map(<[String]>::to_vec).collect();
+        let chunks: Vec<Vec<String>> = keys
+            .chunks(BATCH_GET_MAX_KEYS)
+            .map(<[String]>::to_vec)
+            .collect();
         let results: Vec<Vec<HashMap<String, AttributeValue>>> = futures::stream::iter(chunks)
             .map(|chunk| self.batch_get_chunk(chunk, projection, names))
             .buffer_unordered(BATCH_GET_PARALLELISM)
@@ -114,7 +116,9 @@ impl DynamoStore {
             for (k, v) in names {
                 ka = ka.expression_attribute_names(*k, *v);
             }
-            let ka = ka.build().map_err(|e| internal("BatchGetItem request", &e))?;
+            let ka = ka
+                .build()
+                .map_err(|e| internal("BatchGetItem request", &e))?;
             let out = self
                 .client
                 .batch_get_item()
@@ -140,7 +144,12 @@ impl DynamoStore {
                     );
                     return Err(Error::Throttled);
                 }
-                tracing::debug!(op = "BatchGetItem", unprocessed = pending.len(), attempt, "retrying unprocessed keys");
+                tracing::debug!(
+                    op = "BatchGetItem",
+                    unprocessed = pending.len(),
+                    attempt,
+                    "retrying unprocessed keys"
+                );
                 tokio::time::sleep(self.backoff.delay(attempt)).await;
             }
         }
@@ -161,15 +170,27 @@ impl CounterStore for DynamoStore {
                 &[("#w", "write_shards"), ("#r", "read_shards")],
             )
             .await?;
-        let mut out: HashMap<ReelId, Settings> =
-            reels.iter().map(|r| (r.clone(), Settings::default())).collect();
+        let mut out: HashMap<ReelId, Settings> = reels
+            .iter()
+            .map(|r| (r.clone(), Settings::default()))
+            .collect();
         for item in items {
-            let Some(reel) = item.get("pk").and_then(|v| v.as_s().ok()).and_then(|pk| wanted.get(pk)) else {
+            let Some(reel) = item
+                .get("pk")
+                .and_then(|v| v.as_s().ok())
+                .and_then(|pk| wanted.get(pk))
+            else {
                 continue;
             };
             let write_shards = shard_count(&item, "write_shards")?;
             let read_shards = shard_count(&item, "read_shards")?;
-            out.insert(reel.clone(), Settings { write_shards, read_shards });
+            out.insert(
+                reel.clone(),
+                Settings {
+                    write_shards,
+                    read_shards,
+                },
+            );
         }
         Ok(out)
     }
@@ -187,7 +208,11 @@ impl CounterStore for DynamoStore {
             .batch_get_counters(owner.keys().cloned().collect(), "pk, #n", &[("#n", "n")])
             .await?;
         for item in items {
-            let Some(reel) = item.get("pk").and_then(|v| v.as_s().ok()).and_then(|pk| owner.get(pk)) else {
+            let Some(reel) = item
+                .get("pk")
+                .and_then(|v| v.as_s().ok())
+                .and_then(|pk| owner.get(pk))
+            else {
                 continue;
             };
             let n = match item.get("n") {
@@ -238,7 +263,10 @@ impl CounterStore for DynamoStore {
                     .key("pk", AttributeValue::S(keys::shard_key(&tx.reel, tx.shard)))
                     .update_expression("ADD #n :d")
                     .expression_attribute_names("#n", "n")
-                    .expression_attribute_values(":d", AttributeValue::N(tx.action.delta().to_string()))
+                    .expression_attribute_values(
+                        ":d",
+                        AttributeValue::N(tx.action.delta().to_string()),
+                    )
                     .build()
                     .map_err(|e| internal("Update", &e))?,
             )
@@ -256,18 +284,33 @@ impl CounterStore for DynamoStore {
             Ok(out) => {
                 // A replay reports the read units of reading the items back
                 // instead of the write units of writing them.
-                let wrote = out.consumed_capacity().iter().any(|c| c.write_capacity_units().unwrap_or(0.0) > 0.0);
-                let read = out.consumed_capacity().iter().any(|c| c.read_capacity_units().unwrap_or(0.0) > 0.0);
-                Ok(TxResult::Committed { replayed: read && !wrote })
+                let wrote = out
+                    .consumed_capacity()
+                    .iter()
+                    .any(|c| c.write_capacity_units().unwrap_or(0.0) > 0.0);
+                let read = out
+                    .consumed_capacity()
+                    .iter()
+                    .any(|c| c.read_capacity_units().unwrap_or(0.0) > 0.0);
+                Ok(TxResult::Committed {
+                    replayed: read && !wrote,
+                })
             }
             Err(SdkError::ServiceError(se)) => match se.err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
-                    let codes: Vec<&str> =
-                        c.cancellation_reasons().iter().map(|r| r.code().unwrap_or("None")).collect();
+                    let codes: Vec<&str> = c
+                        .cancellation_reasons()
+                        .iter()
+                        .map(|r| r.code().unwrap_or("None"))
+                        .collect();
                     classify_cancellation(&codes)
                 }
-                TransactWriteItemsError::IdempotentParameterMismatchException(_) => Ok(TxResult::ParameterMismatch),
-                TransactWriteItemsError::TransactionInProgressException(_) => Ok(TxResult::Retry(RetryReason::InProgress)),
+                TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
+                    Ok(TxResult::ParameterMismatch)
+                }
+                TransactWriteItemsError::TransactionInProgressException(_) => {
+                    Ok(TxResult::Retry(RetryReason::InProgress))
+                }
                 _ => match translate("TransactWriteItems", SdkError::ServiceError(se)) {
                     // Throttling that outlasted the SDK's retries: our own
                     // backoff loop gets a go at it too.
@@ -299,8 +342,14 @@ impl CounterStore for DynamoStore {
 
     async fn ping(&self) -> Result<(), Error> {
         let (a, b) = tokio::join!(
-            self.client.describe_table().table_name(&self.counters_table).send(),
-            self.client.describe_table().table_name(&self.likes_table).send(),
+            self.client
+                .describe_table()
+                .table_name(&self.counters_table)
+                .send(),
+            self.client
+                .describe_table()
+                .table_name(&self.likes_table)
+                .send(),
         );
         a.map_err(|e| translate("DescribeTable", e))?;
         b.map_err(|e| translate("DescribeTable", e))?;
@@ -316,7 +365,10 @@ pub(crate) fn classify_cancellation(codes: &[&str]) -> Result<TxResult, Error> {
     if codes.contains(&"TransactionConflict") {
         return Ok(TxResult::Retry(RetryReason::Conflict));
     }
-    if codes.iter().any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded")) {
+    if codes
+        .iter()
+        .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
+    {
         return Ok(TxResult::Retry(RetryReason::Throttled));
     }
     // ValidationError, ItemCollectionSizeLimitExceeded or a reason we do not
@@ -357,10 +409,14 @@ where
 {
     let mapped = match &err {
         SdkError::ServiceError(se) => match se.err().code() {
-            Some("ProvisionedThroughputExceededException" | "ThrottlingException" | "RequestLimitExceeded") => {
-                Error::Throttled
+            Some(
+                "ProvisionedThroughputExceededException"
+                | "ThrottlingException"
+                | "RequestLimitExceeded",
+            ) => Error::Throttled,
+            Some("InternalServerError" | "ServiceUnavailable" | "ServiceUnavailableException") => {
+                Error::Unavailable
             }
-            Some("InternalServerError" | "ServiceUnavailable" | "ServiceUnavailableException") => Error::Unavailable,
             // A missing table is an outage of this service, not a bug in
             // the request: readiness checks and clients should see 503.
             Some("ResourceNotFoundException") => Error::Unavailable,
@@ -373,7 +429,9 @@ where
     };
     match mapped {
         Error::Internal => tracing::error!(op, error = ?err, "DynamoDB call failed"),
-        _ => tracing::warn!(op, outcome = mapped.code(), error = %aws_sdk_dynamodb::error::DisplayErrorContext(&err), "DynamoDB call failed"),
+        _ => {
+            tracing::warn!(op, outcome = mapped.code(), error = %aws_sdk_dynamodb::error::DisplayErrorContext(&err), "DynamoDB call failed")
+        }
     }
     mapped
 }
@@ -385,11 +443,29 @@ mod tests {
     #[test]
     fn cancellation_reasons_are_classified() {
         let ok = |codes: &[&str]| classify_cancellation(codes).unwrap();
-        assert_eq!(ok(&["ConditionalCheckFailed", "None"]), TxResult::AlreadyInState);
-        assert_eq!(ok(&["None", "TransactionConflict"]), TxResult::Retry(RetryReason::Conflict));
-        assert_eq!(ok(&["TransactionConflict", "None"]), TxResult::Retry(RetryReason::Conflict));
-        assert_eq!(ok(&["None", "ThrottlingError"]), TxResult::Retry(RetryReason::Throttled));
-        assert_eq!(ok(&["ProvisionedThroughputExceeded", "None"]), TxResult::Retry(RetryReason::Throttled));
-        assert_eq!(classify_cancellation(&["ValidationError", "None"]), Err(Error::Internal));
+        assert_eq!(
+            ok(&["ConditionalCheckFailed", "None"]),
+            TxResult::AlreadyInState
+        );
+        assert_eq!(
+            ok(&["None", "TransactionConflict"]),
+            TxResult::Retry(RetryReason::Conflict)
+        );
+        assert_eq!(
+            ok(&["TransactionConflict", "None"]),
+            TxResult::Retry(RetryReason::Conflict)
+        );
+        assert_eq!(
+            ok(&["None", "ThrottlingError"]),
+            TxResult::Retry(RetryReason::Throttled)
+        );
+        assert_eq!(
+            ok(&["ProvisionedThroughputExceeded", "None"]),
+            TxResult::Retry(RetryReason::Throttled)
+        );
+        assert_eq!(
+            classify_cancellation(&["ValidationError", "None"]),
+            Err(Error::Internal)
+        );
     }
 }

@@ -21,7 +21,10 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { write_shards: 1, read_shards: 1 }
+        Settings {
+            write_shards: 1,
+            read_shards: 1,
+        }
     }
 }
 

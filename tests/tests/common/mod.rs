@@ -31,7 +31,10 @@ impl TestStack {
             opts.env.insert((*k).into(), (*v).into());
         }
         let stack = Stack::start(opts).await.expect("stack starts");
-        TestStack { stack, http: reqwest::Client::new() }
+        TestStack {
+            stack,
+            http: reqwest::Client::new(),
+        }
     }
 
     /// A stack whose reads are never cached, so every read is the truth.
@@ -43,7 +46,14 @@ impl TestStack {
         format!("{}{}", self.stack.base_url, path)
     }
 
-    pub async fn send(&self, method: &str, path: &str, user: Option<&str>, headers: &[(&str, &str)], body: Option<Vec<u8>>) -> Reply {
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        user: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Reply {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
         let mut req = self.http.request(method, self.url(path));
         if let Some(u) = user {
@@ -59,24 +69,46 @@ impl TestStack {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let text = resp.text().await.expect("body");
-        let body: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text:?}"));
-        Reply { status, body, headers }
+        let body: Value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text:?}"));
+        Reply {
+            status,
+            body,
+            headers,
+        }
     }
 
     pub async fn like(&self, user: &str, reel: &str) -> Reply {
-        self.send("PUT", &format!("/reels/{reel}/like"), Some(user), &[], None).await
+        self.send("PUT", &format!("/reels/{reel}/like"), Some(user), &[], None)
+            .await
     }
 
     pub async fn like_with_key(&self, user: &str, reel: &str, key: &str) -> Reply {
-        self.send("PUT", &format!("/reels/{reel}/like"), Some(user), &[("idempotency-key", key)], None).await
+        self.send(
+            "PUT",
+            &format!("/reels/{reel}/like"),
+            Some(user),
+            &[("idempotency-key", key)],
+            None,
+        )
+        .await
     }
 
     pub async fn unlike(&self, user: &str, reel: &str) -> Reply {
-        self.send("DELETE", &format!("/reels/{reel}/like"), Some(user), &[], None).await
+        self.send(
+            "DELETE",
+            &format!("/reels/{reel}/like"),
+            Some(user),
+            &[],
+            None,
+        )
+        .await
     }
 
     pub async fn http_count(&self, reel: &str) -> i64 {
-        let r = self.send("GET", &format!("/reels/{reel}/likes"), None, &[], None).await;
+        let r = self
+            .send("GET", &format!("/reels/{reel}/likes"), None, &[], None)
+            .await;
         assert_eq!(r.status, 200, "{}", r.body);
         r.body["count"].as_i64().expect("count")
     }
@@ -91,9 +123,17 @@ impl TestStack {
         let suffix = format!("#reel#{reel}#likes");
         let mut out = Vec::new();
         for item in self.scan(&self.stack.config.counters_table).await {
-            let pk = item.get("pk").and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            let pk = item
+                .get("pk")
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default();
             if let Some(shard) = pk.strip_suffix(&suffix) {
-                let n = item.get("n").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0);
+                let n = item
+                    .get("n")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
                 out.push((shard.parse().expect("3-digit shard"), n));
             }
         }
@@ -106,11 +146,18 @@ impl TestStack {
         self.scan(&self.stack.config.likes_table)
             .await
             .iter()
-            .filter(|i| i.get("reel_id").and_then(|v| v.as_s().ok()).is_some_and(|r| r == reel))
+            .filter(|i| {
+                i.get("reel_id")
+                    .and_then(|v| v.as_s().ok())
+                    .is_some_and(|r| r == reel)
+            })
             .count()
     }
 
-    pub async fn scan(&self, table: &str) -> Vec<std::collections::HashMap<String, AttributeValue>> {
+    pub async fn scan(
+        &self,
+        table: &str,
+    ) -> Vec<std::collections::HashMap<String, AttributeValue>> {
         let mut out = Vec::new();
         let mut start = None;
         loop {
@@ -152,7 +199,10 @@ impl TestStack {
             .client
             .put_item()
             .table_name(&self.stack.config.counters_table)
-            .item("pk", AttributeValue::S(format!("{shard:03}#reel#{reel}#likes")))
+            .item(
+                "pk",
+                AttributeValue::S(format!("{shard:03}#reel#{reel}#likes")),
+            )
             .item("n", AttributeValue::N(n.to_string()))
             .send()
             .await
