@@ -53,11 +53,18 @@ sam-build:
 deploy: sam-build
 	sam deploy --guided
 
-## `sam local invoke` against a local DynamoDB (needs Docker); start
-## `make serve` first, or point DYNAMODB_ENDPOINT at DynamoDB Local.
+## `sam local invoke` against the DynamoDB of `make serve` (needs Docker).
+## Start `DYNAMODB_HOST=0.0.0.0 make serve` first. On Linux add
+## SAM_FLAGS="--add-host host.docker.internal:host-gateway".
+## The endpoint goes in through --env-vars: SAM CLI leaves the template's
+## conditional AWS_ENDPOINT_URL_DYNAMODB unresolved (empty) otherwise.
 DYNAMODB_ENDPOINT ?= http://host.docker.internal:8000
 EVENT ?= events/like.json
 FUNCTION ?= LikeFunction
+SAM_FLAGS ?=
+SAM_ENV_FILE := $(or $(TMPDIR),/tmp)/likes-sam-env.json
 invoke: sam-build
-	printf '{"Parameters":{"AWS_ENDPOINT_URL_DYNAMODB":"%s","COUNTERS_TABLE":"CountersTable","LIKES_TABLE":"LikesTable","AWS_ACCESS_KEY_ID":"local","AWS_SECRET_ACCESS_KEY":"local","AWS_REGION":"us-east-1"}}' "$(DYNAMODB_ENDPOINT)" > /tmp/likes-sam-env.json
-	sam local invoke $(FUNCTION) -e $(EVENT) --env-vars /tmp/likes-sam-env.json --parameter-overrides JwtIssuer=https://example.com JwtAudience=local
+	printf '{"Parameters": {"AWS_ENDPOINT_URL_DYNAMODB": "%s"}}\n' "$(DYNAMODB_ENDPOINT)" > $(SAM_ENV_FILE)
+	AWS_ACCESS_KEY_ID=$${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=$${AWS_SECRET_ACCESS_KEY:-local} AWS_REGION=$${AWS_REGION:-us-east-1} \
+	  sam local invoke $(FUNCTION) -e $(EVENT) --env-vars $(SAM_ENV_FILE) $(SAM_FLAGS) \
+	  --parameter-overrides JwtIssuer=https://issuer.example.com JwtAudience=local

@@ -56,6 +56,7 @@ async fn serve() -> Result<()> {
     {
         Some(url) => Dynamo::Endpoint(url),
         None => Dynamo::Embedded {
+            host: env_or("DYNAMODB_HOST", "127.0.0.1"),
             port: env_num("DYNAMODB_PORT", 8000u16)?,
             file: std::env::var("DYNOXIDE_DB_FILE")
                 .ok()

@@ -24,9 +24,13 @@ use tokio::task::JoinHandle;
 /// Where DynamoDB lives.
 #[derive(Clone, Debug)]
 pub enum Dynamo {
-    /// Start dynoxide in this process on `port` (0 = any free port), in
-    /// memory or in a SQLite file.
-    Embedded { port: u16, file: Option<PathBuf> },
+    /// Start dynoxide in this process on `host:port` (port 0 = any free
+    /// port), in memory or in a SQLite file.
+    Embedded {
+        host: String,
+        port: u16,
+        file: Option<PathBuf>,
+    },
     /// Use this endpoint (DynamoDB Local, LocalStack, AWS itself...).
     Endpoint(String),
 }
@@ -52,6 +56,7 @@ impl StackOptions {
         StackOptions {
             template,
             dynamo: Dynamo::Embedded {
+                host: "127.0.0.1".into(),
                 port: 0,
                 file: None,
             },
@@ -94,14 +99,14 @@ impl Stack {
 
         let dynamo_endpoint = match &opts.dynamo {
             Dynamo::Endpoint(url) => url.clone(),
-            Dynamo::Embedded { port, file } => {
+            Dynamo::Embedded { host, port, file } => {
                 let db = match file {
                     Some(path) => dynoxide::Database::new(&path.to_string_lossy())
                         .map_err(|e| anyhow!("opening {}: {e}", path.display()))?,
                     None => dynoxide::Database::memory()
                         .map_err(|e| anyhow!("starting dynoxide: {e}"))?,
                 };
-                let listener = TcpListener::bind((opts.host.as_str(), *port))
+                let listener = TcpListener::bind((host.as_str(), *port))
                     .await
                     .with_context(|| format!("binding the DynamoDB port {port}"))?;
                 let addr = listener.local_addr()?;

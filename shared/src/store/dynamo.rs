@@ -51,11 +51,27 @@ pub fn sdk_config_loader(config: &Config) -> aws_config::ConfigLoader {
         )
 }
 
+/// The DynamoDB client for `sdk`.
+///
+/// An empty `AWS_ENDPOINT_URL_DYNAMODB` (or `AWS_ENDPOINT_URL`) means "not
+/// set": `sam local invoke` sets every variable the template declares but
+/// cannot resolve to "", and the SDK panics on an empty endpoint URL.
+pub fn client(sdk: &aws_config::SdkConfig) -> Client {
+    let mut builder = aws_sdk_dynamodb::config::Builder::from(sdk);
+    let vars = ["AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL"].map(|k| std::env::var(k).ok());
+    if vars.iter().flatten().any(|v| v.trim().is_empty()) {
+        // The first non-empty one, in the SDK's own order of precedence.
+        let url = vars.into_iter().flatten().find(|v| !v.trim().is_empty());
+        builder.set_endpoint_url(url);
+    }
+    Client::from_conf(builder.build())
+}
+
 impl DynamoStore {
     /// Builds the SDK client from the environment (once per cold start).
     pub async fn from_env(config: &Config) -> Self {
         let sdk = sdk_config_loader(config).load().await;
-        Self::new(Client::new(&sdk), config)
+        Self::new(client(&sdk), config)
     }
 
     pub fn new(client: Client, config: &Config) -> Self {
