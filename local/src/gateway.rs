@@ -151,6 +151,11 @@ fn build_event(
     let mut cookies = Vec::new();
     for (name, value) in headers {
         let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        // API Gateway only ever passes a valid host; lambda_http builds the
+        // request URI from it and would panic on one that is not.
+        if name.as_str() == "host" && v.parse::<axum::http::uri::Authority>().is_err() {
+            continue;
+        }
         if name.as_str() == "cookie" {
             cookies.push(v);
             continue;

@@ -148,6 +148,18 @@ async fn every_bad_input_class_is_a_4xx_json_error_and_changes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_host_header_does_not_break_the_local_gateway() {
+    let t = TestStack::uncached().await;
+    for host in ["bad host", "a/b", "@@@", ""] {
+        let r = t
+            .send("GET", "/healthz", None, &[("host", host)], None)
+            .await;
+        assert_eq!(r.status, 200, "host {host:?}: {}", r.body);
+    }
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_bodies_and_unknown_query_parameters_are_tolerated() {
     let t = TestStack::uncached().await;
     let r = t
