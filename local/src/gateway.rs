@@ -25,12 +25,15 @@ type Matched<'a> = (&'a RouteDef, Function, Vec<(String, String)>);
 pub(crate) struct Gateway {
     app: Arc<App>,
     routes: Vec<(RouteDef, Function)>,
+    /// The address the gateway listens on: the `host` of every event, as
+    /// API Gateway puts its own domain there.
+    host: String,
 }
 
 impl Gateway {
     /// Fails when the template routes to a function this crate cannot run,
     /// so "every route of the template" is never silently short of one.
-    pub(crate) fn new(app: Arc<App>, routes: &[RouteDef]) -> Result<Self> {
+    pub(crate) fn new(app: Arc<App>, routes: &[RouteDef], host: String) -> Result<Self> {
         let mut out = Vec::new();
         for r in routes {
             let function = match r.code_uri.rsplit('/').next() {
@@ -44,7 +47,11 @@ impl Gateway {
             };
             out.push((r.clone(), function));
         }
-        Ok(Gateway { app, routes: out })
+        Ok(Gateway {
+            app,
+            routes: out,
+            host,
+        })
     }
 
     /// API Gateway's choice: the most specific matching route (fewer path
@@ -98,6 +105,7 @@ impl Gateway {
             &bytes,
             route,
             &params,
+            &self.host,
         );
         let request = match lambda_http::request::from_str(&event.to_string()) {
             Ok(r) => r,
@@ -146,14 +154,16 @@ fn build_event(
     body: &[u8],
     route: &RouteDef,
     params: &[(String, String)],
+    host: &str,
 ) -> Value {
     let mut hdrs = Map::new();
     let mut cookies = Vec::new();
     for (name, value) in headers {
         let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        // API Gateway only ever passes a valid host; lambda_http builds the
-        // request URI from it and would panic on one that is not.
-        if name.as_str() == "host" && v.parse::<axum::http::uri::Authority>().is_err() {
+        // API Gateway sets these itself, whatever the client sent; lambda_http
+        // builds the request URI from them and panics on ones that do not
+        // parse, so a client's are never passed on.
+        if name.as_str() == "host" || name.as_str().starts_with("x-forwarded-") {
             continue;
         }
         if name.as_str() == "cookie" {

@@ -156,11 +156,15 @@ impl Stack {
             config.clone(),
             DynamoStore::new(client.clone(), &config),
         ));
-        let gateway = Arc::new(Gateway::new(app.clone(), &template.routes)?);
         let listener = TcpListener::bind((opts.host.as_str(), opts.port))
             .await
             .with_context(|| format!("binding {}:{}", opts.host, opts.port))?;
         let addr: SocketAddr = listener.local_addr()?;
+        let gateway = Arc::new(Gateway::new(
+            app.clone(),
+            &template.routes,
+            addr.to_string(),
+        )?);
         let router = axum::Router::new().fallback(move |req| {
             let g = gateway.clone();
             async move { g.serve(req).await }

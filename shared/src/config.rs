@@ -48,10 +48,16 @@ pub struct Config {
     pub ddb_max_attempts: u32,
     /// `REQUEST_BUDGET_MS` (default 8000): no new transaction attempt starts
     /// unless it can finish (at the SDK's operation timeout) within this
-    /// budget from the start of the request. With the settings read before
-    /// and the count read after, a like is bounded by about budget + 2 x
-    /// operation timeout, below the template's 15 s function timeout.
+    /// budget from the start of the request.
     pub request_budget: Duration,
+    /// `REQUEST_TIMEOUT_MS` (default 12000): the hard bound on one request,
+    /// reads and retries included; past it the answer is 503. Below the
+    /// template's 15 s function timeout, so the client always gets our JSON.
+    pub request_timeout: Duration,
+    /// `IDEMPOTENCY_TTL_SECS` (default 86400): how long the record of a
+    /// request with an `Idempotency-Key` is kept (DynamoDB TTL), so that a
+    /// retry of that key within it has no further effect.
+    pub idempotency_ttl: Duration,
     /// `AUTH_MODE`: `dev` enables the `x-user-id` header; anything else (or
     /// unset) means JWT only.
     pub auth_mode: AuthMode,
@@ -119,6 +125,13 @@ impl Config {
             ddb_attempt_timeout: ms("DDB_ATTEMPT_TIMEOUT_MS", 1_500, 1, 60_000)?,
             ddb_operation_timeout: ms("DDB_OPERATION_TIMEOUT_MS", 3_000, 1, 300_000)?,
             request_budget: ms("REQUEST_BUDGET_MS", 8_000, 1, 900_000)?,
+            request_timeout: ms("REQUEST_TIMEOUT_MS", 12_000, 1, 900_000)?,
+            idempotency_ttl: Duration::from_secs(num(
+                "IDEMPOTENCY_TTL_SECS",
+                86_400,
+                600,
+                31_536_000,
+            )?),
             ddb_max_attempts: num("DDB_MAX_ATTEMPTS", 3, 1, 10)? as u32,
             auth_mode,
         })

@@ -115,6 +115,15 @@ pub fn settings_key(reel: &ReelId) -> String {
     format!("reel#{reel}#settings")
 }
 
+/// `idem#{token}`: the record of a request made with an `Idempotency-Key`,
+/// written in the same transaction as the change it records (or alone, for
+/// a request that changed nothing), so that any later retry of that key
+/// answers from it instead of acting again. The token already hashes
+/// (user, reel, action, key). Expires through DynamoDB TTL (`expires_at`).
+pub fn idempotency_record_key(token: &str) -> String {
+    format!("idem#{token}")
+}
+
 /// Inverse of [`shard_key`], for tools that list shard items.
 pub fn parse_shard_key(pk: &str) -> Option<(u32, ReelId)> {
     let (shard, rest) = pk.split_once('#')?;

@@ -15,9 +15,11 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::keys::{Action, ReelId, UserId};
 use crate::retry::Backoff;
-use crate::store::{CounterStore, LikeTx, RetryReason, Settings, TxResult};
+use crate::store::{CounterStore, KeyRecordSpec, LikeTx, RetryReason, Settings, TxResult};
 use crate::token::{RequestIdentity, RequestToken};
+use moka::Expiry;
 use moka::future::Cache;
+use moka::ops::compute::Op;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -58,8 +60,12 @@ pub enum WritePath {
     Replayed,
     /// The like row was already in the requested state: nothing written.
     AlreadyInState,
-    /// DynamoDB reported IdempotentParameterMismatch; the like row showed the
-    /// request had already taken effect.
+    /// A request with an `Idempotency-Key` that was already used: answered
+    /// from the key's record, nothing written.
+    ResolvedByRecord,
+    /// The same request (same API request id) delivered again after its
+    /// shard moved (IdempotentParameterMismatch): answered from the like
+    /// row, nothing written.
     ResolvedByRow,
 }
 
@@ -69,6 +75,7 @@ impl WritePath {
             WritePath::Applied => "applied",
             WritePath::Replayed => "replayed",
             WritePath::AlreadyInState => "already_in_state",
+            WritePath::ResolvedByRecord => "resolved_by_record",
             WritePath::ResolvedByRow => "resolved_by_row",
         }
     }
@@ -96,6 +103,28 @@ pub struct LikeService<S> {
     budget: Duration,
     /// The SDK's bound on one call.
     call_timeout: Duration,
+    /// See [`Config::idempotency_ttl`].
+    key_ttl: Duration,
+}
+
+/// Count entries expire `ttl` after their shards were read, however often
+/// this instance adjusts them for its own writes.
+struct SinceRead(Duration);
+
+impl Expiry<ReelId, Count> for SinceRead {
+    fn expire_after_create(&self, _: &ReelId, value: &Count, _: Instant) -> Option<Duration> {
+        Some(self.0.saturating_sub(value.read_at.elapsed()))
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &ReelId,
+        value: &Count,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(self.0.saturating_sub(value.read_at.elapsed()))
+    }
 }
 
 fn cache<V: Clone + Send + Sync + 'static>(ttl: Duration, max: u64) -> Option<Cache<ReelId, V>> {
@@ -111,7 +140,12 @@ impl<S: CounterStore> LikeService<S> {
     pub fn new(store: S, config: &Config) -> Self {
         LikeService {
             store,
-            counts: cache(config.cache_ttl, config.cache_max_reels),
+            counts: (!config.cache_ttl.is_zero()).then(|| {
+                Cache::builder()
+                    .max_capacity(config.cache_max_reels)
+                    .expire_after(SinceRead(config.cache_ttl))
+                    .build()
+            }),
             settings: cache(config.settings_ttl, config.cache_max_reels),
             backoff: Backoff {
                 max_attempts: config.tx_max_attempts,
@@ -120,6 +154,7 @@ impl<S: CounterStore> LikeService<S> {
             },
             budget: config.request_budget,
             call_timeout: config.ddb_operation_timeout,
+            key_ttl: config.idempotency_ttl,
         }
     }
 
@@ -237,7 +272,8 @@ impl<S: CounterStore> LikeService<S> {
     }
 
     /// Likes or unlikes, exactly once: one transaction writes the like row
-    /// (conditioned on its current state) and the shard increment together.
+    /// (conditioned on its current state) and the shard increment together,
+    /// and for a request with an `Idempotency-Key` also the key's record.
     pub async fn write(&self, req: WriteRequest) -> Result<WriteOutcome, Error> {
         let started = Instant::now();
         let settings = self.settings(&req.reel).await?;
@@ -256,23 +292,31 @@ impl<S: CounterStore> LikeService<S> {
             ),
             (None, None) => RequestToken::random(),
         };
-        let now_ms = SystemTime::now()
+        let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+            .unwrap_or_default();
+        let record = req.idempotency_key.as_ref().map(|_| KeyRecordSpec {
+            key_token: token.clone(),
+            // Rounded up to the hour, so a retry within the hour sends the
+            // same record and an unlike retry is byte-identical (a replay).
+            expires_at: ((now + self.key_ttl).as_secs() as i64 / 3600 + 1) * 3600,
+        });
         let mut tx = LikeTx {
             user: req.user.clone(),
             reel: req.reel.clone(),
             action: req.action,
             shard: token.shard(settings.write_shards),
             token: token.clone(),
-            now_ms,
+            now_ms: now.as_millis() as i64,
+            record,
         };
-        let mut used_tokens = vec![token.clone()];
+        let wanted = req.action == Action::Like;
         let mut attempt = 0u32;
         let mut retries = 0u32;
+        let mut follow_ups = 0u32;
         let mut last_retry = RetryReason::Conflict;
-        let (path, changed) = loop {
+        // (path, liked, changed)
+        let (path, liked, changed) = loop {
             attempt += 1;
             if attempt > 1 {
                 let delay = self.backoff.delay(attempt - 1);
@@ -288,51 +332,77 @@ impl<S: CounterStore> LikeService<S> {
                 tokio::time::sleep(delay).await;
             }
             match self.store.write_like(&tx).await? {
-                TxResult::Committed { replayed: false } => break (WritePath::Applied, true),
-                TxResult::Committed { replayed: true } => break (WritePath::Replayed, true),
-                TxResult::AlreadyInState => break (WritePath::AlreadyInState, false),
-                TxResult::Retry(reason) => last_retry = reason,
-                TxResult::ParameterMismatch => {
-                    // The token is bound to a different request body: an
-                    // earlier attempt of this request (before a resize moved
-                    // its shard, or with another liked_at). Never count
-                    // again on a guess; the like row says what happened.
-                    let row = self.store.like_row(&req.user, &req.reel).await?;
-                    match (req.action, row) {
-                        (Action::Like, Some(row)) => {
-                            let ours = row
-                                .token
-                                .as_deref()
-                                .is_some_and(|t| used_tokens.iter().any(|u| u.as_str() == t));
-                            break (WritePath::ResolvedByRow, ours);
-                        }
-                        // The row is gone: the earlier attempt of this very
-                        // request removed it (a mismatch means DynamoDB
-                        // remembers that token as committed).
-                        (Action::Unlike, None) => break (WritePath::ResolvedByRow, true),
-                        _ => {
-                            // Not in the requested state: apply it afresh,
-                            // under a new token derived from this one, still
-                            // guarded by the like row's condition.
-                            let next = token.follow_up(attempt);
-                            tx.shard = next.shard(settings.write_shards);
-                            tx.token = next.clone();
-                            used_tokens.push(next);
-                            last_retry = RetryReason::Conflict;
-                        }
+                TxResult::Committed { replayed: false } => {
+                    break (WritePath::Applied, wanted, true);
+                }
+                TxResult::Committed { replayed: true } => {
+                    break (WritePath::Replayed, wanted, true);
+                }
+                TxResult::AlreadyInState => match &tx.record {
+                    // Record that this key changed nothing, so that a retry
+                    // after the user changed state does not act on it then.
+                    Some(spec) => {
+                        let r = self.store.record_unchanged(spec, req.action).await?;
+                        break (
+                            if r.changed {
+                                WritePath::ResolvedByRecord
+                            } else {
+                                WritePath::AlreadyInState
+                            },
+                            wanted,
+                            r.changed,
+                        );
                     }
+                    None => break (WritePath::AlreadyInState, wanted, false),
+                },
+                TxResult::KeyUsed => {
+                    let changed = self
+                        .store
+                        .key_record(&token)
+                        .await?
+                        .is_some_and(|r| r.changed);
+                    break (WritePath::ResolvedByRecord, wanted, changed);
+                }
+                TxResult::Retry(reason) => last_retry = reason,
+                TxResult::ParameterMismatch if tx.record.is_some() => {
+                    // The token is bound to another body: an earlier request
+                    // with this key (a like carries its own liked_at; a
+                    // resize may have moved the shard). Its record, written
+                    // atomically with any change it made, is the answer.
+                    if let Some(r) = self.store.key_record(&token).await? {
+                        break (WritePath::ResolvedByRecord, wanted, r.changed);
+                    }
+                    // No record: nothing committed under this key, so acting
+                    // now is not acting twice. A fresh token, the same record.
+                    follow_ups += 1;
+                    tx.token = token.follow_up(follow_ups);
+                    tx.shard = tx.token.shard(settings.write_shards);
+                    last_retry = RetryReason::Conflict;
+                }
+                TxResult::ParameterMismatch => {
+                    // Without a key the token comes from the request id: the
+                    // same request delivered again after a resize moved its
+                    // shard. Never write again; the like row tells the state.
+                    let row = self.store.like_row(&req.user, &req.reel).await?;
+                    let (liked, changed) = match (req.action, row) {
+                        (Action::Like, Some(row)) => {
+                            (true, row.token.as_deref() == Some(token.as_str()))
+                        }
+                        (Action::Like, None) => (false, false),
+                        (Action::Unlike, None) => (false, true),
+                        (Action::Unlike, Some(_)) => (true, false),
+                    };
+                    break (WritePath::ResolvedByRow, liked, changed);
                 }
             }
         };
-        let committed_at = Instant::now();
-        let current = self.count(&req.reel).await?;
-        // A sum read after our commit already includes it.
-        let own = if changed && current.read_at < committed_at {
-            req.action.delta()
+        let count = if path == WritePath::Applied {
+            self.count_after_own_change(&req.reel, req.action.delta(), Instant::now())
+                .await?
         } else {
-            0
+            // Nothing was written now: the cached total stands as it is.
+            self.count(&req.reel).await?.count
         };
-        let count = (current.count + own).max(0);
         tracing::info!(
             reel = %req.reel,
             action = req.action.as_str(),
@@ -340,16 +410,43 @@ impl<S: CounterStore> LikeService<S> {
             retries,
             outcome = path.as_str(),
             changed,
+            keyed = tx.record.is_some(),
             "write"
         );
         Ok(WriteOutcome {
-            liked: req.action == Action::Like,
+            liked,
             changed,
-            count,
+            count: count.max(0),
             path,
             retries,
             shard: tx.shard,
         })
+    }
+
+    /// The count after this instance committed `delta`: a cached sum read
+    /// before the commit is adjusted in place (its expiry stays anchored to
+    /// when it was read), so this instance's own likes and unlikes show in
+    /// what it serves next; a sum read after the commit already has it.
+    async fn count_after_own_change(
+        &self,
+        reel: &ReelId,
+        delta: i64,
+        committed_at: Instant,
+    ) -> Result<i64, Error> {
+        if let Some(c) = &self.counts {
+            c.entry(reel.clone())
+                .and_compute_with(|entry| async move {
+                    match entry.map(|e| e.into_value()) {
+                        Some(n) if n.read_at < committed_at => Op::Put(Count {
+                            count: n.count + delta,
+                            read_at: n.read_at,
+                        }),
+                        _ => Op::Nop,
+                    }
+                })
+                .await;
+        }
+        Ok(self.count(reel).await?.count)
     }
 
     /// Readiness: both tables reachable.
@@ -365,7 +462,7 @@ mod tests {
     //! throttling cancellations) and what the service makes of them. The
     //! DynamoDB behaviour itself is tested against dynoxide in `tests/`.
     use super::*;
-    use crate::store::{LikeRow, Settings};
+    use crate::store::{KeyRecord, LikeRow, Settings};
     use std::sync::Mutex;
 
     struct Scripted {
@@ -390,6 +487,19 @@ mod tests {
         }
         async fn like_row(&self, _u: &UserId, _r: &ReelId) -> Result<Option<LikeRow>, Error> {
             Ok(None)
+        }
+        async fn key_record(&self, _t: &RequestToken) -> Result<Option<KeyRecord>, Error> {
+            Ok(None)
+        }
+        async fn record_unchanged(
+            &self,
+            _s: &KeyRecordSpec,
+            action: Action,
+        ) -> Result<KeyRecord, Error> {
+            Ok(KeyRecord {
+                action,
+                changed: false,
+            })
         }
         async fn ping(&self) -> Result<(), Error> {
             Ok(())

@@ -182,8 +182,8 @@ async fn every_write_path_counts_once() {
     assert_eq!(t.shard_sum("paths").await, 0);
 
     // A retried like with the same key carries a new liked_at, so DynamoDB
-    // answers IdempotentParameterMismatch; the like row (written under our
-    // token) shows the original took effect: no second count.
+    // answers IdempotentParameterMismatch; the key's record (written with
+    // the change) answers for it: no second count.
     let a = svc
         .write(write("u2", "paths", Action::Like, Some("k-like"), "req-4"))
         .await
@@ -194,12 +194,15 @@ async fn every_write_path_counts_once() {
         .write(write("u2", "paths", Action::Like, Some("k-like"), "req-5"))
         .await
         .unwrap();
-    assert_eq!((b.path, b.changed), (WritePath::ResolvedByRow, true));
+    assert_eq!(
+        (b.path, b.changed, b.liked),
+        (WritePath::ResolvedByRecord, true, true)
+    );
     assert_eq!(t.shard_sum("paths").await, 1);
 
     // A resize between an unlike and its retry moves the retry's shard, so
-    // the retried request differs from the first: a mismatch again, resolved
-    // by the (absent) like row. Pick a key whose shard moves.
+    // the retried request differs from the first: a mismatch again, answered
+    // from the record. Pick a key whose shard moves.
     let (user, reel) = (
         UserId::parse("u2").unwrap(),
         ReelId::parse("paths").unwrap(),
@@ -222,16 +225,152 @@ async fn every_write_path_counts_once() {
         .write(write("u2", "paths", Action::Unlike, Some(&key), "req-7"))
         .await
         .unwrap();
-    assert_eq!((d.path, d.changed), (WritePath::ResolvedByRow, true));
+    assert_eq!((d.path, d.changed), (WritePath::ResolvedByRecord, true));
     assert_eq!(t.shard_sum("paths").await, 0);
     assert_eq!(t.like_rows("paths").await, 0);
 
-    // Already in state.
+    // Without a key: the same request (same request id) delivered again
+    // after its shard moved is answered from the like row, never re-applied.
+    let id = (0..)
+        .map(|i| format!("req-8-{i}"))
+        .find(|id| {
+            let tok = RequestToken::derive(
+                &UserId::parse("u4").unwrap(),
+                &reel,
+                Action::Like,
+                &RequestIdentity::RequestId(id),
+            );
+            tok.shard(50) != tok.shard(7)
+        })
+        .unwrap();
+    t.set_shards("paths", 7, 7).await;
     let e = svc
-        .write(write("u3", "paths", Action::Unlike, None, "req-8"))
+        .write(write("u4", "paths", Action::Like, None, &id))
         .await
         .unwrap();
-    assert_eq!((e.path, e.changed), (WritePath::AlreadyInState, false));
-    assert_eq!(t.shard_sum("paths").await, 0);
+    assert_eq!(e.path, WritePath::Applied);
+    t.set_shards("paths", 50, 50).await;
+    let f = svc
+        .write(write("u4", "paths", Action::Like, None, &id))
+        .await
+        .unwrap();
+    assert_eq!(
+        (f.path, f.liked, f.changed),
+        (WritePath::ResolvedByRow, true, true)
+    );
+    assert_eq!(t.shard_sum("paths").await, 1);
+
+    // Already in state.
+    let g = svc
+        .write(write("u3", "paths", Action::Unlike, None, "req-9"))
+        .await
+        .unwrap();
+    assert_eq!((g.path, g.changed), (WritePath::AlreadyInState, false));
+    assert_eq!(t.shard_sum("paths").await, 1);
+    t.stop().await;
+}
+
+/// A retry of a key has no further effect even after the user changed
+/// state in between: it answers what the original did and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_retry_of_a_key_never_undoes_a_later_action() {
+    let t = TestStack::uncached().await;
+    // like(K) → unlike → retry like(K): still unliked.
+    let r = t.like_with_key("u1", "late", "K").await;
+    assert_eq!(
+        (r.body["changed"].as_bool(), r.body["count"].as_i64()),
+        (Some(true), Some(1))
+    );
+    assert_eq!(t.unlike("u1", "late").await.body["changed"], true);
+    let r = t.like_with_key("u1", "late", "K").await;
+    assert_eq!(
+        (
+            r.status,
+            r.body["liked"].as_bool(),
+            r.body["changed"].as_bool()
+        ),
+        (200, Some(true), Some(true))
+    );
+    assert_eq!(r.body["count"], 0, "the count is today's");
+    assert_eq!(
+        (t.like_rows("late").await, t.shard_sum("late").await),
+        (0, 0)
+    );
+
+    // A key whose original changed nothing keeps changing nothing:
+    // like → like(K2) (already liked) → unlike → retry like(K2): still unliked.
+    t.like("u2", "late").await;
+    assert_eq!(
+        t.like_with_key("u2", "late", "K2").await.body["changed"],
+        false
+    );
+    t.unlike("u2", "late").await;
+    let r = t.like_with_key("u2", "late", "K2").await;
+    assert_eq!(r.body["changed"], false);
+    assert_eq!(
+        (t.like_rows("late").await, t.shard_sum("late").await),
+        (0, 0)
+    );
+
+    // Same for unlike: like → unlike(K3) → like → retry unlike(K3): still liked.
+    t.like("u3", "late").await;
+    assert_eq!(
+        t.send(
+            "DELETE",
+            "/reels/late/like",
+            Some("u3"),
+            &[("idempotency-key", "K3")],
+            None
+        )
+        .await
+        .body["changed"],
+        true
+    );
+    t.like("u3", "late").await;
+    let r = t
+        .send(
+            "DELETE",
+            "/reels/late/like",
+            Some("u3"),
+            &[("idempotency-key", "K3")],
+            None,
+        )
+        .await;
+    assert_eq!(
+        (r.body["liked"].as_bool(), r.body["changed"].as_bool()),
+        (Some(false), Some(true))
+    );
+    assert_eq!(
+        (t.like_rows("late").await, t.shard_sum("late").await),
+        (1, 1)
+    );
+    t.stop().await;
+}
+
+/// With the default cache on, the counts a like/unlike answers follow this
+/// instance's own changes, and a retry does not add its change again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answered_counts_follow_own_changes_with_the_cache_on() {
+    let t = TestStack::start(&[("CACHE_TTL_MS", "60000")]).await;
+    t.like("other", "cached-writes").await;
+    let mut counts = Vec::new();
+    for method in ["PUT", "DELETE", "PUT", "DELETE", "PUT"] {
+        let r = t
+            .send(method, "/reels/cached-writes/like", Some("me"), &[], None)
+            .await;
+        counts.push(r.body["count"].as_i64().unwrap());
+    }
+    assert_eq!(counts, [2, 1, 2, 1, 2]);
+    let r = t.like_with_key("you", "cached-writes", "k").await;
+    assert_eq!(r.body["count"], 3);
+    let r = t.like_with_key("you", "cached-writes", "k").await;
+    assert_eq!(r.body["count"], 3, "a retry is not counted again");
+    assert_eq!(
+        t.like("me", "cached-writes").await.body["count"],
+        3,
+        "already liked: unchanged"
+    );
+    assert_eq!(t.http_count("cached-writes").await, 3);
+    assert_eq!(t.shard_sum("cached-writes").await, 3);
     t.stop().await;
 }

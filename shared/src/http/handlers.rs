@@ -40,7 +40,20 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     let request_id = request::request_id(&req);
     let result = match route {
         None => Err(Error::NotFound),
-        Some(route) => dispatch(app, route, &method, req).await,
+        Some(route) => match tokio::time::timeout(
+            app.config.request_timeout,
+            dispatch(app, route, &method, req),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => {
+                // A write cut off here may or may not have committed; a
+                // retry counts once either way.
+                tracing::warn!(request_id, route = route_name, "request timeout");
+                Err(Error::Unavailable)
+            }
+        },
     };
     let response = match result {
         Ok((status, body)) => json_response(status, &body),

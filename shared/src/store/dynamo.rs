@@ -4,11 +4,14 @@
 //! translated here, once, by [`translate`]; the detail is logged and never
 //! leaves the module.
 
-use super::{CounterStore, LikeRow, LikeTx, RetryReason, Settings, TxResult};
+use super::{
+    CounterStore, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, RetryReason, Settings, TxResult,
+};
 use crate::config::Config;
 use crate::error::Error;
 use crate::keys::{self, Action, ReelId, UserId};
 use crate::retry::Backoff;
+use crate::token::RequestToken;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
@@ -287,11 +290,16 @@ impl CounterStore for DynamoStore {
                     .map_err(|e| internal("Update", &e))?,
             )
             .build();
-        let result = self
+        let mut request = self
             .client
             .transact_write_items()
             .transact_items(row_op)
-            .transact_items(shard_op)
+            .transact_items(shard_op);
+        if let Some(spec) = &tx.record {
+            request =
+                request.transact_items(record_put(&self.counters_table, spec, tx.action, true)?);
+        }
+        let result = request
             .client_request_token(tx.token.as_str())
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
@@ -356,6 +364,77 @@ impl CounterStore for DynamoStore {
         }))
     }
 
+    async fn key_record(&self, key_token: &RequestToken) -> Result<Option<KeyRecord>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.counters_table)
+            .key(
+                "pk",
+                AttributeValue::S(keys::idempotency_record_key(key_token.as_str())),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?;
+        let Some(item) = out.item else {
+            return Ok(None);
+        };
+        let action = match item
+            .get("action")
+            .and_then(|v| v.as_s().ok())
+            .map(String::as_str)
+        {
+            Some("like") => Action::Like,
+            Some("unlike") => Action::Unlike,
+            other => {
+                tracing::error!(action = ?other, "idempotency record with an unknown action");
+                return Err(Error::Internal);
+            }
+        };
+        let changed = item
+            .get("changed")
+            .and_then(|v| v.as_bool().ok())
+            .copied()
+            .unwrap_or(false);
+        Ok(Some(KeyRecord { action, changed }))
+    }
+
+    async fn record_unchanged(
+        &self,
+        spec: &KeyRecordSpec,
+        action: Action,
+    ) -> Result<KeyRecord, Error> {
+        // A one-item transaction: the template allows writes to the
+        // counters table only inside TransactWriteItems.
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(record_put(&self.counters_table, spec, action, false)?)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(KeyRecord {
+                action,
+                changed: false,
+            }),
+            Err(SdkError::ServiceError(se))
+                if matches!(
+                    se.err(),
+                    TransactWriteItemsError::TransactionCanceledException(_)
+                ) =>
+            {
+                // A record appeared first (a concurrent retry of the same
+                // key): it is the answer.
+                match self.key_record(&spec.key_token).await? {
+                    Some(r) => Ok(r),
+                    None => Err(Error::Contended),
+                }
+            }
+            Err(e) => Err(translate("TransactWriteItems", e)),
+        }
+    }
+
     async fn ping(&self) -> Result<(), Error> {
         let (a, b) = tokio::join!(
             self.client
@@ -373,8 +452,37 @@ impl CounterStore for DynamoStore {
     }
 }
 
-/// Reads the cancellation reasons (one per action: like row, then shard).
+/// The `Put` of an `Idempotency-Key` record, conditioned on its absence.
+fn record_put(
+    table: &str,
+    spec: &KeyRecordSpec,
+    action: Action,
+    changed: bool,
+) -> Result<TransactWriteItem, Error> {
+    Ok(TransactWriteItem::builder()
+        .put(
+            Put::builder()
+                .table_name(table)
+                .item(
+                    "pk",
+                    AttributeValue::S(keys::idempotency_record_key(spec.key_token.as_str())),
+                )
+                .item("action", AttributeValue::S(action.as_str().to_owned()))
+                .item("changed", AttributeValue::Bool(changed))
+                .item("expires_at", AttributeValue::N(spec.expires_at.to_string()))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(|e| internal("Put", &e))?,
+        )
+        .build())
+}
+
+/// Reads the cancellation reasons, one per action: like row, shard, and
+/// (for keyed requests) the idempotency record.
 pub(crate) fn classify_cancellation(codes: &[&str]) -> Result<TxResult, Error> {
+    if codes.get(2) == Some(&"ConditionalCheckFailed") {
+        return Ok(TxResult::KeyUsed);
+    }
     if codes.first() == Some(&"ConditionalCheckFailed") {
         return Ok(TxResult::AlreadyInState);
     }

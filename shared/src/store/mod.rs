@@ -48,6 +48,25 @@ pub struct LikeTx {
     /// Milliseconds since the Unix epoch, stored as `liked_at`. Fixed when the
     /// request is built, so that every retry of it is byte-identical.
     pub now_ms: i64,
+    /// For a request with an `Idempotency-Key`: the record written in the
+    /// same transaction, under the request's first token.
+    pub record: Option<KeyRecordSpec>,
+}
+
+/// Where and until when a key's record is kept.
+#[derive(Clone, Debug)]
+pub struct KeyRecordSpec {
+    pub key_token: RequestToken,
+    /// Unix seconds; DynamoDB's TTL deletes the record some time after.
+    pub expires_at: i64,
+}
+
+/// What a request with an `Idempotency-Key` did, as recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub action: Action,
+    /// Whether it changed the like state.
+    pub changed: bool,
 }
 
 /// How one transaction attempt ended.
@@ -59,6 +78,9 @@ pub enum TxResult {
     Committed { replayed: bool },
     /// The like row's condition failed: the user had already (un)liked.
     AlreadyInState,
+    /// The `Idempotency-Key` record exists: an earlier request with this
+    /// key already took effect (or was answered); nothing was written now.
+    KeyUsed,
     /// Cancelled for a reason worth retrying after a pause.
     Retry(RetryReason),
     /// The token was used before with different parameters.
@@ -107,6 +129,21 @@ pub trait CounterStore: Send + Sync + 'static {
         user: &UserId,
         reel: &ReelId,
     ) -> impl Future<Output = Result<Option<LikeRow>, Error>> + Send;
+
+    /// The record of a request made with an `Idempotency-Key`, read
+    /// consistently.
+    fn key_record(
+        &self,
+        key_token: &RequestToken,
+    ) -> impl Future<Output = Result<Option<KeyRecord>, Error>> + Send;
+
+    /// Records a keyed request that changed nothing, unless a record exists.
+    /// Returns the record now in place.
+    fn record_unchanged(
+        &self,
+        spec: &KeyRecordSpec,
+        action: Action,
+    ) -> impl Future<Output = Result<KeyRecord, Error>> + Send;
 
     /// Succeeds when both tables can be reached.
     fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send;
