@@ -181,6 +181,9 @@ fn build_event(
             }
         }
     }
+    hdrs.insert("host".into(), Value::String(host.to_owned()));
+    hdrs.insert("x-forwarded-proto".into(), Value::String("http".into()));
+    hdrs.insert("x-forwarded-for".into(), Value::String("127.0.0.1".into()));
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();

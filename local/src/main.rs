@@ -136,6 +136,9 @@ async fn demo() -> Result<()> {
     let counters = demo::counters_table(&template);
     let mut opts = StackOptions::isolated(PathBuf::new());
     opts.inherit_env = true;
+    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_ok_and(|v| !v.is_empty()) {
+        opts.dynamo = Dynamo::Endpoint(endpoint.clone());
+    }
     let config = likes::Config::from_lookup(|k| match k {
         "COUNTERS_TABLE" => Some(counters.clone()),
         "LIKES_TABLE" => Some("unused".into()),

@@ -8,6 +8,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
+    TimeToLiveSpecification, TimeToLiveStatus,
 };
 use likes::http::App;
 use likes::store::dynamo::{DynamoStore, sdk_config_loader};
@@ -204,11 +205,15 @@ impl Stack {
 
 /// An SDK client for `endpoint`, with dummy credentials and region when the
 /// environment has none (a local emulator accepts any).
+///
+/// The embedded emulator always gets dummy credentials. For an endpoint of
+/// the user's, the standard chain is used when the environment configures
+/// any credentials (variables, a profile, `~/.aws`, web identity, a
+/// container); otherwise dummy ones, without probing further (no instance
+/// metadata lookups from a developer's machine or CI).
 pub async fn client_for(config: &Config, endpoint: &str, opts: &StackOptions) -> Client {
     let mut loader = sdk_config_loader(config);
-    let has_creds =
-        opts.lookup("AWS_ACCESS_KEY_ID").is_some() || opts.lookup("AWS_PROFILE").is_some();
-    if !has_creds {
+    if !uses_real_credentials(opts) {
         loader = loader.credentials_provider(Credentials::new(
             "local",
             "local",
@@ -230,6 +235,31 @@ pub async fn client_for(config: &Config, endpoint: &str, opts: &StackOptions) ->
         .endpoint_url(endpoint)
         .build();
     Client::from_conf(conf)
+}
+
+fn uses_real_credentials(opts: &StackOptions) -> bool {
+    if matches!(opts.dynamo, Dynamo::Embedded { .. }) {
+        return false;
+    }
+    let vars = [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ];
+    if vars.iter().any(|v| opts.lookup(v).is_some()) {
+        return true;
+    }
+    let home = opts.lookup("HOME").map(PathBuf::from);
+    let files = [
+        opts.lookup("AWS_SHARED_CREDENTIALS_FILE")
+            .map(PathBuf::from),
+        opts.lookup("AWS_CONFIG_FILE").map(PathBuf::from),
+        home.as_ref().map(|h| h.join(".aws/credentials")),
+        home.as_ref().map(|h| h.join(".aws/config")),
+    ];
+    files.into_iter().flatten().any(|f| f.is_file())
 }
 
 /// Creates `name` from the template's definition unless it exists, and
@@ -288,6 +318,9 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
                 )
             })?;
         if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            if let Some(attr) = &def.ttl_attribute {
+                enable_ttl(client, name, attr).await?;
+            }
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -295,4 +328,45 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
     Err(anyhow!(
         "table {name} did not become ACTIVE within a minute"
     ))
+}
+
+/// Enables TTL on `attr` unless it already is.
+async fn enable_ttl(client: &Client, name: &str, attr: &str) -> Result<()> {
+    let current = client
+        .describe_time_to_live()
+        .table_name(name)
+        .send()
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "describing TTL of {name}: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+            )
+        })?;
+    let enabled = current.time_to_live_description().is_some_and(|d| {
+        d.attribute_name() == Some(attr)
+            && matches!(
+                d.time_to_live_status(),
+                Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+            )
+    });
+    if !enabled {
+        let spec = TimeToLiveSpecification::builder()
+            .attribute_name(attr)
+            .enabled(true)
+            .build()?;
+        client
+            .update_time_to_live()
+            .table_name(name)
+            .time_to_live_specification(spec)
+            .send()
+            .await
+            .map_err(|e| {
+                anyhow!(
+                    "enabling TTL on {name}: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+                )
+            })?;
+    }
+    Ok(())
 }

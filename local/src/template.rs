@@ -14,6 +14,8 @@ pub struct TableDef {
     pub key_schema: Vec<(String, String)>,
     /// (attribute name, "S" | "N" | "B")
     pub attributes: Vec<(String, String)>,
+    /// The TTL attribute, when `TimeToLiveSpecification` enables one.
+    pub ttl_attribute: Option<String>,
 }
 
 /// One `HttpApi` event of a function.
@@ -82,6 +84,12 @@ impl Template {
                             "AttributeType",
                         )
                         .with_context(|| format!("{id}.AttributeDefinitions"))?,
+                        ttl_attribute: props
+                            .get("TimeToLiveSpecification")
+                            .filter(|t| t.get("Enabled").and_then(Value::as_bool) == Some(true))
+                            .and_then(|t| t.get("AttributeName"))
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
                     });
                 }
                 "AWS::Serverless::Function" => {
