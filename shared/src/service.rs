@@ -19,7 +19,7 @@ use crate::store::{CounterStore, KeyRecordSpec, LikeTx, RetryReason, Settings, T
 use crate::token::{RequestIdentity, RequestToken};
 use moka::Expiry;
 use moka::future::Cache;
-use moka::ops::compute::Op;
+use moka::ops::compute::{CompResult, Op};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,6 +30,9 @@ pub struct Count {
     pub count: i64,
     /// When the BatchGetItem that produced `count` was sent.
     pub read_at: Instant,
+    /// When it had answered. A read that finished before a transaction was
+    /// sent cannot include it; one sent after it committed does.
+    pub done_at: Instant,
 }
 
 impl Count {
@@ -202,22 +205,28 @@ impl<S: CounterStore> LikeService<S> {
 
     /// The cached count of one reel (summed from its shards on a miss).
     pub async fn count(&self, reel: &ReelId) -> Result<Count, Error> {
-        let load = async {
-            let settings = self.settings(reel).await?;
-            let read_at = Instant::now();
-            let sums = self
-                .store
-                .sum_shards(&[(reel.clone(), settings.shards_to_sum())])
-                .await?;
-            Ok(Count {
-                count: sums.get(reel).copied().unwrap_or(0),
-                read_at,
-            })
-        };
         match &self.counts {
-            Some(c) => c.try_get_with(reel.clone(), load).await.map_err(unshare),
-            None => load.await,
+            Some(c) => c
+                .try_get_with(reel.clone(), self.sum_now(reel))
+                .await
+                .map_err(unshare),
+            None => self.sum_now(reel).await,
         }
+    }
+
+    /// Sums the reel's shards now, bypassing the count cache.
+    async fn sum_now(&self, reel: &ReelId) -> Result<Count, Error> {
+        let settings = self.settings(reel).await?;
+        let read_at = Instant::now();
+        let sums = self
+            .store
+            .sum_shards(&[(reel.clone(), settings.shards_to_sum())])
+            .await?;
+        Ok(Count {
+            count: sums.get(reel).copied().unwrap_or(0),
+            read_at,
+            done_at: Instant::now(),
+        })
     }
 
     /// The cached counts of many reels; the misses are summed together in
@@ -252,13 +261,17 @@ impl<S: CounterStore> LikeService<S> {
                 .collect();
             let read_at = Instant::now();
             let sums = self.store.sum_shards(&plan).await?;
+            let done_at = Instant::now();
             for r in missing {
-                let n = Count {
+                let mut n = Count {
                     count: sums.get(&r).copied().unwrap_or(0),
                     read_at,
+                    done_at,
                 };
                 if let Some(c) = &self.counts {
-                    c.insert(r.clone(), n).await;
+                    // An entry that appeared meanwhile (perhaps adjusted for
+                    // this instance's own writes) wins over this read.
+                    n = c.entry(r.clone()).or_insert(n).await.into_value();
                 }
                 out.insert(r, n);
             }
@@ -315,6 +328,7 @@ impl<S: CounterStore> LikeService<S> {
         let mut retries = 0u32;
         let mut follow_ups = 0u32;
         let mut last_retry = RetryReason::Conflict;
+        let mut sent_at: Instant;
         // (path, liked, changed)
         let (path, liked, changed) = loop {
             attempt += 1;
@@ -331,6 +345,7 @@ impl<S: CounterStore> LikeService<S> {
                 retries += 1;
                 tokio::time::sleep(delay).await;
             }
+            sent_at = Instant::now();
             match self.store.write_like(&tx).await? {
                 TxResult::Committed { replayed: false } => {
                     break (WritePath::Applied, wanted, true);
@@ -384,24 +399,36 @@ impl<S: CounterStore> LikeService<S> {
                     // same request delivered again after a resize moved its
                     // shard. Never write again; the like row tells the state.
                     let row = self.store.like_row(&req.user, &req.reel).await?;
-                    let (liked, changed) = match (req.action, row) {
-                        (Action::Like, Some(row)) => {
-                            (true, row.token.as_deref() == Some(token.as_str()))
-                        }
-                        (Action::Like, None) => (false, false),
-                        (Action::Unlike, None) => (false, true),
-                        (Action::Unlike, Some(_)) => (true, false),
+                    // DynamoDB remembers the token, so the first delivery
+                    // most likely committed: answer as it did. A like knows
+                    // for sure (its row carries the token); an unlike's row
+                    // is gone either way, so its `changed` is a best guess.
+                    let changed = match (req.action, row) {
+                        (Action::Like, Some(row)) => row.token.as_deref() == Some(token.as_str()),
+                        (Action::Like, None) => false,
+                        (Action::Unlike, _) => true,
                     };
-                    break (WritePath::ResolvedByRow, liked, changed);
+                    break (WritePath::ResolvedByRow, wanted, changed);
                 }
             }
         };
-        let count = if path == WritePath::Applied {
-            self.count_after_own_change(&req.reel, req.action.delta(), Instant::now())
-                .await?
-        } else {
+        let committed_at = Instant::now();
+        let count = match path {
+            WritePath::Applied => {
+                self.count_after_own_change(&req.reel, req.action.delta(), sent_at, committed_at)
+                    .await?
+            }
+            // Committed during this request (the SDK retried after a lost
+            // response) or by an earlier one: which, and so whether a cached
+            // sum has it, is unknown. Drop the sum and read afresh.
+            WritePath::Replayed => {
+                if let Some(c) = &self.counts {
+                    c.invalidate(&req.reel).await;
+                }
+                self.count(&req.reel).await?.count
+            }
             // Nothing was written now: the cached total stands as it is.
-            self.count(&req.reel).await?.count
+            _ => self.count(&req.reel).await?.count,
         };
         tracing::info!(
             reel = %req.reel,
@@ -423,30 +450,57 @@ impl<S: CounterStore> LikeService<S> {
         })
     }
 
-    /// The count after this instance committed `delta`: a cached sum read
-    /// before the commit is adjusted in place (its expiry stays anchored to
-    /// when it was read), so this instance's own likes and unlikes show in
-    /// what it serves next; a sum read after the commit already has it.
+    /// The count after this instance committed `delta` with a transaction
+    /// sent at `sent_at` that returned at `committed_at`.
+    ///
+    /// A cached sum whose read finished before the transaction was sent
+    /// cannot include it and is adjusted in place (its expiry stays anchored
+    /// to when it was read), so this instance's own likes and unlikes show
+    /// in what it serves next. A sum read after the commit includes it as it
+    /// is. A read that overlapped the transaction is ambiguous: it is
+    /// dropped and the shards are read again.
     async fn count_after_own_change(
         &self,
         reel: &ReelId,
         delta: i64,
+        sent_at: Instant,
         committed_at: Instant,
     ) -> Result<i64, Error> {
-        if let Some(c) = &self.counts {
-            c.entry(reel.clone())
+        let Some(c) = &self.counts else {
+            return Ok(self.sum_now(reel).await?.count);
+        };
+        for _ in 0..3 {
+            let current = self.count(reel).await?;
+            if current.read_at >= committed_at {
+                return Ok(current.count);
+            }
+            let excludes_ours = current.done_at < sent_at;
+            let result = c
+                .entry(reel.clone())
                 .and_compute_with(|entry| async move {
                     match entry.map(|e| e.into_value()) {
-                        Some(n) if n.read_at < committed_at => Op::Put(Count {
-                            count: n.count + delta,
-                            read_at: n.read_at,
-                        }),
+                        // Still the entry we looked at (other writes of this
+                        // instance may have adjusted it meanwhile).
+                        Some(n) if n.read_at == current.read_at && n.done_at == current.done_at => {
+                            if excludes_ours {
+                                Op::Put(Count {
+                                    count: n.count + delta,
+                                    ..n
+                                })
+                            } else {
+                                Op::Remove
+                            }
+                        }
                         _ => Op::Nop,
                     }
                 })
                 .await;
+            if let CompResult::ReplacedWith(e) = result {
+                return Ok(e.into_value().count);
+            }
         }
-        Ok(self.count(reel).await?.count)
+        // Still racing other loads: a sum read now includes the commit.
+        Ok(self.sum_now(reel).await?.count)
     }
 
     /// Readiness: both tables reachable.
@@ -600,5 +654,107 @@ mod tests {
         );
         assert_eq!(svc.write(like()).await.unwrap_err(), Error::Contended);
         assert_eq!(*svc.store().calls.lock().unwrap(), 1);
+    }
+}
+
+#[cfg(test)]
+mod cache_race_tests {
+    //! The cached sum against a read that overlaps this instance's own
+    //! transaction, with the timing made explicit by a store whose calls
+    //! take set times (the emulator answers too fast to show the race).
+    use super::*;
+    use crate::store::{KeyRecord, LikeRow};
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    /// One counter; a read answers 200 ms after it is sent; a transaction
+    /// commits 10 ms after it is sent and its answer arrives 400 ms later.
+    /// (Wide margins: the ordering must hold on a loaded CI machine.)
+    struct Timed {
+        truth: AtomicI64,
+    }
+
+    impl CounterStore for Timed {
+        async fn settings(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, Settings>, Error> {
+            Ok(reels
+                .iter()
+                .map(|r| (r.clone(), Settings::default()))
+                .collect())
+        }
+        async fn sum_shards(&self, reels: &[(ReelId, u32)]) -> Result<HashMap<ReelId, i64>, Error> {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let n = self.truth.load(Ordering::SeqCst);
+            Ok(reels.iter().map(|(r, _)| (r.clone(), n)).collect())
+        }
+        async fn write_like(&self, tx: &LikeTx) -> Result<TxResult, Error> {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            self.truth.fetch_add(tx.action.delta(), Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            Ok(TxResult::Committed { replayed: false })
+        }
+        async fn like_row(&self, _u: &UserId, _r: &ReelId) -> Result<Option<LikeRow>, Error> {
+            Ok(None)
+        }
+        async fn key_record(&self, _t: &RequestToken) -> Result<Option<KeyRecord>, Error> {
+            Ok(None)
+        }
+        async fn record_unchanged(
+            &self,
+            _s: &KeyRecordSpec,
+            action: Action,
+        ) -> Result<KeyRecord, Error> {
+            Ok(KeyRecord {
+                action,
+                changed: false,
+            })
+        }
+        async fn ping(&self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_that_overlaps_the_commit_is_not_adjusted_again() {
+        let config = Config::from_lookup(|k| match k {
+            "COUNTERS_TABLE" | "LIKES_TABLE" => Some("t".into()),
+            "CACHE_TTL_MS" => Some("60000".into()),
+            _ => None,
+        })
+        .unwrap();
+        let svc = Arc::new(LikeService::new(
+            Timed {
+                truth: AtomicI64::new(0),
+            },
+            &config,
+        ));
+        let reel = ReelId::parse("r").unwrap();
+        // A reader sends its sum first; the like is sent 5 ms later and
+        // commits while the read is in flight, so the read includes it,
+        // but it is cached before the like's answer arrives.
+        let reader = tokio::spawn({
+            let (svc, reel) = (svc.clone(), reel.clone());
+            async move { svc.count(&reel).await.unwrap().count }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let out = svc
+            .write(WriteRequest {
+                user: UserId::parse("u").unwrap(),
+                reel: reel.clone(),
+                action: Action::Like,
+                idempotency_key: None,
+                request_id: Some("req".into()),
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            reader.await.unwrap(),
+            1,
+            "the overlapping read saw the commit"
+        );
+        assert_eq!(out.count, 1, "not adjusted a second time");
+        assert_eq!(
+            svc.count(&reel).await.unwrap().count,
+            1,
+            "the cached sum is exact"
+        );
     }
 }

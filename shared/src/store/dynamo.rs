@@ -418,19 +418,32 @@ impl CounterStore for DynamoStore {
                 action,
                 changed: false,
             }),
-            Err(SdkError::ServiceError(se))
-                if matches!(
-                    se.err(),
-                    TransactWriteItemsError::TransactionCanceledException(_)
-                ) =>
-            {
-                // A record appeared first (a concurrent retry of the same
-                // key): it is the answer.
-                match self.key_record(&spec.key_token).await? {
-                    Some(r) => Ok(r),
-                    None => Err(Error::Contended),
+            Err(SdkError::ServiceError(se)) => match se.err() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    let codes: Vec<&str> = c
+                        .cancellation_reasons()
+                        .iter()
+                        .map(|r| r.code().unwrap_or("None"))
+                        .collect();
+                    match codes.first().copied() {
+                        // A record appeared first (a concurrent request with
+                        // the same key): it is the answer.
+                        Some("ConditionalCheckFailed") => self
+                            .key_record(&spec.key_token)
+                            .await?
+                            .ok_or(Error::Contended),
+                        Some("ThrottlingError" | "ProvisionedThroughputExceeded") => {
+                            Err(Error::Throttled)
+                        }
+                        Some("TransactionConflict") => Err(Error::Contended),
+                        _ => {
+                            tracing::error!(reasons = ?codes, "key record cancelled for an unexpected reason");
+                            Err(Error::Internal)
+                        }
+                    }
                 }
-            }
+                _ => Err(translate("TransactWriteItems", SdkError::ServiceError(se))),
+            },
             Err(e) => Err(translate("TransactWriteItems", e)),
         }
     }
