@@ -14,6 +14,15 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
+    /// `TX_MAX_ATTEMPTS`, `RETRY_BASE_MS` and `RETRY_MAX_MS`.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Backoff {
+            max_attempts: config.tx_max_attempts,
+            base: config.retry_base,
+            max: config.retry_max,
+        }
+    }
+
     /// The pause before attempt `attempt + 1` (attempt counts from 1): a
     /// uniform draw from `0..=min(max, base * 2^(attempt-1))`.
     pub fn delay(&self, attempt: u32) -> Duration {

@@ -150,11 +150,7 @@ impl<S: CounterStore> LikeService<S> {
                     .build()
             }),
             settings: cache(config.settings_ttl, config.cache_max_reels),
-            backoff: Backoff {
-                max_attempts: config.tx_max_attempts,
-                base: config.retry_base,
-                max: config.retry_max,
-            },
+            backoff: Backoff::from_config(config),
             budget: config.request_budget,
             call_timeout: config.ddb_operation_timeout,
             key_ttl: config.idempotency_ttl,

@@ -42,7 +42,7 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
         None => Err(Error::NotFound),
         Some(route) => match tokio::time::timeout(
             app.config.request_timeout,
-            dispatch(app, route, &method, req),
+            dispatch(app, route, &method, request_id.clone(), req),
         )
         .await
         {
@@ -73,6 +73,7 @@ async fn dispatch(
     app: &App,
     route: Route,
     method: &Method,
+    request_id: Option<String>,
     req: Request,
 ) -> Result<(StatusCode, Value), Error> {
     let allowed = match &route {
@@ -102,7 +103,7 @@ async fn dispatch(
                     reel: reel.clone(),
                     action,
                     idempotency_key,
-                    request_id: request::request_id(&req),
+                    request_id,
                 })
                 .await?;
             Ok((

@@ -82,11 +82,7 @@ impl DynamoStore {
             client,
             counters_table: config.counters_table.clone(),
             likes_table: config.likes_table.clone(),
-            backoff: Backoff {
-                max_attempts: config.tx_max_attempts,
-                base: config.retry_base,
-                max: config.retry_max,
-            },
+            backoff: Backoff::from_config(config),
         }
     }
 
@@ -322,12 +318,7 @@ impl CounterStore for DynamoStore {
             }
             Err(SdkError::ServiceError(se)) => match se.err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
-                    let codes: Vec<&str> = c
-                        .cancellation_reasons()
-                        .iter()
-                        .map(|r| r.code().unwrap_or("None"))
-                        .collect();
-                    classify_cancellation(&codes)
+                    classify_cancellation(&cancellation_codes(c))
                 }
                 TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
                     Ok(TxResult::ParameterMismatch)
@@ -420,24 +411,17 @@ impl CounterStore for DynamoStore {
             }),
             Err(SdkError::ServiceError(se)) => match se.err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
-                    let codes: Vec<&str> = c
-                        .cancellation_reasons()
-                        .iter()
-                        .map(|r| r.code().unwrap_or("None"))
-                        .collect();
-                    match codes.first().copied() {
+                    match classify_cancellation(&cancellation_codes(c))? {
                         // A record appeared first (a concurrent request with
                         // the same key): it is the answer.
-                        Some("ConditionalCheckFailed") => self
+                        TxResult::AlreadyInState => self
                             .key_record(&spec.key_token)
                             .await?
                             .ok_or(Error::Contended),
-                        Some("ThrottlingError" | "ProvisionedThroughputExceeded") => {
-                            Err(Error::Throttled)
-                        }
-                        Some("TransactionConflict") => Err(Error::Contended),
-                        _ => {
-                            tracing::error!(reasons = ?codes, "key record cancelled for an unexpected reason");
+                        TxResult::Retry(RetryReason::Throttled) => Err(Error::Throttled),
+                        TxResult::Retry(_) => Err(Error::Contended),
+                        other => {
+                            tracing::error!(outcome = ?other, "key record cancelled for an unexpected reason");
                             Err(Error::Internal)
                         }
                     }
@@ -463,6 +447,16 @@ impl CounterStore for DynamoStore {
         b.map_err(|e| translate("DescribeTable", e))?;
         Ok(())
     }
+}
+
+/// The reason codes of a cancelled transaction, one per item in order.
+fn cancellation_codes(
+    c: &aws_sdk_dynamodb::types::error::TransactionCanceledException,
+) -> Vec<&str> {
+    c.cancellation_reasons()
+        .iter()
+        .map(|r| r.code().unwrap_or("None"))
+        .collect()
 }
 
 /// The `Put` of an `Idempotency-Key` record, conditioned on its absence.
