@@ -298,10 +298,7 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
                 if e.as_service_error()
                     .is_some_and(|s| s.is_resource_in_use_exception()) => {}
             Err(e) => {
-                return Err(anyhow!(
-                    "creating table {name}: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                ));
+                return Err(sdk_error(format!("creating table {name}"), &e));
             }
         }
     }
@@ -311,12 +308,7 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
             .table_name(name)
             .send()
             .await
-            .map_err(|e| {
-                anyhow!(
-                    "describing {name}: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                )
-            })?;
+            .map_err(|e| sdk_error(format!("describing {name}"), &e))?;
         if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
             if let Some(attr) = &def.ttl_attribute {
                 enable_ttl(client, name, attr).await?;
@@ -337,12 +329,7 @@ async fn enable_ttl(client: &Client, name: &str, attr: &str) -> Result<()> {
         .table_name(name)
         .send()
         .await
-        .map_err(|e| {
-            anyhow!(
-                "describing TTL of {name}: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-            )
-        })?;
+        .map_err(|e| sdk_error(format!("describing TTL of {name}"), &e))?;
     let enabled = current.time_to_live_description().is_some_and(|d| {
         d.attribute_name() == Some(attr)
             && matches!(
@@ -361,12 +348,16 @@ async fn enable_ttl(client: &Client, name: &str, attr: &str) -> Result<()> {
             .time_to_live_specification(spec)
             .send()
             .await
-            .map_err(|e| {
-                anyhow!(
-                    "enabling TTL on {name}: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                )
-            })?;
+            .map_err(|e| sdk_error(format!("enabling TTL on {name}"), &e))?;
     }
     Ok(())
+}
+
+/// An SDK error with its full context (code, message, source chain), for the
+/// messages `make serve` prints when set-up fails.
+fn sdk_error(what: String, e: &(dyn std::error::Error + 'static)) -> anyhow::Error {
+    anyhow!(
+        "{what}: {}",
+        aws_sdk_dynamodb::error::DisplayErrorContext(e)
+    )
 }
