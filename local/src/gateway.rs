@@ -39,6 +39,7 @@ impl Gateway {
             let function = match r.code_uri.rsplit('/').next() {
                 Some("like") => Function::Like,
                 Some("read") => Function::Read,
+                Some("reshard") => Function::Reshard,
                 _ => bail!(
                     "no local handler for {} (CodeUri {})",
                     r.function,

@@ -2,13 +2,14 @@
 //! `template.yaml`, and the gateway serving every route on one base URL.
 
 use crate::gateway::Gateway;
-use crate::template::{TableDef, Template};
+use crate::template::{ScheduleDef, TableDef, Template};
 use anyhow::{Context, Result, anyhow};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
-    TimeToLiveSpecification, TimeToLiveStatus,
+    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
+    GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
 use likes::http::App;
 use likes::store::dynamo::{DynamoStore, sdk_config_loader};
@@ -17,7 +18,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -170,6 +171,21 @@ impl Stack {
             let g = gateway.clone();
             async move { g.serve(req).await }
         });
+        let period = match lookup_opts.lookup("LOCAL_SCHEDULE_SECS") {
+            None => Duration::from_secs(10),
+            Some(v) => Duration::from_secs_f64(
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .ok_or_else(|| anyhow!("LOCAL_SCHEDULE_SECS={v:?} is not a number of seconds"))?,
+            ),
+        };
+        for schedule in &template.schedules {
+            if !period.is_zero() {
+                tasks.push(spawn_schedule(app.clone(), schedule, period, stopped.clone())?);
+            }
+        }
         let mut rx = stopped.clone();
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
@@ -202,6 +218,52 @@ impl Stack {
         }
     }
 }
+
+/// The scheduled invocations EventBridge makes in AWS, made locally every
+/// `period` (`LOCAL_SCHEDULE_SECS`), through the same entry point as the
+/// Lambda function, one at a time.
+fn spawn_schedule(
+    app: Arc<App>,
+    schedule: &ScheduleDef,
+    period: Duration,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>> {
+    let name = schedule.code_uri.rsplit('/').next().unwrap_or_default();
+    if name != "reshard" {
+        anyhow::bail!(
+            "no local handler for the schedule of {} (CodeUri {})",
+            schedule.function,
+            schedule.code_uri
+        );
+    }
+    Ok(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = stopped.wait_for(|s| *s) => return,
+                _ = tick.tick() => {}
+            }
+            let event = serde_json::json!({
+                "source": "aws.events",
+                "detail-type": "Scheduled Event",
+                "detail": {},
+            });
+            let deadline = Instant::now() + SCHEDULED_TIMEOUT;
+            let run = likes::http::handle_reshard_event(&app, event, Some(deadline));
+            tokio::select! {
+                _ = stopped.wait_for(|s| *s) => return,
+                r = run => if let Err(e) = r {
+                    tracing::warn!(error = e.code(), "scheduled reshard run failed");
+                },
+            }
+        }
+    }))
+}
+
+/// The `Timeout` of the scheduled functions in `template.yaml`.
+const SCHEDULED_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// An SDK client for `endpoint`, with dummy credentials and region when the
 /// environment has none (a local emulator accepts any).
@@ -276,19 +338,15 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
             .create_table()
             .table_name(name)
             .billing_mode(BillingMode::PayPerRequest);
-        for (attr, kind) in &def.key_schema {
-            req = req.key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name(attr)
-                    .key_type(KeyType::from(kind.as_str()))
-                    .build()?,
-            );
-        }
-        for (attr, ty) in &def.attributes {
-            req = req.attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name(attr)
-                    .attribute_type(ScalarAttributeType::from(ty.as_str()))
+        req = req
+            .set_key_schema(Some(key_schema(&def.key_schema)?))
+            .set_attribute_definitions(Some(attribute_definitions(def)?));
+        for index in &def.indexes {
+            req = req.global_secondary_indexes(
+                GlobalSecondaryIndex::builder()
+                    .index_name(&index.name)
+                    .set_key_schema(Some(key_schema(&index.key_schema)?))
+                    .projection(projection(&index.projection))
                     .build()?,
             );
         }
@@ -309,7 +367,43 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
             .send()
             .await
             .map_err(|e| sdk_error(format!("describing {name}"), &e))?;
-        if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+        let table = out.table();
+        let indexes_active = table
+            .map(|t| t.global_secondary_indexes())
+            .unwrap_or_default()
+            .iter()
+            .all(|i| i.index_status().is_none_or(|s| *s == IndexStatus::Active));
+        if table.and_then(|t| t.table_status()) == Some(&TableStatus::Active) && indexes_active {
+            // A table kept from an older template (a DYNOXIDE_DB_FILE) gets
+            // the indexes it lacks.
+            let have: Vec<&str> = table
+                .map(|t| t.global_secondary_indexes())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|i| i.index_name())
+                .collect();
+            if let Some(index) = def.indexes.iter().find(|i| !have.contains(&i.name.as_str())) {
+                client
+                    .update_table()
+                    .table_name(name)
+                    .set_attribute_definitions(Some(attribute_definitions(def)?))
+                    .global_secondary_index_updates(
+                        GlobalSecondaryIndexUpdate::builder()
+                            .create(
+                                CreateGlobalSecondaryIndexAction::builder()
+                                    .index_name(&index.name)
+                                    .set_key_schema(Some(key_schema(&index.key_schema)?))
+                                    .projection(projection(&index.projection))
+                                    .build()?,
+                            )
+                            .build(),
+                    )
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(format!("adding index {} to {name}", index.name), &e))?;
+                tracing::info!(table = name, index = %index.name, "added index");
+                continue;
+            }
             if let Some(attr) = &def.ttl_attribute {
                 enable_ttl(client, name, attr).await?;
             }
@@ -320,6 +414,35 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
     Err(anyhow!(
         "table {name} did not become ACTIVE within a minute"
     ))
+}
+
+fn key_schema(keys: &[(String, String)]) -> Result<Vec<KeySchemaElement>> {
+    keys.iter()
+        .map(|(attr, kind)| {
+            Ok(KeySchemaElement::builder()
+                .attribute_name(attr)
+                .key_type(KeyType::from(kind.as_str()))
+                .build()?)
+        })
+        .collect()
+}
+
+fn attribute_definitions(def: &TableDef) -> Result<Vec<AttributeDefinition>> {
+    def.attributes
+        .iter()
+        .map(|(attr, ty)| {
+            Ok(AttributeDefinition::builder()
+                .attribute_name(attr)
+                .attribute_type(ScalarAttributeType::from(ty.as_str()))
+                .build()?)
+        })
+        .collect()
+}
+
+fn projection(kind: &str) -> Projection {
+    Projection::builder()
+        .projection_type(ProjectionType::from(kind))
+        .build()
 }
 
 /// Enables TTL on `attr` unless it already is.

@@ -16,6 +16,26 @@ pub struct TableDef {
     pub attributes: Vec<(String, String)>,
     /// The TTL attribute, when `TimeToLiveSpecification` enables one.
     pub ttl_attribute: Option<String>,
+    pub indexes: Vec<IndexDef>,
+}
+
+/// A global secondary index of a table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexDef {
+    pub name: String,
+    pub key_schema: Vec<(String, String)>,
+    /// `KEYS_ONLY`, `INCLUDE` or `ALL`.
+    pub projection: String,
+}
+
+/// One `Schedule` / `ScheduleV2` event of a function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleDef {
+    pub function: String,
+    pub code_uri: String,
+    /// The `Schedule` / `ScheduleExpression` value as written (it may be a
+    /// `!Ref` to a parameter, shown as `!Ref Name`).
+    pub expression: String,
 }
 
 /// One `HttpApi` event of a function.
@@ -35,6 +55,7 @@ pub struct RouteDef {
 pub struct Template {
     pub tables: Vec<TableDef>,
     pub routes: Vec<RouteDef>,
+    pub schedules: Vec<ScheduleDef>,
     /// Environment variable → table logical id, from `!Ref <Table>` values in
     /// `Globals.Function.Environment` and each function's `Environment`.
     pub table_env: BTreeMap<String, String>,
@@ -55,6 +76,7 @@ impl Template {
             .ok_or_else(|| anyhow!("template has no Resources"))?;
         let mut tables = Vec::new();
         let mut routes = Vec::new();
+        let mut schedules = Vec::new();
         let mut table_env = BTreeMap::new();
         let mut env_blocks: Vec<&Value> = Vec::new();
         if let Some(v) = doc
@@ -90,6 +112,8 @@ impl Template {
                             .and_then(|t| t.get("AttributeName"))
                             .and_then(Value::as_str)
                             .map(str::to_owned),
+                        indexes: indexes(props.get("GlobalSecondaryIndexes"))
+                            .with_context(|| format!("{id}.GlobalSecondaryIndexes"))?,
                     });
                 }
                 "AWS::Serverless::Function" => {
@@ -105,10 +129,23 @@ impl Template {
                     }
                     let events = props.get("Events").and_then(Value::as_mapping);
                     for (_, ev) in events.into_iter().flatten() {
-                        if ev.get("Type").and_then(Value::as_str) != Some("HttpApi") {
-                            continue;
-                        }
                         let p = ev.get("Properties");
+                        match ev.get("Type").and_then(Value::as_str) {
+                            Some("HttpApi") => {}
+                            Some("Schedule" | "ScheduleV2") => {
+                                let expr = p
+                                    .and_then(|p| p.get("Schedule").or(p.get("ScheduleExpression")))
+                                    .map(describe)
+                                    .unwrap_or_default();
+                                schedules.push(ScheduleDef {
+                                    function: id.clone(),
+                                    code_uri: code_uri.clone(),
+                                    expression: expr,
+                                });
+                                continue;
+                            }
+                            _ => continue,
+                        }
                         let path = p
                             .and_then(|p| p.get("Path"))
                             .and_then(Value::as_str)
@@ -146,6 +183,7 @@ impl Template {
         Ok(Template {
             tables,
             routes,
+            schedules,
             table_env,
         })
     }
@@ -155,6 +193,45 @@ impl Template {
         let id = self.table_env.get(var)?;
         self.tables.iter().find(|t| &t.logical_id == id)
     }
+}
+
+/// A scalar as written, or `!Tag value` for a short-form intrinsic.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Tagged(t) => format!("{} {}", t.tag, describe(&t.value)),
+        other => serde_yaml::to_string(other)
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+    }
+}
+
+fn indexes(v: Option<&Value>) -> Result<Vec<IndexDef>> {
+    let Some(list) = v else {
+        return Ok(Vec::new());
+    };
+    let list = list
+        .as_sequence()
+        .ok_or_else(|| anyhow!("expected a list"))?;
+    list.iter()
+        .map(|g| {
+            Ok(IndexDef {
+                name: g
+                    .get("IndexName")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| anyhow!("an index without a plain IndexName"))?
+                    .to_owned(),
+                key_schema: pairs(g.get("KeySchema"), "AttributeName", "KeyType")?,
+                projection: g
+                    .get("Projection")
+                    .and_then(|p| p.get("ProjectionType"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("ALL")
+                    .to_owned(),
+            })
+        })
+        .collect()
 }
 
 fn pairs(v: Option<&Value>, a: &str, b: &str) -> Result<Vec<(String, String)>> {

@@ -61,6 +61,66 @@ pub struct Config {
     /// `AUTH_MODE`: `dev` enables the `x-user-id` header; anything else (or
     /// unset) means JWT only.
     pub auth_mode: AuthMode,
+    /// Resizing (see [`crate::reshard`]).
+    pub resize: ResizeConfig,
+}
+
+/// How reels are resized, by hand and automatically.
+#[derive(Clone, Debug)]
+pub struct ResizeConfig {
+    /// `MAX_SHARDS` (default 100, at most 100): the most shards a reel may
+    /// get. 100 is DynamoDB's limit on one `TransactGetItems`, which readers
+    /// of a shrinking reel use.
+    pub max_shards: u32,
+    /// `RESIZE_MARGIN_MS` (default 2000): added to every wait between resize
+    /// steps, for clock skew between function instances.
+    pub margin: Duration,
+    /// `AUTO_RESHARD` (default `on`): `off` turns off the automatic grow and
+    /// shrink; resizes started by hand still complete.
+    pub auto: bool,
+    /// `HOT_LIKES_PER_SEC` (default 300): a reel writing at least this many
+    /// likes and unlikes a second is grown.
+    pub hot_per_sec: f64,
+    /// `SHARD_WRITES_PER_SEC` (default 400): writes one shard takes safely.
+    /// A DynamoDB partition takes 1,000 write units a second and a like's
+    /// transactional shard update costs 2, so 500 is the ceiling; 400 leaves
+    /// room for the unevenness of random shard choice.
+    pub shard_writes_per_sec: f64,
+    /// `SHARD_HEADROOM` (default 2.0): the sizing rule's factor on the
+    /// observed rate, room for the rate to grow before the next resize.
+    pub headroom: f64,
+    /// `COOL_LIKES_PER_SEC` (default 50) and `COOL_DOWN_SECS` (default 3600):
+    /// a reel writing below this rate for that long is folded back to one
+    /// shard by the scheduled run.
+    pub cool_per_sec: f64,
+    pub cool_down: Duration,
+    /// `CONTENTION_GROW_EVENTS` (default 3; 0 turns it off): this many
+    /// throttled or conflicting like transactions on one reel within 10 s,
+    /// seen by one function instance, double the reel's shards.
+    pub contention_events: u32,
+    /// `RESHARD_MAX_WAIT_MS` (default 25000): the longest a scheduled run
+    /// sleeps for a resize step that is about to become due, instead of
+    /// leaving it to the next run.
+    pub max_wait: Duration,
+}
+
+impl ResizeConfig {
+    /// The sizing rule: `ceil(rate × headroom / safe writes per shard)`,
+    /// between 1 and `max_shards`.
+    pub fn shards_for_rate(&self, writes_per_sec: f64) -> u32 {
+        let n = (writes_per_sec.max(0.0) * self.headroom / self.shard_writes_per_sec).ceil();
+        (n as u32).clamp(1, self.max_shards)
+    }
+}
+
+impl Config {
+    /// How long after a settings change no function instance can still act
+    /// on the settings before it: a cached copy lives `SETTINGS_TTL_MS`
+    /// (counted from when it was read), and a request that read it may keep
+    /// writing for up to `REQUEST_TIMEOUT_MS`; plus the margin.
+    pub fn resize_wait(&self) -> Duration {
+        self.settings_ttl + self.request_timeout + self.resize.margin
+    }
 }
 
 /// A configuration value that could not be used.
@@ -107,6 +167,41 @@ impl Config {
                 )));
             }
         };
+        let rate = |name: &str, default: f64| -> Result<f64, ConfigError> {
+            match get(name).filter(|v| !v.trim().is_empty()) {
+                None => Ok(default),
+                Some(v) => match v.trim().parse::<f64>() {
+                    Ok(x) if x.is_finite() && x > 0.0 && x <= 1e9 => Ok(x),
+                    _ => Err(ConfigError(format!("{name}={v:?} is not a positive number"))),
+                },
+            }
+        };
+        let auto = match get("AUTO_RESHARD").as_deref().map(str::trim) {
+            None | Some("") | Some("on") => true,
+            Some("off") => false,
+            Some(other) => {
+                return Err(ConfigError(format!(
+                    "AUTO_RESHARD={other:?}: expected \"on\" or \"off\""
+                )));
+            }
+        };
+        let resize = ResizeConfig {
+            max_shards: num("MAX_SHARDS", 100, 1, crate::keys::MAX_SHARDS.into())? as u32,
+            margin: ms("RESIZE_MARGIN_MS", 2_000, 0, 600_000)?,
+            auto,
+            hot_per_sec: rate("HOT_LIKES_PER_SEC", 300.0)?,
+            shard_writes_per_sec: rate("SHARD_WRITES_PER_SEC", 400.0)?,
+            headroom: rate("SHARD_HEADROOM", 2.0)?,
+            cool_per_sec: rate("COOL_LIKES_PER_SEC", 50.0)?,
+            cool_down: Duration::from_secs(num("COOL_DOWN_SECS", 3_600, 0, 30 * 86_400)?),
+            contention_events: num("CONTENTION_GROW_EVENTS", 3, 0, 1_000)? as u32,
+            max_wait: ms("RESHARD_MAX_WAIT_MS", 25_000, 0, 600_000)?,
+        };
+        if resize.cool_per_sec >= resize.hot_per_sec {
+            return Err(ConfigError(
+                "COOL_LIKES_PER_SEC must be below HOT_LIKES_PER_SEC".into(),
+            ));
+        }
         let retry_base = ms("RETRY_BASE_MS", 25, 1, 10_000)?;
         let retry_max = ms("RETRY_MAX_MS", 1_000, 1, 60_000)?;
         if retry_max < retry_base {
@@ -134,6 +229,7 @@ impl Config {
             )?),
             ddb_max_attempts: num("DDB_MAX_ATTEMPTS", 3, 1, 10)? as u32,
             auth_mode,
+            resize,
         })
     }
 }
@@ -157,6 +253,19 @@ mod tests {
         assert_eq!(c.cache_ttl, Duration::from_millis(2000));
         assert_eq!(c.settings_ttl, Duration::from_millis(5000));
         assert_eq!(c.auth_mode, AuthMode::Jwt);
+        assert_eq!(c.resize.max_shards, 100);
+        assert_eq!(c.resize_wait(), Duration::from_millis(5000 + 12000 + 2000));
+    }
+
+    #[test]
+    fn sizing_rule() {
+        let c = cfg(&[("COUNTERS_TABLE", "c"), ("LIKES_TABLE", "l")]).unwrap();
+        // ceil(rate × 2.0 / 400), between 1 and 100.
+        assert_eq!(c.resize.shards_for_rate(0.0), 1);
+        assert_eq!(c.resize.shards_for_rate(200.0), 1);
+        assert_eq!(c.resize.shards_for_rate(300.0), 2);
+        assert_eq!(c.resize.shards_for_rate(9_000.0), 45);
+        assert_eq!(c.resize.shards_for_rate(1e6), 100);
     }
 
     #[test]
@@ -167,6 +276,11 @@ mod tests {
             ("CACHE_TTL_MS", "-1"),
             ("CACHE_TTL_MS", "2s"),
             ("TX_MAX_ATTEMPTS", "0"),
+            ("MAX_SHARDS", "101"),
+            ("HOT_LIKES_PER_SEC", "0"),
+            ("SHARD_HEADROOM", "NaN"),
+            ("COOL_LIKES_PER_SEC", "500"),
+            ("AUTO_RESHARD", "maybe"),
         ] {
             let mut pairs = base.to_vec();
             pairs.push(bad);

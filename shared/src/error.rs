@@ -16,12 +16,20 @@ pub enum Error {
     /// 401: a like/unlike without a verified identity.
     #[error("authentication required")]
     Unauthorized,
+    /// 403: an admin route called without the IAM authorization the
+    /// template requires (outside `AUTH_MODE=dev`).
+    #[error("this route requires IAM authorization")]
+    Forbidden,
     /// 404: no such route.
     #[error("no such route")]
     NotFound,
     /// 405: the route exists, the method does not. `allow` lists the methods.
     #[error("method not allowed")]
     MethodNotAllowed { allow: &'static str },
+    /// 409: the request conflicts with the current state (a resize to
+    /// another shard count is in progress).
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     /// 413: the request body is larger than `limit` bytes.
     #[error("request body too large")]
     PayloadTooLarge { limit: usize },
@@ -53,8 +61,10 @@ impl Error {
         match self {
             Error::BadRequest { .. } => 400,
             Error::Unauthorized => 401,
+            Error::Forbidden => 403,
             Error::NotFound => 404,
             Error::MethodNotAllowed { .. } => 405,
+            Error::Conflict { .. } => 409,
             Error::PayloadTooLarge { .. } => 413,
             Error::Throttled | Error::Contended => 429,
             Error::Internal => 500,
@@ -67,8 +77,10 @@ impl Error {
         match self {
             Error::BadRequest { code, .. } => code,
             Error::Unauthorized => "unauthorized",
+            Error::Forbidden => "forbidden",
             Error::NotFound => "not_found",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
+            Error::Conflict { code, .. } => code,
             Error::PayloadTooLarge { .. } => "payload_too_large",
             Error::Throttled => "throttled",
             Error::Contended => "contended",
@@ -106,8 +118,13 @@ mod tests {
         let all = [
             Error::bad_request("invalid_reel_id", "x"),
             Error::Unauthorized,
+            Error::Forbidden,
             Error::NotFound,
             Error::MethodNotAllowed { allow: "GET" },
+            Error::Conflict {
+                code: "resize_in_progress",
+                message: "busy".into(),
+            },
             Error::PayloadTooLarge { limit: 10 },
             Error::Throttled,
             Error::Contended,
@@ -115,7 +132,7 @@ mod tests {
             Error::Internal,
         ];
         let statuses: Vec<u16> = all.iter().map(Error::status).collect();
-        assert_eq!(statuses, [400, 401, 404, 405, 413, 429, 429, 503, 500]);
+        assert_eq!(statuses, [400, 401, 403, 404, 405, 409, 413, 429, 429, 503, 500]);
         for e in &all {
             let b = e.body();
             assert_eq!(b["error"]["code"], e.code());

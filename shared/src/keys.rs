@@ -10,9 +10,11 @@ pub const MAX_REEL_ID_LEN: usize = 64;
 /// Longest user id accepted (in bytes). Identity providers' `sub` claims are
 /// far shorter; the bound keeps a hostile header from making large keys.
 pub const MAX_USER_ID_LEN: usize = 256;
-/// Shard numbers are zero-padded to three digits, so a reel can have at most
-/// 1000 shards (000..=999).
-pub const MAX_SHARDS: u32 = 1000;
+/// The most shards a reel can have. While a reel shrinks, readers sum the
+/// shards being folded in one `TransactGetItems`, which takes at most 100
+/// items (shard 0 plus at most 99 folded ones). Shard numbers are still
+/// zero-padded to three digits.
+pub const MAX_SHARDS: u32 = 100;
 
 /// A reel id: 1–64 characters of `[A-Za-z0-9_-]`. The alphabet excludes `#`,
 /// the key separator, so one id can never spell another reel's keys.
@@ -124,6 +126,22 @@ pub fn idempotency_record_key(token: &str) -> String {
     format!("idem#{token}")
 }
 
+/// Inverse of [`settings_key`].
+pub fn parse_settings_key(pk: &str) -> Option<ReelId> {
+    let reel = pk.strip_prefix("reel#")?.strip_suffix("#settings")?;
+    ReelId::parse(reel).ok()
+}
+
+/// The sparse global secondary index of the counters table that holds only
+/// the settings items of reels with more than one shard or a resize in
+/// progress: the scheduled resharder and the hot-reel listing query it
+/// instead of scanning the table. Defined in `template.yaml`.
+pub const RESIZE_INDEX: &str = "ResizeIndex";
+/// Its partition key attribute, present only on such settings items, always
+/// with the value [`RESIZE_INDEX_VALUE`].
+pub const RESIZE_INDEX_ATTR: &str = "rz";
+pub const RESIZE_INDEX_VALUE: &str = "resized";
+
 /// Inverse of [`shard_key`], for tools that list shard items.
 pub fn parse_shard_key(pk: &str) -> Option<(u32, ReelId)> {
     let (shard, rest) = pk.split_once('#')?;
@@ -162,8 +180,10 @@ mod tests {
         let r = ReelId::parse("8841").unwrap();
         assert_eq!(shard_key(&r, 0), "000#reel#8841#likes");
         assert_eq!(shard_key(&r, 7), "007#reel#8841#likes");
-        assert_eq!(shard_key(&r, 999), "999#reel#8841#likes");
+        assert_eq!(shard_key(&r, 99), "099#reel#8841#likes");
         assert_eq!(settings_key(&r), "reel#8841#settings");
+        assert_eq!(parse_settings_key("reel#8841#settings"), Some(r.clone()));
+        assert_eq!(parse_settings_key("000#reel#8841#likes"), None);
         assert_eq!(parse_shard_key("007#reel#8841#likes"), Some((7, r)));
         assert_eq!(parse_shard_key("reel#8841#settings"), None);
     }

@@ -13,19 +13,25 @@
 //! * [`retry`]: bounded, jittered exponential backoff.
 //! * [`store`]: the `CounterStore` trait the domain sees, and
 //!   [`store::dynamo`], its only implementation; SDK types stay in there.
-//! * [`service`]: the like/unlike/count logic with its in-memory caches.
+//! * [`service`]: the like/unlike/count logic with its in-memory caches, and
+//!   the observations (write rate, contention) that grow a hot reel.
+//! * [`reshard`]: the resize protocol (grow, shrink by folding), its
+//!   crash-safe state machine and the scheduled run with the automatic
+//!   grow/shrink policy.
 //! * [`http`]: request parsing, validation and the `like` and `read` handlers
-//!   that the Lambda functions and the local stack both run.
+//!   that the Lambda functions and the local stack both run, admin routes
+//!   included.
 
 pub mod config;
 pub mod error;
 pub mod http;
 pub mod keys;
+pub mod reshard;
 pub(crate) mod retry;
 pub mod service;
 pub mod store;
 pub mod token;
 
-pub use config::{AuthMode, Config};
+pub use config::{AuthMode, Config, ResizeConfig};
 pub use error::Error;
 pub use http::App;

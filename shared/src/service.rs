@@ -11,11 +11,12 @@
 //! Both are size-bounded (`CACHE_MAX_REELS`, least recently used evicted) and
 //! coalesce concurrent misses of one reel into one DynamoDB read.
 
-use crate::config::Config;
+use crate::config::{Config, ResizeConfig};
 use crate::error::Error;
 use crate::keys::{Action, ReelId, UserId};
 use crate::retry::Backoff;
-use crate::store::{CounterStore, KeyRecordSpec, LikeTx, RetryReason, Settings, TxResult};
+use crate::reshard;
+use crate::store::{CounterStore, KeyRecordSpec, LikeTx, RetryReason, Settings, ShardSum, TxResult};
 use crate::token::{RequestIdentity, RequestToken};
 use moka::Expiry;
 use moka::future::Cache;
@@ -97,10 +98,52 @@ pub struct WriteOutcome {
     pub shard: u32,
 }
 
+/// A reel's settings and when the read that produced them was sent.
+#[derive(Clone, Copy, Debug)]
+struct FreshSettings {
+    settings: Settings,
+    read_at: Instant,
+}
+
+/// A cached value that knows when it was read.
+trait ReadAt {
+    fn read_at(&self) -> Instant;
+}
+
+impl ReadAt for Count {
+    fn read_at(&self) -> Instant {
+        self.read_at
+    }
+}
+
+impl ReadAt for FreshSettings {
+    fn read_at(&self) -> Instant {
+        self.read_at
+    }
+}
+
+/// What this instance sees that may call for more shards: the write rate of
+/// the reels it sums, and the contention of the likes it writes.
+struct Observer {
+    resize: ResizeConfig,
+    /// The last (shard writes, when summed) of each reel this instance read.
+    samples: Cache<ReelId, (i64, Instant)>,
+    /// The shard count this instance last asked a reel to grow to; not asked
+    /// again until the resize could have completed.
+    asked: Cache<ReelId, u32>,
+    /// Contended like transactions per reel: (count, first seen).
+    contention: Cache<ReelId, (u32, Instant)>,
+}
+
+/// Contention counts within this window.
+const CONTENTION_WINDOW: Duration = Duration::from_secs(10);
+
 pub struct LikeService<S> {
     store: S,
     counts: Option<Cache<ReelId, Count>>,
-    settings: Option<Cache<ReelId, Settings>>,
+    settings: Option<Cache<ReelId, FreshSettings>>,
+    /// `None` when `AUTO_RESHARD=off`.
+    observer: Option<Observer>,
     backoff: Backoff,
     /// See [`Config::request_budget`].
     budget: Duration,
@@ -110,29 +153,39 @@ pub struct LikeService<S> {
     key_ttl: Duration,
 }
 
-/// Count entries expire `ttl` after their shards were read, however often
-/// this instance adjusts them for its own writes.
+/// Entries expire `ttl` after the read that produced them was sent, however
+/// long the read took and however often this instance adjusts a count for
+/// its own writes. For settings this is what bounds how long a resize step
+/// must wait ([`Config::resize_wait`]).
 struct SinceRead(Duration);
 
-impl Expiry<ReelId, Count> for SinceRead {
-    fn expire_after_create(&self, _: &ReelId, value: &Count, _: Instant) -> Option<Duration> {
-        Some(self.0.saturating_sub(value.read_at.elapsed()))
+impl<V: ReadAt> Expiry<ReelId, V> for SinceRead {
+    fn expire_after_create(&self, _: &ReelId, value: &V, _: Instant) -> Option<Duration> {
+        Some(self.0.saturating_sub(value.read_at().elapsed()))
     }
 
     fn expire_after_update(
         &self,
         _: &ReelId,
-        value: &Count,
+        value: &V,
         _: Instant,
         _: Option<Duration>,
     ) -> Option<Duration> {
-        Some(self.0.saturating_sub(value.read_at.elapsed()))
+        Some(self.0.saturating_sub(value.read_at().elapsed()))
     }
 }
 
-fn cache<V: Clone + Send + Sync + 'static>(ttl: Duration, max: u64) -> Option<Cache<ReelId, V>> {
+fn cache<V: ReadAt + Clone + Send + Sync + 'static>(
+    ttl: Duration,
+    max: u64,
+) -> Option<Cache<ReelId, V>> {
     // A zero TTL means "do not cache" (useful in tests, costly in production).
-    (!ttl.is_zero()).then(|| Cache::builder().max_capacity(max).time_to_live(ttl).build())
+    (!ttl.is_zero()).then(|| {
+        Cache::builder()
+            .max_capacity(max)
+            .expire_after(SinceRead(ttl))
+            .build()
+    })
 }
 
 fn unshare(e: Arc<Error>) -> Error {
@@ -143,13 +196,23 @@ impl<S: CounterStore> LikeService<S> {
     pub fn new(store: S, config: &Config) -> Self {
         LikeService {
             store,
-            counts: (!config.cache_ttl.is_zero()).then(|| {
-                Cache::builder()
-                    .max_capacity(config.cache_max_reels)
-                    .expire_after(SinceRead(config.cache_ttl))
-                    .build()
-            }),
+            counts: cache(config.cache_ttl, config.cache_max_reels),
             settings: cache(config.settings_ttl, config.cache_max_reels),
+            observer: config.resize.auto.then(|| Observer {
+                resize: config.resize.clone(),
+                samples: Cache::builder()
+                    .max_capacity(config.cache_max_reels)
+                    .time_to_idle(Duration::from_secs(300))
+                    .build(),
+                asked: Cache::builder()
+                    .max_capacity(10_000)
+                    .time_to_live(config.resize_wait() * 2)
+                    .build(),
+                contention: Cache::builder()
+                    .max_capacity(10_000)
+                    .time_to_live(CONTENTION_WINDOW * 6)
+                    .build(),
+            }),
             backoff: Backoff::from_config(config),
             budget: config.request_budget,
             call_timeout: config.ddb_operation_timeout,
@@ -164,13 +227,18 @@ impl<S: CounterStore> LikeService<S> {
     /// The settings of one reel, cached.
     pub async fn settings(&self, reel: &ReelId) -> Result<Settings, Error> {
         let load = async {
+            let read_at = Instant::now();
             let mut m = self.store.settings(std::slice::from_ref(reel)).await?;
-            Ok(m.remove(reel).unwrap_or_default())
+            Ok(FreshSettings {
+                settings: m.remove(reel).unwrap_or_default(),
+                read_at,
+            })
         };
-        match &self.settings {
-            Some(c) => c.try_get_with(reel.clone(), load).await.map_err(unshare),
-            None => load.await,
-        }
+        let fresh = match &self.settings {
+            Some(c) => c.try_get_with(reel.clone(), load).await.map_err(unshare)?,
+            None => load.await?,
+        };
+        Ok(fresh.settings)
     }
 
     async fn settings_many(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, Settings>, Error> {
@@ -180,7 +248,7 @@ impl<S: CounterStore> LikeService<S> {
             match self.settings.as_ref() {
                 Some(c) => match c.get(r).await {
                     Some(s) => {
-                        out.insert(r.clone(), s);
+                        out.insert(r.clone(), s.settings);
                     }
                     None => missing.push(r.clone()),
                 },
@@ -188,12 +256,14 @@ impl<S: CounterStore> LikeService<S> {
             }
         }
         if !missing.is_empty() {
+            let read_at = Instant::now();
             let fetched = self.store.settings(&missing).await?;
-            for (r, s) in fetched {
+            for (r, settings) in fetched {
                 if let Some(c) = &self.settings {
-                    c.insert(r.clone(), s).await;
+                    c.insert(r.clone(), FreshSettings { settings, read_at })
+                        .await;
                 }
-                out.insert(r, s);
+                out.insert(r, settings);
             }
         }
         Ok(out)
@@ -214,14 +284,14 @@ impl<S: CounterStore> LikeService<S> {
     async fn sum_now(&self, reel: &ReelId) -> Result<Count, Error> {
         let settings = self.settings(reel).await?;
         let read_at = Instant::now();
-        let sums = self
-            .store
-            .sum_shards(&[(reel.clone(), settings.shards_to_sum())])
-            .await?;
+        let sums = self.store.sum_shards(&[(reel.clone(), settings)]).await?;
+        let done_at = Instant::now();
+        let sum = sums.get(reel).copied().unwrap_or_default();
+        self.observe_rate(reel, &settings, sum, read_at).await;
         Ok(Count {
-            count: sums.get(reel).copied().unwrap_or(0),
+            count: sum.n,
             read_at,
-            done_at: Instant::now(),
+            done_at,
         })
     }
 
@@ -246,21 +316,20 @@ impl<S: CounterStore> LikeService<S> {
         }
         if !missing.is_empty() {
             let settings = self.settings_many(&missing).await?;
-            let plan: Vec<(ReelId, u32)> = missing
+            let plan: Vec<(ReelId, Settings)> = missing
                 .iter()
-                .map(|r| {
-                    (
-                        r.clone(),
-                        settings.get(r).copied().unwrap_or_default().shards_to_sum(),
-                    )
-                })
+                .map(|r| (r.clone(), settings.get(r).copied().unwrap_or_default()))
                 .collect();
             let read_at = Instant::now();
             let sums = self.store.sum_shards(&plan).await?;
             let done_at = Instant::now();
+            for (r, s) in &plan {
+                let sum = sums.get(r).copied().unwrap_or_default();
+                self.observe_rate(r, s, sum, read_at).await;
+            }
             for r in missing {
                 let mut n = Count {
-                    count: sums.get(&r).copied().unwrap_or(0),
+                    count: sums.get(&r).map_or(0, |s| s.n),
                     read_at,
                     done_at,
                 };
@@ -374,7 +443,12 @@ impl<S: CounterStore> LikeService<S> {
                         .is_some_and(|r| r.changed);
                     break (WritePath::ResolvedByRecord, wanted, changed);
                 }
-                TxResult::Retry(reason) => last_retry = reason,
+                TxResult::Retry(reason) => {
+                    last_retry = reason;
+                    if reason != RetryReason::InProgress {
+                        self.observe_contention(&req.reel, &settings).await;
+                    }
+                }
                 TxResult::ParameterMismatch if tx.record.is_some() => {
                     // The token is bound to another body: an earlier request
                     // with this key (a like carries its own liked_at; a
@@ -499,6 +573,78 @@ impl<S: CounterStore> LikeService<S> {
         Ok(self.sum_now(reel).await?.count)
     }
 
+    /// Notes the write rate of a reel this instance just summed (the change
+    /// of its shards' `w` since this instance's previous sum, at least a
+    /// second apart) and asks for a grow when it crosses
+    /// `HOT_LIKES_PER_SEC`. Any instance that reads a reel sees the reel's
+    /// whole write rate this way, not just its own share of the likes.
+    async fn observe_rate(&self, reel: &ReelId, settings: &Settings, sum: ShardSum, at: Instant) {
+        let Some(o) = &self.observer else { return };
+        let rate = match o.samples.get(reel).await {
+            Some((w0, t0)) if at > t0 => {
+                let secs = (at - t0).as_secs_f64();
+                if secs < 1.0 {
+                    // Too short to say; keep the older sample.
+                    return;
+                }
+                (sum.w >= w0).then(|| (sum.w - w0) as f64 / secs)
+            }
+            _ => None,
+        };
+        o.samples.insert(reel.clone(), (sum.w, at)).await;
+        let Some(rate) = rate else { return };
+        if rate >= o.resize.hot_per_sec {
+            let want = o.resize.shards_for_rate(rate);
+            if want > settings.write_shards {
+                self.ask_grow(o, reel, want, "write_rate").await;
+            }
+        }
+    }
+
+    /// Counts a throttled or conflicting like transaction on `reel`; enough
+    /// of them within [`CONTENTION_WINDOW`] double the reel's shards.
+    async fn observe_contention(&self, reel: &ReelId, settings: &Settings) {
+        let Some(o) = &self.observer else { return };
+        if o.resize.contention_events == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let (count, _) = o
+            .contention
+            .entry(reel.clone())
+            .and_upsert_with(|e| async move {
+                match e.map(|e| e.into_value()) {
+                    Some((n, first)) if now.duration_since(first) < CONTENTION_WINDOW => {
+                        (n + 1, first)
+                    }
+                    _ => (1, now),
+                }
+            })
+            .await
+            .into_value();
+        if count >= o.resize.contention_events {
+            let want = (settings.write_shards * 2).clamp(2, o.resize.max_shards);
+            if want > settings.write_shards {
+                o.contention.invalidate(reel).await;
+                self.ask_grow(o, reel, want, "contention").await;
+            }
+        }
+    }
+
+    /// Starts a grow unless this instance asked for as many shards recently.
+    /// Failures are logged and left to the next observation: a like or read
+    /// never fails because a grow could not be started.
+    async fn ask_grow(&self, o: &Observer, reel: &ReelId, want: u32, reason: &'static str) {
+        if o.asked.get(reel).await.is_some_and(|asked| asked >= want) {
+            return;
+        }
+        o.asked.insert(reel.clone(), want).await;
+        if let Err(e) = reshard::request_grow(&self.store, reel, want, reason).await {
+            tracing::warn!(reel = %reel, want, reason, error = e.code(), "could not start a grow");
+            o.asked.invalidate(reel).await;
+        }
+    }
+
     /// Readiness: both tables reachable.
     pub async fn ready(&self) -> Result<(), Error> {
         self.store.ping().await
@@ -518,6 +664,8 @@ mod tests {
     struct Scripted {
         answers: Mutex<Vec<TxResult>>,
         calls: Mutex<u32>,
+        /// Settings items written (automatic grows).
+        puts: Mutex<Vec<Settings>>,
     }
 
     impl CounterStore for Scripted {
@@ -527,8 +675,18 @@ mod tests {
                 .map(|r| (r.clone(), Settings::default()))
                 .collect())
         }
-        async fn sum_shards(&self, reels: &[(ReelId, u32)]) -> Result<HashMap<ReelId, i64>, Error> {
-            Ok(reels.iter().map(|(r, _)| (r.clone(), 41)).collect())
+        async fn sum_shards(
+            &self,
+            reels: &[(ReelId, Settings)],
+        ) -> Result<HashMap<ReelId, ShardSum>, Error> {
+            Ok(reels
+                .iter()
+                .map(|(r, _)| (r.clone(), ShardSum { n: 41, w: 41 }))
+                .collect())
+        }
+        async fn put_settings(&self, _r: &ReelId, _v: u64, next: &Settings) -> Result<bool, Error> {
+            self.puts.lock().unwrap().push(*next);
+            Ok(true)
         }
         async fn write_like(&self, _tx: &LikeTx) -> Result<TxResult, Error> {
             *self.calls.lock().unwrap() += 1;
@@ -574,6 +732,7 @@ mod tests {
             Scripted {
                 answers: Mutex::new(answers),
                 calls: Mutex::new(0),
+                puts: Mutex::new(Vec::new()),
             },
             &config,
         )
@@ -636,6 +795,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn repeated_contention_on_a_reel_starts_a_grow_once() {
+        let conflict = TxResult::Retry(RetryReason::Conflict);
+        let throttled = TxResult::Retry(RetryReason::Throttled);
+        let svc = service(
+            vec![
+                conflict,
+                throttled,
+                conflict,
+                TxResult::Committed { replayed: false },
+            ],
+            &[("CONTENTION_GROW_EVENTS", "3")],
+        );
+        svc.write(like()).await.unwrap();
+        let puts = svc.store().puts.lock().unwrap().clone();
+        assert_eq!(puts.len(), 1, "{puts:?}");
+        // The first step of a grow 1 -> 2: readers first.
+        assert_eq!(
+            (puts[0].phase, puts[0].read_shards, puts[0].write_shards, puts[0].target),
+            (crate::store::Phase::Growing, 2, 1, 2)
+        );
+
+        // Two contended attempts stay below the threshold; AUTO_RESHARD=off
+        // never grows.
+        let svc = service(
+            vec![conflict, conflict, TxResult::Committed { replayed: false }],
+            &[("CONTENTION_GROW_EVENTS", "3")],
+        );
+        svc.write(like()).await.unwrap();
+        assert!(svc.store().puts.lock().unwrap().is_empty());
+        let svc = service(
+            vec![conflict, conflict, conflict, TxResult::Committed { replayed: false }],
+            &[("AUTO_RESHARD", "off")],
+        );
+        svc.write(like()).await.unwrap();
+        assert!(svc.store().puts.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
     async fn no_attempt_starts_that_could_not_finish_within_the_budget() {
         // One call may take the whole budget: no retry can fit after the first.
         let svc = service(
@@ -676,10 +873,19 @@ mod cache_race_tests {
                 .map(|r| (r.clone(), Settings::default()))
                 .collect())
         }
-        async fn sum_shards(&self, reels: &[(ReelId, u32)]) -> Result<HashMap<ReelId, i64>, Error> {
+        async fn sum_shards(
+            &self,
+            reels: &[(ReelId, Settings)],
+        ) -> Result<HashMap<ReelId, ShardSum>, Error> {
             tokio::time::sleep(Duration::from_millis(200)).await;
             let n = self.truth.load(Ordering::SeqCst);
-            Ok(reels.iter().map(|(r, _)| (r.clone(), n)).collect())
+            Ok(reels
+                .iter()
+                .map(|(r, _)| (r.clone(), ShardSum { n, w: n }))
+                .collect())
+        }
+        async fn put_settings(&self, _r: &ReelId, _v: u64, _s: &Settings) -> Result<bool, Error> {
+            Ok(true)
         }
         async fn write_like(&self, tx: &LikeTx) -> Result<TxResult, Error> {
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -71,6 +71,20 @@ impl RequestToken {
         Self::from_digest(&h.finalize())
     }
 
+    /// A token for an internal transaction (a fold), derived from every
+    /// field that defines it: a retry sends the same token, another fold
+    /// a different one.
+    pub fn for_fields(domain: &str, fields: &[&str]) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"likes/token/");
+        h.update(domain.as_bytes());
+        for field in fields {
+            h.update((field.len() as u64).to_be_bytes());
+            h.update(field.as_bytes());
+        }
+        Self::from_digest(&h.finalize())
+    }
+
     fn from_digest(d: &[u8]) -> Self {
         let mut s = String::with_capacity(32);
         for b in &d[..16] {

@@ -1,14 +1,16 @@
 //! The handlers on the sample events in `events/` (the same files users pass
 //! to `sam local invoke`), exactly as Lambda hands them over: payload format
 //! 2.0, identity from the JWT authorizer's claims, `AUTH_MODE` unset. Also:
-//! a forged `x-user-id` is ignored outside dev mode, and an unreachable
-//! DynamoDB answers 503 quickly.
+//! a forged `x-user-id` is ignored outside dev mode, admin routes need IAM
+//! authorization outside dev mode, the reshard function's entry point tells
+//! HTTP events from the schedule, and an unreachable DynamoDB answers 503
+//! quickly.
 
 mod common;
 
 use common::{TestStack, repo_root};
 use lambda_http::Body;
-use likes::http::{App, Function, handle};
+use likes::http::{App, Function, handle, handle_reshard_event};
 use likes::store::dynamo::DynamoStore;
 use likes::{AuthMode, Config};
 use serde_json::Value;
@@ -125,6 +127,54 @@ async fn sample_events_drive_the_handlers() {
     assert_eq!(s, 404);
 
     assert_eq!(t.like_rows("reel-8841").await, 0);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_events_need_iam_authorization_and_the_schedule_runs() {
+    let t = TestStack::start(&[("LOCAL_SCHEDULE_SECS", "0")]).await;
+    let app = jwt_app(&t);
+    // Signed with IAM, as API Gateway passes it on.
+    let (s, b) = call(&app, Function::Reshard, event("admin-shards-post.json")).await;
+    assert_eq!((s, b["target"].as_u64(), b["phase"].as_str()), (202, Some(8), Some("growing")));
+    assert_eq!(b["outcome"], "started");
+    let (s, b) = call(&app, Function::Reshard, event("admin-shards-get.json")).await;
+    assert_eq!((s, b["read_shards"].as_u64(), b["write_shards"].as_u64()), (200, Some(8), Some(1)));
+    // A user's JWT (or no authorizer at all) is not enough.
+    for name in ["admin-shards-get.json", "admin-shards-post.json"] {
+        let mut req = event(name);
+        req.extensions_mut().clear();
+        let (s, b) = call(&app, Function::Reshard, req).await;
+        assert_eq!((s, b["error"]["code"].as_str()), (403, Some("forbidden")), "{name}");
+    }
+    let text = std::fs::read_to_string(repo_root().join("events/read.json")).unwrap();
+    let mut jwt_event: Value = serde_json::from_str(&text).unwrap();
+    jwt_event["rawPath"] = "/admin/reels/reel-8841/shards".into();
+    let out = handle_reshard_event(&app, jwt_event, None).await.unwrap();
+    assert_eq!(out["statusCode"], 403, "{out}");
+    // Other functions do not serve the admin route.
+    let (s, _) = call(&app, Function::Read, event("admin-shards-get.json")).await;
+    assert_eq!(s, 404);
+
+    // The raw Lambda payloads: an HTTP event answers in payload-2.0 form...
+    let text = std::fs::read_to_string(repo_root().join("events/admin-shards-get.json")).unwrap();
+    let out = handle_reshard_event(&app, serde_json::from_str(&text).unwrap(), None)
+        .await
+        .unwrap();
+    assert_eq!(out["statusCode"], 200, "{out}");
+    let body: Value = serde_json::from_str(out["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["target"], 8);
+    // ...and the EventBridge event runs the schedule, answering its summary.
+    // Its step is due only after the full production wait (19 s); the run
+    // must not sleep past its deadline, so it leaves the step for later.
+    let text = std::fs::read_to_string(repo_root().join("events/reshard-schedule.json")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let out = handle_reshard_event(&app, serde_json::from_str(&text).unwrap(), Some(deadline))
+        .await
+        .unwrap();
+    assert!(std::time::Instant::now() < deadline);
+    assert_eq!((out["reels"].as_u64(), out["waiting"].as_u64()), (Some(1), Some(1)), "{out}");
+    assert!(out["duration_ms"].is_u64());
     t.stop().await;
 }
 

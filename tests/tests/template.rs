@@ -36,6 +36,13 @@ fn every_sample_event_is_a_route_of_the_template() {
         let path = entry.unwrap().path();
         let ev: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        if ev.get("requestContext").is_none() {
+            // Not an HTTP event: the EventBridge schedule of a function the
+            // template schedules.
+            assert_eq!(ev["detail-type"], "Scheduled Event", "{}", path.display());
+            assert!(!t.schedules.is_empty());
+            continue;
+        }
         let key = ev["routeKey"].as_str().unwrap();
         let known = t.routes.iter().any(|r| {
             if r.path == "$default" {
@@ -117,6 +124,14 @@ async fn the_stack_creates_the_tables_the_template_defines() {
             })
             .collect();
         assert_eq!(keys, def.key_schema, "{var}");
+        let mut indexes: Vec<String> = table
+            .global_secondary_indexes()
+            .iter()
+            .filter_map(|i| i.index_name().map(str::to_owned))
+            .collect();
+        indexes.sort();
+        let wanted: Vec<String> = def.indexes.iter().map(|i| i.name.clone()).collect();
+        assert_eq!(indexes, wanted, "{var}: indexes as the template says");
         let ttl = t
             .stack
             .client
@@ -149,18 +164,72 @@ async fn the_stack_creates_the_tables_the_template_defines() {
 }
 
 /// The likes table is keyed by user; an index keyed by reel would be a hot
-/// partition on every like of a viral reel, so the template has none.
+/// partition on every like of a viral reel, so it has none. The counters
+/// table's one index is the sparse resize index the code queries, keyed by
+/// an attribute only resized reels' settings items carry.
 #[test]
-fn no_table_has_a_secondary_index() {
+fn the_only_index_is_the_sparse_resize_index() {
+    let t = template();
+    let likes = t.table_for_env("LIKES_TABLE").unwrap();
+    assert!(likes.indexes.is_empty(), "{:?}", likes.indexes);
+    let counters = t.table_for_env("COUNTERS_TABLE").unwrap();
+    assert_eq!(counters.indexes.len(), 1);
+    let idx = &counters.indexes[0];
+    assert_eq!(idx.name, likes::keys::RESIZE_INDEX);
+    assert_eq!(
+        idx.key_schema,
+        [
+            (likes::keys::RESIZE_INDEX_ATTR.to_owned(), "HASH".to_owned()),
+            ("pk".to_owned(), "RANGE".to_owned())
+        ]
+    );
+    assert_eq!(idx.projection, "KEYS_ONLY");
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
     let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
     for (id, res) in doc["Resources"].as_mapping().unwrap() {
         if res["Type"] == "AWS::DynamoDB::Table" {
-            for prop in ["GlobalSecondaryIndexes", "LocalSecondaryIndexes"] {
-                assert!(res["Properties"].get(prop).is_none(), "{id:?} has {prop}");
-            }
+            assert!(res["Properties"].get("LocalSecondaryIndexes").is_none(), "{id:?}");
         }
     }
+}
+
+/// The admin routes are IAM-authorized (never the user JWT), and a schedule
+/// drives the reshard function, every minute by default.
+#[test]
+fn admin_routes_use_iam_and_a_schedule_drives_resizes() {
+    let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let res = &doc["Resources"];
+    assert_eq!(res["LikesApi"]["Properties"]["Auth"]["EnableIamAuthorizer"], true);
+    let t = template();
+    let admin: Vec<_> = t
+        .routes
+        .iter()
+        .filter(|r| r.path.starts_with("/admin/"))
+        .collect();
+    assert!(!admin.is_empty());
+    for r in admin {
+        assert!(r.code_uri.ends_with("/reshard"), "{r:?}");
+        let events = res[r.function.as_str()]["Properties"]["Events"]
+            .as_mapping()
+            .unwrap();
+        let ev = events
+            .values()
+            .find(|e| e["Properties"]["Path"].as_str() == Some(r.path.as_str()))
+            .unwrap();
+        assert_eq!(ev["Properties"]["Auth"]["Authorizer"], "AWS_IAM", "{r:?}");
+    }
+    // Every non-admin route is served by like/read, never by reshard.
+    for r in t.routes.iter().filter(|r| !r.path.starts_with("/admin/")) {
+        assert!(!r.code_uri.ends_with("/reshard"), "{r:?}");
+    }
+    let schedule = t
+        .schedules
+        .iter()
+        .find(|s| s.code_uri.ends_with("/reshard"))
+        .expect("a schedule for the reshard function");
+    assert_eq!(schedule.expression, "!Ref ReshardSchedule");
+    assert_eq!(doc["Parameters"]["ReshardSchedule"]["Default"], "rate(1 minute)");
 }
 
 /// `make serve` with `AWS_ENDPOINT_URL_DYNAMODB` set: no emulator of its own,

@@ -3,9 +3,13 @@
 use super::App;
 use super::request::{self, Route};
 use crate::error::Error;
-use crate::keys::Action;
+use crate::keys::{Action, ReelId};
+use crate::reshard::Begin;
+use crate::store::Settings;
 use crate::service::WriteRequest;
 use lambda_http::http::{HeaderValue, Method, StatusCode, header};
+use lambda_http::aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
+use lambda_http::request::LambdaRequest;
 use lambda_http::{Body, Request, Response};
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -19,13 +23,17 @@ pub enum Function {
     /// `GET /reels/{reel_id}/likes`, `GET /likes`, `GET /healthz`, and the
     /// API's `$default` route (unknown paths, answered with a JSON 404).
     Read,
+    /// `GET|POST /admin/reels/{reel_id}/shards` (IAM-authorized), besides
+    /// the scheduled run, which is not an HTTP event.
+    Reshard,
 }
 
 impl Function {
     fn serves(self, route: &Route) -> bool {
         match self {
             Function::Like => matches!(route, Route::Like(_)),
-            Function::Read => !matches!(route, Route::Like(_)),
+            Function::Reshard => matches!(route, Route::AdminShards(_)),
+            Function::Read => !matches!(route, Route::Like(_) | Route::AdminShards(_)),
         }
     }
 }
@@ -78,6 +86,7 @@ async fn dispatch(
 ) -> Result<(StatusCode, Value), Error> {
     let allowed = match &route {
         Route::Like(_) => *method == Method::PUT || *method == Method::DELETE,
+        Route::AdminShards(_) => *method == Method::GET || *method == Method::POST,
         _ => *method == Method::GET,
     };
     if !allowed {
@@ -150,7 +159,66 @@ async fn dispatch(
             app.service.ready().await?;
             Ok((StatusCode::OK, json!({ "status": "ok" })))
         }
+        Route::AdminShards(raw) => {
+            request::require_admin(&req, app.config.auth_mode)?;
+            let reel = request::reel_id(&raw)?;
+            if *method == Method::GET {
+                let s = app.reshard.state(&reel).await?;
+                return Ok((StatusCode::OK, shards_json(&reel, &s, None)));
+            }
+            let target = request::shards_body(&req)?;
+            let (outcome, s) = app.reshard.begin(&reel, target).await?;
+            Ok((StatusCode::ACCEPTED, shards_json(&reel, &s, Some(outcome))))
+        }
     }
+}
+
+/// One event of the `reshard` function: an API Gateway HTTP API request (an
+/// admin route; the answer is its payload-2.0 response) or anything else,
+/// which is taken as the EventBridge schedule (the answer is the run's
+/// summary). A failed scheduled run is an error, so Lambda records it.
+pub async fn handle_reshard_event(
+    app: &App,
+    event: Value,
+    deadline: Option<Instant>,
+) -> Result<Value, Error> {
+    if event.get("requestContext").is_some() {
+        let response = match serde_json::from_value::<ApiGatewayV2httpRequest>(event) {
+            Ok(r) => handle(app, Function::Reshard, LambdaRequest::ApiGatewayV2(r).into()).await,
+            Err(e) => {
+                tracing::warn!(error = %e, "unreadable API Gateway event");
+                error_response(&Error::bad_request("invalid_event", "unreadable request"))
+            }
+        };
+        let (parts, body) = response.into_parts();
+        let mut out = ApiGatewayV2httpResponse::default();
+        out.status_code = i64::from(parts.status.as_u16());
+        out.headers = parts.headers;
+        out.body = Some(body);
+        return serde_json::to_value(out).map_err(|e| {
+            tracing::error!(error = %e, "could not serialise a response");
+            Error::Internal
+        });
+    }
+    let summary = app.reshard.run_scheduled(deadline).await?;
+    Ok(json!(summary))
+}
+
+/// The resize state of a reel as the admin routes show it.
+fn shards_json(reel: &ReelId, s: &Settings, outcome: Option<Begin>) -> Value {
+    let mut body = json!({
+        "reel_id": reel.as_str(),
+        "read_shards": s.read_shards,
+        "write_shards": s.write_shards,
+        "target": s.target,
+        "phase": s.phase.as_str(),
+        "phase_since_ms": s.phase_at_ms,
+        "version": s.version,
+    });
+    if let Some(o) = outcome {
+        body["outcome"] = json!(o);
+    }
+    body
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<Body> {

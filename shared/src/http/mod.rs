@@ -9,24 +9,32 @@
 mod handlers;
 mod request;
 
-pub use handlers::{Function, handle};
+pub use handlers::{Function, handle, handle_reshard_event};
 pub use request::{MAX_BATCH_REELS, MAX_BODY_BYTES};
 
 use crate::config::Config;
+use crate::reshard::Resharder;
 use crate::service::LikeService;
 use crate::store::dynamo::DynamoStore;
 
-/// What a function instance keeps between invocations: the configuration
-/// and the service (SDK client and caches), built once per cold start.
+/// What a function instance keeps between invocations: the configuration,
+/// the service (SDK client and caches) and the resharder, built once per
+/// cold start.
 pub struct App {
     pub config: Config,
     pub service: LikeService<DynamoStore>,
+    pub reshard: Resharder<DynamoStore>,
 }
 
 impl App {
     pub fn new(config: Config, store: DynamoStore) -> Self {
+        let reshard = Resharder::new(store.clone(), &config);
         let service = LikeService::new(store, &config);
-        App { config, service }
+        App {
+            config,
+            service,
+            reshard,
+        }
     }
 
     /// Reads the configuration and builds the SDK client from the

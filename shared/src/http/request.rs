@@ -26,6 +26,9 @@ pub(crate) enum Route {
     BatchLikes,
     /// `/healthz`: GET readiness.
     Health,
+    /// `/admin/reels/{reel_id}/shards`: GET the resize state, POST
+    /// `{"shards": M}` to start a resize.
+    AdminShards(String),
 }
 
 impl Route {
@@ -41,6 +44,7 @@ impl Route {
             ["reels", id, "likes"] => Some(Route::ReelLikes(decode(id))),
             ["likes"] => Some(Route::BatchLikes),
             ["healthz"] => Some(Route::Health),
+            ["admin", "reels", id, "shards"] => Some(Route::AdminShards(decode(id))),
             _ => None,
         }
     }
@@ -48,6 +52,7 @@ impl Route {
     pub(crate) fn allow(&self) -> &'static str {
         match self {
             Route::Like(_) => "PUT, DELETE",
+            Route::AdminShards(_) => "GET, POST",
             _ => "GET",
         }
     }
@@ -58,6 +63,7 @@ impl Route {
             Route::ReelLikes(_) => "reel_likes",
             Route::BatchLikes => "batch_likes",
             Route::Health => "healthz",
+            Route::AdminShards(_) => "admin_shards",
         }
     }
 }
@@ -173,6 +179,52 @@ pub(crate) fn identity(req: &Request, mode: AuthMode) -> Result<Option<UserId>, 
     Ok(None)
 }
 
+/// Admin routes: allowed when API Gateway authorized the call with IAM
+/// (SigV4; the template sets `AWS_IAM` on them), or in dev mode. A JWT
+/// (user) identity is never enough.
+pub(crate) fn require_admin(req: &Request, mode: AuthMode) -> Result<(), Error> {
+    if mode == AuthMode::Dev {
+        return Ok(());
+    }
+    let iam = match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+            .authorizer
+            .as_ref()
+            .and_then(|a| a.iam.as_ref())
+            .is_some_and(|iam| iam.user_arn.is_some() || iam.caller_id.is_some()),
+        _ => false,
+    };
+    if iam { Ok(()) } else { Err(Error::Forbidden) }
+}
+
+/// The body of `POST /admin/reels/{reel_id}/shards`: `{"shards": M}`, M a
+/// whole number (its range is checked by the resharder).
+pub(crate) fn shards_body(req: &Request) -> Result<u32, Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        shards: serde_json::Value,
+    }
+    let bytes: &[u8] = match req.body() {
+        lambda_http::Body::Empty => b"",
+        lambda_http::Body::Text(t) => t.as_bytes(),
+        lambda_http::Body::Binary(b) => b,
+        _ => b"",
+    };
+    let invalid = |m: &str| Error::bad_request("invalid_body", m.to_owned());
+    if bytes.is_empty() {
+        return Err(invalid("expected a JSON body {\"shards\": <number>}"));
+    }
+    let body: Body = serde_json::from_slice(bytes)
+        .map_err(|_| invalid("expected a JSON body {\"shards\": <number>} and nothing else"))?;
+    body.shards
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            Error::bad_request("invalid_shards", "shards must be a whole number")
+        })
+}
+
 /// The API Gateway request id, or the Lambda invocation id for other events.
 pub(crate) fn request_id(req: &Request) -> Option<String> {
     if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref()
@@ -201,6 +253,10 @@ mod tests {
         );
         assert_eq!(Route::parse("/likes"), Some(Route::BatchLikes));
         assert_eq!(Route::parse("/healthz"), Some(Route::Health));
+        assert_eq!(
+            Route::parse("/admin/reels/abc/shards"),
+            Some(Route::AdminShards("abc".into()))
+        );
         for p in [
             "",
             "/",

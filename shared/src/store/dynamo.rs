@@ -5,7 +5,8 @@
 //! leaves the module.
 
 use super::{
-    CounterStore, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, RetryReason, Settings, TxResult,
+    CounterStore, FoldResult, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, Phase, ResizeStore,
+    RetryReason, Settings, ShardSum, ShardValue, TxResult, WriteSample,
 };
 use crate::config::Config;
 use crate::error::Error;
@@ -16,10 +17,11 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_get_items::TransactGetItemsError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Delete, KeysAndAttributes, Put, ReturnConsumedCapacity, TransactWriteItem,
-    Update,
+    AttributeValue, ConditionCheck, Delete, Get, KeysAndAttributes, Put, ReturnConsumedCapacity,
+    TransactGetItem, TransactWriteItem, Update,
 };
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
@@ -95,7 +97,7 @@ impl DynamoStore {
     async fn batch_get_counters(
         &self,
         keys: Vec<String>,
-        projection: &'static str,
+        projection: Option<&'static str>,
         names: &'static [(&'static str, &'static str)],
     ) -> Result<Vec<HashMap<String, AttributeValue>>, Error> {
         let chunks: Vec<Vec<String>> = keys
@@ -113,7 +115,7 @@ impl DynamoStore {
     async fn batch_get_chunk(
         &self,
         chunk: Vec<String>,
-        projection: &'static str,
+        projection: Option<&'static str>,
         names: &'static [(&'static str, &'static str)],
     ) -> Result<Vec<HashMap<String, AttributeValue>>, Error> {
         let mut items = Vec::with_capacity(chunk.len());
@@ -127,7 +129,7 @@ impl DynamoStore {
             let mut ka = KeysAndAttributes::builder()
                 .set_keys(Some(std::mem::take(&mut pending)))
                 .consistent_read(true)
-                .projection_expression(projection);
+                .set_projection_expression(projection.map(str::to_owned));
             for (k, v) in names {
                 ka = ka.expression_attribute_names(*k, *v);
             }
@@ -172,6 +174,79 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// `TransactGetItems` of `keys` (at most 100) from the counters table:
+    /// one serializable snapshot. A transaction on one of the items in
+    /// flight cancels it (`TransactionConflict`); that is retried with
+    /// bounded backoff.
+    async fn transact_get_counters(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, Error> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let mut req = self.client.transact_get_items();
+            for pk in &keys {
+                req = req.transact_items(
+                    TransactGetItem::builder()
+                        .get(
+                            Get::builder()
+                                .table_name(&self.counters_table)
+                                .key("pk", AttributeValue::S(pk.clone()))
+                                .projection_expression("pk, #n, #w")
+                                .expression_attribute_names("#n", "n")
+                                .expression_attribute_names("#w", "w")
+                                .build()
+                                .map_err(|e| internal("Get", &e))?,
+                        )
+                        .build(),
+                );
+            }
+            let reason = match req.send().await {
+                Ok(out) => {
+                    return Ok(out
+                        .responses
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|r| r.item)
+                        .collect());
+                }
+                Err(SdkError::ServiceError(se)) => match se.err() {
+                    TransactGetItemsError::TransactionCanceledException(c) => {
+                        let codes: Vec<&str> = c
+                            .cancellation_reasons()
+                            .iter()
+                            .map(|r| r.code().unwrap_or("None"))
+                            .collect();
+                        if codes
+                            .iter()
+                            .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
+                        {
+                            RetryReason::Throttled
+                        } else {
+                            RetryReason::Conflict
+                        }
+                    }
+                    _ => {
+                        return Err(translate("TransactGetItems", SdkError::ServiceError(se)));
+                    }
+                },
+                Err(e) => return Err(translate("TransactGetItems", e)),
+            };
+            if !self.backoff.allows(attempt) {
+                tracing::warn!(op = "TransactGetItems", attempts = attempt, ?reason, "still cancelled after bounded retries");
+                return Err(match reason {
+                    RetryReason::Throttled => Error::Throttled,
+                    _ => Error::Contended,
+                });
+            }
+            tracing::debug!(op = "TransactGetItems", attempt, ?reason, "retrying");
+            tokio::time::sleep(self.backoff.delay(attempt)).await;
+        }
+    }
+}
+
 impl CounterStore for DynamoStore {
     async fn settings(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, Settings>, Error> {
         let mut wanted: HashMap<String, ReelId> = HashMap::with_capacity(reels.len());
@@ -179,11 +254,7 @@ impl CounterStore for DynamoStore {
             wanted.insert(keys::settings_key(r), r.clone());
         }
         let items = self
-            .batch_get_counters(
-                wanted.keys().cloned().collect(),
-                "pk, #w, #r",
-                &[("#w", "write_shards"), ("#r", "read_shards")],
-            )
+            .batch_get_counters(wanted.keys().cloned().collect(), None, &[])
             .await?;
         let mut out: HashMap<ReelId, Settings> = reels
             .iter()
@@ -197,51 +268,95 @@ impl CounterStore for DynamoStore {
             else {
                 continue;
             };
-            let write_shards = shard_count(&item, "write_shards")?;
-            let read_shards = shard_count(&item, "read_shards")?;
-            out.insert(
-                reel.clone(),
-                Settings {
-                    write_shards,
-                    read_shards,
-                },
-            );
+            out.insert(reel.clone(), parse_settings(&item)?);
         }
         Ok(out)
     }
 
-    async fn sum_shards(&self, reels: &[(ReelId, u32)]) -> Result<HashMap<ReelId, i64>, Error> {
+    async fn sum_shards(
+        &self,
+        reels: &[(ReelId, Settings)],
+    ) -> Result<HashMap<ReelId, ShardSum>, Error> {
         let mut owner: HashMap<String, ReelId> = HashMap::new();
-        let mut sums: HashMap<ReelId, i64> = HashMap::with_capacity(reels.len());
-        for (reel, shards) in reels {
-            sums.insert(reel.clone(), 0);
-            for s in 0..(*shards).clamp(1, keys::MAX_SHARDS) {
-                owner.insert(keys::shard_key(reel, s), reel.clone());
+        let mut sums: HashMap<ReelId, ShardSum> = HashMap::with_capacity(reels.len());
+        let mut atomic: Vec<(ReelId, Vec<String>)> = Vec::new();
+        for (reel, settings) in reels {
+            sums.insert(reel.clone(), ShardSum::default());
+            let folding = settings.folding_shards().unwrap_or_default();
+            if !folding.is_empty() {
+                atomic.push((
+                    reel.clone(),
+                    folding.iter().map(|s| keys::shard_key(reel, *s)).collect(),
+                ));
+            }
+            for s in 0..settings.shards_to_sum().clamp(1, keys::MAX_SHARDS) {
+                if !folding.contains(&s) {
+                    owner.insert(keys::shard_key(reel, s), reel.clone());
+                }
             }
         }
-        let items = self
-            .batch_get_counters(owner.keys().cloned().collect(), "pk, #n", &[("#n", "n")])
-            .await?;
-        for item in items {
-            let Some(reel) = item
+        let batch = self.batch_get_counters(
+            owner.keys().cloned().collect(),
+            Some("pk, #n, #w"),
+            &[("#n", "n"), ("#w", "w")],
+        );
+        let transactional = futures::stream::iter(atomic)
+            .map(|(reel, keys)| async move {
+                let items = self.transact_get_counters(keys).await?;
+                Ok::<_, Error>((reel, items))
+            })
+            .buffer_unordered(BATCH_GET_PARALLELISM)
+            .try_collect::<Vec<_>>();
+        let (batch, transactional) = tokio::join!(batch, transactional);
+        let mut add = |reel: &ReelId, item: &HashMap<String, AttributeValue>| {
+            let v = shard_value(item)?;
+            if let Some(sum) = sums.get_mut(reel) {
+                sum.n = sum.n.saturating_add(v.n);
+                sum.w = sum.w.saturating_add(v.w);
+            }
+            Ok::<_, Error>(())
+        };
+        for item in batch? {
+            if let Some(reel) = item
                 .get("pk")
                 .and_then(|v| v.as_s().ok())
                 .and_then(|pk| owner.get(pk))
-            else {
-                continue;
-            };
-            let n = match item.get("n") {
-                None => 0,
-                Some(v) => number(v).ok_or_else(|| {
-                    tracing::error!(reel = %reel, "shard item has a non-integer n");
-                    Error::Internal
-                })?,
-            };
-            if let Some(sum) = sums.get_mut(reel) {
-                *sum = sum.saturating_add(n);
+            {
+                add(reel, &item)?;
+            }
+        }
+        for (reel, items) in transactional? {
+            for item in &items {
+                add(&reel, item)?;
             }
         }
         Ok(sums)
+    }
+
+    async fn put_settings(
+        &self,
+        reel: &ReelId,
+        expected: u64,
+        next: &Settings,
+    ) -> Result<bool, Error> {
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.counters_table)
+            .set_item(Some(settings_item(reel, next, expected + 1)));
+        put = if expected == 0 {
+            put.condition_expression("attribute_not_exists(ver)")
+        } else {
+            put.condition_expression("ver = :v")
+                .expression_attribute_values(":v", AttributeValue::N(expected.to_string()))
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(translate("PutItem", e)),
+        }
     }
 
     async fn write_like(&self, tx: &LikeTx) -> Result<TxResult, Error> {
@@ -276,12 +391,17 @@ impl CounterStore for DynamoStore {
                 Update::builder()
                     .table_name(&self.counters_table)
                     .key("pk", AttributeValue::S(keys::shard_key(&tx.reel, tx.shard)))
-                    .update_expression("ADD #n :d")
+                    // `w` counts every write the shard took: its rate is the
+                    // reel's write rate (automatic resizing), and a change
+                    // of it marks the shard as written (reconciliation).
+                    .update_expression("ADD #n :d, #w :one")
                     .expression_attribute_names("#n", "n")
+                    .expression_attribute_names("#w", "w")
                     .expression_attribute_values(
                         ":d",
                         AttributeValue::N(tx.action.delta().to_string()),
                     )
+                    .expression_attribute_values(":one", AttributeValue::N("1".into()))
                     .build()
                     .map_err(|e| internal("Update", &e))?,
             )
@@ -449,6 +569,297 @@ impl CounterStore for DynamoStore {
     }
 }
 
+impl ResizeStore for DynamoStore {
+    async fn shard(&self, reel: &ReelId, shard: u32) -> Result<Option<ShardValue>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::shard_key(reel, shard)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?;
+        out.item.as_ref().map(shard_value).transpose()
+    }
+
+    async fn fold(
+        &self,
+        reel: &ReelId,
+        shard: u32,
+        seen: ShardValue,
+        settings_version: u64,
+    ) -> Result<FoldResult, Error> {
+        if seen == ShardValue::default() {
+            return Ok(FoldResult::Folded);
+        }
+        let n = |v: i64| AttributeValue::N(v.to_string());
+        // "Still exactly what was read", treating a missing attribute as 0.
+        let mut conditions = Vec::new();
+        for (attr, v) in [("#n", seen.n), ("#w", seen.w)] {
+            conditions.push(if v == 0 {
+                format!("(attribute_not_exists({attr}) OR {attr} = :zero)")
+            } else if attr == "#n" {
+                format!("{attr} = :seen_n")
+            } else {
+                format!("{attr} = :seen_w")
+            });
+        }
+        let check = TransactWriteItem::builder()
+            .condition_check(
+                ConditionCheck::builder()
+                    .table_name(&self.counters_table)
+                    .key("pk", AttributeValue::S(keys::settings_key(reel)))
+                    .condition_expression("ver = :ver")
+                    .expression_attribute_values(":ver", AttributeValue::N(settings_version.to_string()))
+                    .build()
+                    .map_err(|e| internal("ConditionCheck", &e))?,
+            )
+            .build();
+        let into = TransactWriteItem::builder()
+            .update(
+                Update::builder()
+                    .table_name(&self.counters_table)
+                    .key("pk", AttributeValue::S(keys::shard_key(reel, 0)))
+                    .update_expression("ADD #n :seen_n, #w :seen_w")
+                    .expression_attribute_names("#n", "n")
+                    .expression_attribute_names("#w", "w")
+                    .expression_attribute_values(":seen_n", n(seen.n))
+                    .expression_attribute_values(":seen_w", n(seen.w))
+                    .build()
+                    .map_err(|e| internal("Update", &e))?,
+            )
+            .build();
+        let mut from = Update::builder()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::shard_key(reel, shard)))
+            .update_expression("ADD #n :neg_n, #w :neg_w")
+            .condition_expression(conditions.join(" AND "))
+            .expression_attribute_names("#n", "n")
+            .expression_attribute_names("#w", "w")
+            .expression_attribute_values(":neg_n", n(-seen.n))
+            .expression_attribute_values(":neg_w", n(-seen.w));
+        if seen.n != 0 {
+            from = from.expression_attribute_values(":seen_n", n(seen.n));
+        }
+        if seen.w != 0 {
+            from = from.expression_attribute_values(":seen_w", n(seen.w));
+        }
+        if seen.n == 0 || seen.w == 0 {
+            from = from.expression_attribute_values(":zero", n(0));
+        }
+        let from = TransactWriteItem::builder()
+            .update(from.build().map_err(|e| internal("Update", &e))?)
+            .build();
+        // The same fold (same shard, value and settings version) always
+        // sends the same token: a retry after a lost response is a replay.
+        let token = RequestToken::for_fields(
+            "fold",
+            &[
+                reel.as_str(),
+                &shard.to_string(),
+                &seen.n.to_string(),
+                &seen.w.to_string(),
+                &settings_version.to_string(),
+            ],
+        );
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(check)
+            .transact_items(into)
+            .transact_items(from)
+            .client_request_token(token.as_str())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(FoldResult::Folded),
+            Err(SdkError::ServiceError(se)) => match se.err() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    let codes = cancellation_codes(c);
+                    Ok(match codes.as_slice() {
+                        ["ConditionalCheckFailed", ..] => FoldResult::SettingsChanged,
+                        [_, _, "ConditionalCheckFailed"] => FoldResult::ShardChanged,
+                        _ if codes.contains(&"TransactionConflict") => {
+                            FoldResult::Retry(RetryReason::Conflict)
+                        }
+                        _ if codes.iter().any(|c| {
+                            matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded")
+                        }) =>
+                        {
+                            FoldResult::Retry(RetryReason::Throttled)
+                        }
+                        _ => {
+                            tracing::error!(reasons = ?codes, "fold cancelled for an unexpected reason");
+                            return Err(Error::Internal);
+                        }
+                    })
+                }
+                TransactWriteItemsError::TransactionInProgressException(_) => {
+                    Ok(FoldResult::Retry(RetryReason::InProgress))
+                }
+                // The token is derived from everything the fold writes, so a
+                // mismatch means a stale view: read again.
+                TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
+                    Ok(FoldResult::ShardChanged)
+                }
+                _ => match translate("TransactWriteItems", SdkError::ServiceError(se)) {
+                    Error::Throttled => Ok(FoldResult::Retry(RetryReason::Throttled)),
+                    other => Err(other),
+                },
+            },
+            Err(e) => Err(translate("TransactWriteItems", e)),
+        }
+    }
+
+    async fn delete_empty_shard(&self, reel: &ReelId, shard: u32) -> Result<bool, Error> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::shard_key(reel, shard)))
+            .condition_expression(
+                "(attribute_not_exists(#n) OR #n = :zero) AND (attribute_not_exists(#w) OR #w = :zero)",
+            )
+            .expression_attribute_names("#n", "n")
+            .expression_attribute_names("#w", "w")
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(translate("DeleteItem", e)),
+        }
+    }
+
+    async fn indexed_reels(&self) -> Result<Vec<ReelId>, Error> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.counters_table)
+                .index_name(keys::RESIZE_INDEX)
+                .key_condition_expression("#rz = :rz")
+                .expression_attribute_names("#rz", keys::RESIZE_INDEX_ATTR)
+                .expression_attribute_values(
+                    ":rz",
+                    AttributeValue::S(keys::RESIZE_INDEX_VALUE.to_owned()),
+                )
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| translate("Query", e))?;
+            for item in page.items() {
+                if let Some(reel) = item
+                    .get("pk")
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|pk| keys::parse_settings_key(pk))
+                {
+                    out.push(reel);
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+}
+
+/// Parses a settings item; a malformed one is a fault of ours (500), never
+/// silently read as one shard, which could hide shards from readers.
+fn parse_settings(item: &HashMap<String, AttributeValue>) -> Result<Settings, Error> {
+    let count = |name: &str| -> Result<Option<u32>, Error> {
+        match item.get(name) {
+            None => Ok(None),
+            Some(v) => match number(v) {
+                Some(n) if (1..=keys::MAX_SHARDS as i64).contains(&n) => Ok(Some(n as u32)),
+                _ => {
+                    tracing::error!(attribute = name, value = ?v, "settings item holds an invalid shard count");
+                    Err(Error::Internal)
+                }
+            },
+        }
+    };
+    let int = |name: &str| item.get(name).and_then(number);
+    let write_shards = count("write_shards")?.unwrap_or(1);
+    let read_shards = count("read_shards")?.unwrap_or(1);
+    let phase = match item.get("phase").and_then(|v| v.as_s().ok()) {
+        None => Phase::Stable,
+        Some(p) => Phase::parse(p).ok_or_else(|| {
+            tracing::error!(phase = %p, "settings item holds an unknown phase");
+            Error::Internal
+        })?,
+    };
+    Ok(Settings {
+        write_shards,
+        read_shards,
+        phase,
+        target: count("target")?.unwrap_or(write_shards),
+        fold_from: count("fold_from")?.unwrap_or(read_shards),
+        phase_at_ms: int("phase_at").unwrap_or(0),
+        version: int("ver").map_or(0, |v| v.max(0) as u64),
+        sample: match (int("sample_w"), int("sample_at")) {
+            (Some(writes), Some(at_ms)) => Some(WriteSample { writes, at_ms }),
+            _ => None,
+        },
+        cool_since_ms: int("cool_since"),
+    })
+}
+
+/// The settings item for `s` at `version`; carries the sparse index's key
+/// only while the reel is [`Settings::indexed`].
+fn settings_item(reel: &ReelId, s: &Settings, version: u64) -> HashMap<String, AttributeValue> {
+    let n = |v: i64| AttributeValue::N(v.to_string());
+    let mut item = HashMap::from([
+        ("pk".to_owned(), AttributeValue::S(keys::settings_key(reel))),
+        ("write_shards".to_owned(), n(s.write_shards.into())),
+        ("read_shards".to_owned(), n(s.read_shards.into())),
+        ("phase".to_owned(), AttributeValue::S(s.phase.as_str().to_owned())),
+        ("target".to_owned(), n(s.target.into())),
+        ("fold_from".to_owned(), n(s.fold_from.into())),
+        ("phase_at".to_owned(), n(s.phase_at_ms)),
+        ("ver".to_owned(), n(version as i64)),
+    ]);
+    if let Some(sample) = s.sample {
+        item.insert("sample_w".to_owned(), n(sample.writes));
+        item.insert("sample_at".to_owned(), n(sample.at_ms));
+    }
+    if let Some(c) = s.cool_since_ms {
+        item.insert("cool_since".to_owned(), n(c));
+    }
+    if s.indexed() {
+        item.insert(
+            keys::RESIZE_INDEX_ATTR.to_owned(),
+            AttributeValue::S(keys::RESIZE_INDEX_VALUE.to_owned()),
+        );
+    }
+    item
+}
+
+/// A shard item's `n` and `w` (missing attributes count 0).
+fn shard_value(item: &HashMap<String, AttributeValue>) -> Result<ShardValue, Error> {
+    let get = |name: &str| match item.get(name) {
+        None => Ok(0),
+        Some(v) => number(v).ok_or_else(|| {
+            tracing::error!(attribute = name, "shard item holds a non-integer counter");
+            Error::Internal
+        }),
+    };
+    Ok(ShardValue {
+        n: get("n")?,
+        w: get("w")?,
+    })
+}
+
 /// The reason codes of a cancelled transaction, one per item in order.
 fn cancellation_codes(
     c: &aws_sdk_dynamodb::types::error::TransactionCanceledException,
@@ -510,19 +921,6 @@ pub(crate) fn classify_cancellation(codes: &[&str]) -> Result<TxResult, Error> {
 
 fn number(v: &AttributeValue) -> Option<i64> {
     v.as_n().ok().and_then(|n| n.parse::<i64>().ok())
-}
-
-fn shard_count(item: &HashMap<String, AttributeValue>, name: &str) -> Result<u32, Error> {
-    match item.get(name) {
-        None => Ok(1),
-        Some(v) => match number(v) {
-            Some(n) if (1..=keys::MAX_SHARDS as i64).contains(&n) => Ok(n as u32),
-            _ => {
-                tracing::error!(attribute = name, value = ?v, "settings item holds an invalid shard count");
-                Err(Error::Internal)
-            }
-        },
-    }
 }
 
 fn internal(what: &str, e: &dyn Debug) -> Error {

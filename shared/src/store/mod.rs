@@ -10,13 +10,79 @@ use crate::token::RequestToken;
 use std::collections::HashMap;
 use std::future::Future;
 
-/// A reel's shard counts (the settings item). A missing item means 1 and 1.
+/// Where a reel's resize stands (the settings item's `phase`). See
+/// [`crate::reshard`] for the protocol.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Phase {
+    /// No resize in progress: `read_shards == write_shards`.
+    #[default]
+    Stable,
+    /// Growing to `target`: readers already sum `target` shards; writers
+    /// move up once every cached copy of the old settings has expired.
+    Growing,
+    /// Shrinking to `target`: writers already use `target` shards; once the
+    /// old settings have expired everywhere, shards `target..fold_from` are
+    /// folded into shard 0. Readers sum the folded shards atomically.
+    Draining,
+    /// Folded: readers sum `target` shards; the emptied shard items
+    /// `target..fold_from` are deleted.
+    Cleanup,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Stable => "stable",
+            Phase::Growing => "growing",
+            Phase::Draining => "draining",
+            Phase::Cleanup => "cleanup",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Phase> {
+        Some(match s {
+            "stable" => Phase::Stable,
+            "growing" => Phase::Growing,
+            "draining" => Phase::Draining,
+            "cleanup" => Phase::Cleanup,
+            _ => return None,
+        })
+    }
+}
+
+/// The scheduled run's last reading of a reel's total shard writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteSample {
+    /// Sum of the shards' `w` (writes ever applied).
+    pub writes: i64,
+    /// Unix milliseconds of the reading.
+    pub at_ms: i64,
+}
+
+/// A reel's settings item: its shard counts and the state of a resize. A
+/// missing item means one shard, stable, version 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// Shards new likes and unlikes go to: `0..write_shards`.
     pub write_shards: u32,
     /// Shards readers sum: `0..read_shards`.
     pub read_shards: u32,
+    pub phase: Phase,
+    /// The shard count the resize in progress moves to (when stable: the
+    /// current count).
+    pub target: u32,
+    /// While shrinking: the shard count before the shrink, so shards
+    /// `target..fold_from` are the ones to fold and delete.
+    pub fold_from: u32,
+    /// Unix milliseconds when the current phase began.
+    pub phase_at_ms: i64,
+    /// Bumped by every write of the item; every write is conditioned on it,
+    /// so two concurrent writers cannot both act on one state.
+    pub version: u64,
+    pub sample: Option<WriteSample>,
+    /// Since when (Unix ms) the scheduled run has seen the reel below the
+    /// cool-down rate.
+    pub cool_since_ms: Option<i64>,
 }
 
 impl Default for Settings {
@@ -24,6 +90,13 @@ impl Default for Settings {
         Settings {
             write_shards: 1,
             read_shards: 1,
+            phase: Phase::Stable,
+            target: 1,
+            fold_from: 1,
+            phase_at_ms: 0,
+            version: 0,
+            sample: None,
+            cool_since_ms: None,
         }
     }
 }
@@ -35,6 +108,53 @@ impl Settings {
     pub fn shards_to_sum(&self) -> u32 {
         self.read_shards.max(self.write_shards)
     }
+
+    /// The shards that folds may move counts between right now: shard 0 and
+    /// `write_shards..read_shards`, while draining. A reader sums these in
+    /// one `TransactGetItems` so it never sees a fold half done.
+    pub fn folding_shards(&self) -> Option<Vec<u32>> {
+        (self.phase == Phase::Draining && self.read_shards > self.write_shards).then(|| {
+            std::iter::once(0)
+                .chain(self.write_shards..self.shards_to_sum())
+                .collect()
+        })
+    }
+
+    /// Whether the reel belongs in the resize index (the scheduled run and
+    /// the hot-reel listing visit exactly these).
+    pub fn indexed(&self) -> bool {
+        self.phase != Phase::Stable || self.shards_to_sum() > 1
+    }
+}
+
+/// The count of a reel summed over its shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShardSum {
+    /// Likes minus unlikes: the like count.
+    pub n: i64,
+    /// Likes plus unlikes ever applied: grows with every write, so its rate
+    /// of change is the reel's write rate.
+    pub w: i64,
+}
+
+/// One shard item's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShardValue {
+    pub n: i64,
+    pub w: i64,
+}
+
+/// How one fold attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FoldResult {
+    /// The shard's counts moved to shard 0 (or the shard was already empty).
+    Folded,
+    /// The shard no longer holds the value read (a late write): read again.
+    ShardChanged,
+    /// The settings item moved on (another run advanced the resize).
+    SettingsChanged,
+    /// Cancelled for a conflict or throttling: pause and try again.
+    Retry(RetryReason),
 }
 
 /// One like or unlike, as one `TransactWriteItems`.
@@ -114,11 +234,23 @@ pub trait CounterStore: Send + Sync + 'static {
         reels: &[ReelId],
     ) -> impl Future<Output = Result<HashMap<ReelId, Settings>, Error>> + Send;
 
-    /// The sum of shards `0..shards` of each reel (missing shards count 0).
+    /// The sum of shards `0..settings.shards_to_sum()` of each reel (missing
+    /// shards count 0), read consistently; the shards a fold may touch are
+    /// read in one transaction (see [`Settings::folding_shards`]).
     fn sum_shards(
         &self,
-        reels: &[(ReelId, u32)],
-    ) -> impl Future<Output = Result<HashMap<ReelId, i64>, Error>> + Send;
+        reels: &[(ReelId, Settings)],
+    ) -> impl Future<Output = Result<HashMap<ReelId, ShardSum>, Error>> + Send;
+
+    /// Writes `next` as the reel's settings item, with version
+    /// `expected.version + 1`, if its version is still `expected.version`
+    /// (0: no item). `Ok(false)`: someone else wrote it first.
+    fn put_settings(
+        &self,
+        reel: &ReelId,
+        expected: u64,
+        next: &Settings,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
 
     /// One attempt of a like/unlike transaction.
     fn write_like(&self, tx: &LikeTx) -> impl Future<Output = Result<TxResult, Error>> + Send;
@@ -147,4 +279,38 @@ pub trait CounterStore: Send + Sync + 'static {
 
     /// Succeeds when both tables can be reached.
     fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// What resizing needs beyond [`CounterStore`]: single shards, folds,
+/// deletes, and the index of reels that are not at one stable shard.
+pub trait ResizeStore: CounterStore {
+    /// One shard item, read consistently (`None`: no item).
+    fn shard(
+        &self,
+        reel: &ReelId,
+        shard: u32,
+    ) -> impl Future<Output = Result<Option<ShardValue>, Error>> + Send;
+
+    /// One `TransactWriteItems`: adds `seen` to shard 0 and subtracts it from
+    /// `shard`, conditioned on `shard` still holding exactly `seen` and on the
+    /// settings item still being at `settings_version`.
+    fn fold(
+        &self,
+        reel: &ReelId,
+        shard: u32,
+        seen: ShardValue,
+        settings_version: u64,
+    ) -> impl Future<Output = Result<FoldResult, Error>> + Send;
+
+    /// Deletes the shard item if it holds zero (or is gone). `Ok(false)`: it
+    /// holds something (a late write) and must be folded first.
+    fn delete_empty_shard(
+        &self,
+        reel: &ReelId,
+        shard: u32,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// Every reel whose settings are [`Settings::indexed`], from the sparse
+    /// index (eventually consistent: read each reel's settings after).
+    fn indexed_reels(&self) -> impl Future<Output = Result<Vec<ReelId>, Error>> + Send;
 }

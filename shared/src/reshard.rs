@@ -1,0 +1,662 @@
+//! Resizing a reel's shards without losing or double counting a like, and
+//! without readers ever seeing the total drop.
+//!
+//! # The rule
+//!
+//! Readers must never sum fewer shards than any writer may write to. Every
+//! function instance caches a reel's settings for `SETTINGS_TTL_MS`, and a
+//! request that read them may go on writing for up to `REQUEST_TIMEOUT_MS`,
+//! so a change of the settings is only known everywhere after
+//! [`Config::resize_wait`]. Each step below waits that long after the one
+//! before.
+//!
+//! * Grow N → M: `Growing` raises `read_shards` to M; after the wait,
+//!   `Stable` raises `write_shards` to M.
+//! * Shrink M → N: `Draining` lowers `write_shards` to N; after the wait no
+//!   writer touches shards ≥ N, and each is folded into shard 0 by one
+//!   transaction (add its `n` and `w` to shard 0, subtract them from it,
+//!   conditioned on it still holding exactly what was read and on the
+//!   settings version); then `Cleanup` lowers `read_shards` to N and deletes
+//!   the emptied shard items (conditioned on holding zero; a late write is
+//!   folded first); then `Stable`.
+//!
+//! While draining, readers sum shard 0 and the shards being folded in one
+//! `TransactGetItems` ([`Settings::folding_shards`]), so no reader sees a
+//! fold half applied; the other shards are only ever incremented by single
+//! like transactions, so BatchGetItem is exact for them.
+//!
+//! # Crash-safe and resumable
+//!
+//! The whole state lives in the settings item (phase, target, `fold_from`,
+//! when the phase began, a version). Every write of it is conditioned on the
+//! version it read, every fold on the settings version and the shard's value,
+//! and every step is idempotent, so any later invocation (the next scheduled
+//! run, a retried request, a concurrent run) finishes a resize from wherever
+//! the last one stopped, and two runs on one reel cannot both act on one
+//! state.
+
+use crate::config::{Config, ResizeConfig};
+use crate::error::Error;
+use crate::keys::ReelId;
+use crate::retry::Backoff;
+use crate::store::{CounterStore, FoldResult, Phase, ResizeStore, RetryReason, Settings, WriteSample};
+use futures::StreamExt;
+use serde::Serialize;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Scheduled runs tend this many reels at once.
+const RUN_CONCURRENCY: usize = 16;
+/// A run stops starting work this long before its deadline.
+const DEADLINE_SAFETY: Duration = Duration::from_secs(5);
+/// Attempts of one fold before the run gives up on the reel until the next
+/// run (conflicts, throttling and late writes all count).
+const FOLD_MAX_ATTEMPTS: u32 = 50;
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// What a request to resize did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Begin {
+    /// The resize was started.
+    Started,
+    /// A resize to the same target was already in progress.
+    Joined,
+    /// The reel already has that many shards.
+    Unchanged,
+}
+
+enum Plan {
+    Put(Settings),
+    Keep(Begin),
+}
+
+/// The first step of a resize of `cur` to `target`, as a new settings item.
+/// A resize in progress to another target refuses (409).
+fn plan(cur: &Settings, target: u32, now: i64) -> Result<Plan, Error> {
+    if cur.phase != Phase::Stable {
+        return if cur.target == target {
+            Ok(Plan::Keep(Begin::Joined))
+        } else {
+            Err(Error::Conflict {
+                code: "resize_in_progress",
+                message: format!(
+                    "this reel is being resized to {} shards ({}); try again when it is done",
+                    cur.target,
+                    cur.phase.as_str()
+                ),
+            })
+        };
+    }
+    let have = cur.shards_to_sum();
+    if target == cur.write_shards && target == have {
+        return Ok(Plan::Keep(Begin::Unchanged));
+    }
+    let mut next = Settings {
+        target,
+        phase_at_ms: now,
+        cool_since_ms: None,
+        ..*cur
+    };
+    if target > cur.write_shards {
+        next.phase = Phase::Growing;
+        next.read_shards = target.max(have);
+    } else {
+        next.phase = Phase::Draining;
+        next.write_shards = target;
+        next.read_shards = have;
+    }
+    next.fold_from = next.read_shards;
+    Ok(Plan::Put(next))
+}
+
+/// The reel's settings, read consistently (bypassing every cache).
+async fn read_settings<S: CounterStore>(store: &S, reel: &ReelId) -> Result<Settings, Error> {
+    let mut m = store.settings(std::slice::from_ref(reel)).await?;
+    Ok(m.remove(reel).unwrap_or_default())
+}
+
+/// Starts resizing `reel` to `target` shards (the admin route). Returns what
+/// happened and the settings now in place.
+pub async fn begin<S: CounterStore>(
+    store: &S,
+    reel: &ReelId,
+    target: u32,
+) -> Result<(Begin, Settings), Error> {
+    // Only lost races with other writers of the item loop; each re-reads.
+    for _ in 0..5 {
+        let cur = read_settings(store, reel).await?;
+        match plan(&cur, target, now_ms())? {
+            Plan::Keep(b) => return Ok((b, cur)),
+            Plan::Put(next) => {
+                if store.put_settings(reel, cur.version, &next).await? {
+                    tracing::info!(reel = %reel, target, phase = next.phase.as_str(), "resize started");
+                    return Ok((
+                        Begin::Started,
+                        Settings {
+                            version: cur.version + 1,
+                            ..next
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    Err(Error::Contended)
+}
+
+/// Starts growing `reel` to `target` shards unless it already has as many
+/// or a resize is in progress (automatic growth: the read path's observed
+/// rate, the like path's contention). `Ok(true)` when this call started it.
+pub async fn request_grow<S: CounterStore>(
+    store: &S,
+    reel: &ReelId,
+    target: u32,
+    reason: &'static str,
+) -> Result<bool, Error> {
+    for _ in 0..3 {
+        let cur = read_settings(store, reel).await?;
+        if cur.phase != Phase::Stable || target <= cur.write_shards {
+            return Ok(false);
+        }
+        let Plan::Put(next) = plan(&cur, target, now_ms())? else {
+            return Ok(false);
+        };
+        if store.put_settings(reel, cur.version, &next).await? {
+            tracing::info!(reel = %reel, from = cur.write_shards, target, reason, "automatic grow started");
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Where a reel's resize stands after [`Resharder::advance`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// No resize in progress.
+    Stable(Settings),
+    /// The next step is due at `due_ms` (Unix ms).
+    Waiting { settings: Settings, due_ms: i64 },
+    /// Stopped by the write limit (a simulated crash, for tests).
+    Interrupted,
+}
+
+/// Why an advance stopped early.
+enum Stop {
+    Interrupted,
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+enum FoldStep {
+    Done,
+    SettingsChanged,
+}
+
+/// What one scheduled run did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunSummary {
+    /// Reels in the resize index.
+    pub reels: usize,
+    /// Resizes started by the automatic policy.
+    pub grows_started: usize,
+    pub shrinks_started: usize,
+    /// Phase changes made (each a settings write).
+    pub steps: usize,
+    /// Resizes brought to `stable`.
+    pub completed: usize,
+    /// Shards folded and shard items deleted.
+    pub folds: usize,
+    pub deletes: usize,
+    /// Reels whose next step is not due yet (left for the next run).
+    pub waiting: usize,
+    /// Reels that failed this run (retried by the next).
+    pub errors: usize,
+    pub duration_ms: u64,
+}
+
+#[derive(Default)]
+struct Tally {
+    steps: usize,
+    completed: usize,
+    folds: usize,
+    deletes: usize,
+}
+
+/// Drives resizes: the state machine ([`Resharder::advance`]) and the
+/// scheduled run with its automatic grow and shrink.
+pub struct Resharder<S> {
+    store: S,
+    resize: ResizeConfig,
+    wait: Duration,
+    backoff: Backoff,
+}
+
+impl<S: ResizeStore> Resharder<S> {
+    pub fn new(store: S, config: &Config) -> Self {
+        Resharder {
+            store,
+            resize: config.resize.clone(),
+            wait: config.resize_wait(),
+            backoff: Backoff::from_config(config),
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// How long each resize step waits for the one before to be known by
+    /// every function instance.
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// Starts a resize (see [`begin`]), refusing targets outside
+    /// `1..=MAX_SHARDS`.
+    pub async fn begin(&self, reel: &ReelId, target: u32) -> Result<(Begin, Settings), Error> {
+        if target == 0 || target > self.resize.max_shards {
+            return Err(Error::bad_request(
+                "invalid_shards",
+                format!("shards must be a whole number from 1 to {}", self.resize.max_shards),
+            ));
+        }
+        begin(&self.store, reel, target).await
+    }
+
+    /// The reel's settings, read consistently.
+    pub async fn state(&self, reel: &ReelId) -> Result<Settings, Error> {
+        read_settings(&self.store, reel).await
+    }
+
+    /// Takes every step of the reel's resize that is due now.
+    pub async fn advance(&self, reel: &ReelId) -> Result<Progress, Error> {
+        self.advance_limited(reel, None).await
+    }
+
+    /// [`Self::advance`], stopping before the `(max_writes + 1)`-th DynamoDB
+    /// write: the crash of a run at any point, for the resume tests.
+    #[doc(hidden)]
+    pub async fn advance_limited(
+        &self,
+        reel: &ReelId,
+        max_writes: Option<u32>,
+    ) -> Result<Progress, Error> {
+        let mut limit = max_writes;
+        let mut tally = Tally::default();
+        match self.advance_inner(reel, &mut limit, &mut tally).await {
+            Ok(p) => Ok(p),
+            Err(Stop::Interrupted) => Ok(Progress::Interrupted),
+            Err(Stop::Failed(e)) => Err(e),
+        }
+    }
+
+    async fn advance_inner(
+        &self,
+        reel: &ReelId,
+        limit: &mut Option<u32>,
+        tally: &mut Tally,
+    ) -> Result<Progress, Stop> {
+        let wait_ms = self.wait.as_millis() as i64;
+        'outer: loop {
+            let cur = read_settings(&self.store, reel).await?;
+            let now = now_ms();
+            let due_ms = cur.phase_at_ms.saturating_add(wait_ms);
+            let next = match cur.phase {
+                Phase::Stable => return Ok(Progress::Stable(cur)),
+                _ if cur.phase != Phase::Cleanup && now < due_ms => {
+                    return Ok(Progress::Waiting {
+                        settings: cur,
+                        due_ms,
+                    });
+                }
+                Phase::Growing => Settings {
+                    phase: Phase::Stable,
+                    write_shards: cur.target,
+                    read_shards: cur.read_shards.max(cur.target),
+                    fold_from: cur.read_shards.max(cur.target),
+                    phase_at_ms: now,
+                    ..cur
+                },
+                Phase::Draining => {
+                    for s in cur.write_shards..cur.fold_from {
+                        if let FoldStep::SettingsChanged =
+                            self.fold_shard(reel, s, cur.version, limit, tally).await?
+                        {
+                            continue 'outer;
+                        }
+                    }
+                    Settings {
+                        phase: Phase::Cleanup,
+                        read_shards: cur.write_shards,
+                        phase_at_ms: now,
+                        ..cur
+                    }
+                }
+                Phase::Cleanup => {
+                    for s in cur.read_shards..cur.fold_from {
+                        loop {
+                            spend(limit)?;
+                            if self.store.delete_empty_shard(reel, s).await? {
+                                tally.deletes += 1;
+                                break;
+                            }
+                            // A write landed after the fold (a writer that
+                            // outlived the wait): fold it too, then delete.
+                            tracing::warn!(reel = %reel, shard = s, "late write on a folded shard; folding again");
+                            if let FoldStep::SettingsChanged =
+                                self.fold_shard(reel, s, cur.version, limit, tally).await?
+                            {
+                                continue 'outer;
+                            }
+                        }
+                    }
+                    Settings {
+                        phase: Phase::Stable,
+                        fold_from: cur.read_shards,
+                        phase_at_ms: now,
+                        ..cur
+                    }
+                }
+            };
+            spend(limit)?;
+            if self.store.put_settings(reel, cur.version, &next).await? {
+                tally.steps += 1;
+                if next.phase == Phase::Stable {
+                    tally.completed += 1;
+                }
+                tracing::info!(
+                    reel = %reel,
+                    from = cur.phase.as_str(),
+                    to = next.phase.as_str(),
+                    write_shards = next.write_shards,
+                    read_shards = next.read_shards,
+                    "resize step"
+                );
+            }
+            // Applied or not (another run was first), read the new state.
+        }
+    }
+
+    /// Folds shard `shard` into shard 0 until it holds zero.
+    async fn fold_shard(
+        &self,
+        reel: &ReelId,
+        shard: u32,
+        version: u64,
+        limit: &mut Option<u32>,
+        tally: &mut Tally,
+    ) -> Result<FoldStep, Stop> {
+        let mut attempts = 0u32;
+        let mut backoffs = 0u32;
+        loop {
+            let Some(seen) = self.store.shard(reel, shard).await? else {
+                return Ok(FoldStep::Done);
+            };
+            if seen.n == 0 && seen.w == 0 {
+                return Ok(FoldStep::Done);
+            }
+            attempts += 1;
+            if attempts > FOLD_MAX_ATTEMPTS {
+                tracing::warn!(reel = %reel, shard, "fold still failing; left for the next run");
+                return Err(Stop::Failed(Error::Contended));
+            }
+            spend(limit)?;
+            match self.store.fold(reel, shard, seen, version).await? {
+                FoldResult::Folded => {
+                    tally.folds += 1;
+                    tracing::debug!(reel = %reel, shard, n = seen.n, w = seen.w, "folded");
+                }
+                FoldResult::ShardChanged => {
+                    tracing::debug!(reel = %reel, shard, "shard changed under the fold; reading it again");
+                }
+                FoldResult::SettingsChanged => return Ok(FoldStep::SettingsChanged),
+                FoldResult::Retry(reason) => {
+                    backoffs += 1;
+                    if !self.backoff.allows(backoffs) {
+                        return Err(Stop::Failed(match reason {
+                            RetryReason::Throttled => Error::Throttled,
+                            _ => Error::Contended,
+                        }));
+                    }
+                    tokio::time::sleep(self.backoff.delay(backoffs)).await;
+                }
+            }
+        }
+    }
+
+    /// One scheduled run: every reel in the resize index has its due steps
+    /// taken (sleeping for a step due within `RESHARD_MAX_WAIT_MS`, never
+    /// past `deadline`), and stable ones are sampled for the automatic grow
+    /// and shrink.
+    pub async fn run_scheduled(&self, deadline: Option<Instant>) -> Result<RunSummary, Error> {
+        let started = Instant::now();
+        let reels = self.store.indexed_reels().await?;
+        let mut summary = RunSummary {
+            reels: reels.len(),
+            ..RunSummary::default()
+        };
+        let reports: Vec<ReelReport> = futures::stream::iter(reels)
+            .map(|reel| async move { self.tend(&reel, deadline).await })
+            .buffer_unordered(RUN_CONCURRENCY)
+            .collect()
+            .await;
+        for r in reports {
+            summary.steps += r.tally.steps;
+            summary.completed += r.tally.completed;
+            summary.folds += r.tally.folds;
+            summary.deletes += r.tally.deletes;
+            summary.waiting += usize::from(r.waiting);
+            summary.errors += usize::from(r.error);
+            match r.started {
+                Some(Phase::Growing) => summary.grows_started += 1,
+                Some(Phase::Draining) => summary.shrinks_started += 1,
+                _ => {}
+            }
+        }
+        summary.duration_ms = started.elapsed().as_millis() as u64;
+        tracing::info!(
+            reels = summary.reels,
+            steps = summary.steps,
+            completed = summary.completed,
+            folds = summary.folds,
+            grows_started = summary.grows_started,
+            shrinks_started = summary.shrinks_started,
+            waiting = summary.waiting,
+            errors = summary.errors,
+            duration_ms = summary.duration_ms,
+            "reshard run"
+        );
+        Ok(summary)
+    }
+
+    async fn tend(&self, reel: &ReelId, deadline: Option<Instant>) -> ReelReport {
+        let mut report = ReelReport::default();
+        // A resize takes at most three waits; the bound only guards against
+        // a settings item that keeps changing under the run.
+        for _ in 0..8 {
+            let mut limit = None;
+            let progress = match self.advance_inner(reel, &mut limit, &mut report.tally).await {
+                Ok(p) => p,
+                Err(Stop::Failed(e)) => {
+                    tracing::warn!(reel = %reel, error = e.code(), "resize step failed; retried next run");
+                    report.error = true;
+                    return report;
+                }
+                Err(Stop::Interrupted) => return report,
+            };
+            match progress {
+                Progress::Stable(settings) => {
+                    if !self.resize.auto || report.started.is_some() {
+                        return report;
+                    }
+                    match self.autoscale(reel, &settings).await {
+                        Ok(Some(phase)) => report.started = Some(phase),
+                        Ok(None) => return report,
+                        Err(e) => {
+                            tracing::warn!(reel = %reel, error = e.code(), "sampling failed");
+                            report.error = true;
+                            return report;
+                        }
+                    }
+                }
+                Progress::Waiting { due_ms, .. } => {
+                    let wait = Duration::from_millis(due_ms.saturating_sub(now_ms()).max(0) as u64);
+                    let fits = deadline
+                        .is_none_or(|d| Instant::now() + wait + DEADLINE_SAFETY < d);
+                    if wait > self.resize.max_wait || !fits {
+                        report.waiting = true;
+                        return report;
+                    }
+                    // Just past due, so the next advance finds it due.
+                    tokio::time::sleep(wait + Duration::from_millis(5)).await;
+                }
+                Progress::Interrupted => return report,
+            }
+        }
+        report
+    }
+
+    /// Samples a stable reel's write rate (the change of its shards' `w`
+    /// since the previous run) and starts a grow when it is hot or a shrink
+    /// to one shard when it has been cool for `COOL_DOWN_SECS`. Returns the
+    /// phase of a resize it started.
+    async fn autoscale(&self, reel: &ReelId, cur: &Settings) -> Result<Option<Phase>, Error> {
+        if !cur.indexed() {
+            // One shard, stable: nothing to shrink; the read and like paths
+            // grow it when it gets hot.
+            return Ok(None);
+        }
+        let sums = self.store.sum_shards(&[(reel.clone(), *cur)]).await?;
+        let writes = sums.get(reel).map_or(0, |s| s.w);
+        let now = now_ms();
+        let rate = cur.sample.and_then(|p| {
+            (now > p.at_ms && writes >= p.writes)
+                .then(|| (writes - p.writes) as f64 * 1000.0 / (now - p.at_ms) as f64)
+        });
+        let mut next = Settings {
+            sample: Some(WriteSample {
+                writes,
+                at_ms: now,
+            }),
+            ..*cur
+        };
+        let mut target = None;
+        if let Some(rate) = rate {
+            if rate >= self.resize.hot_per_sec {
+                next.cool_since_ms = None;
+                let want = self.resize.shards_for_rate(rate);
+                if want > cur.write_shards {
+                    target = Some(want);
+                }
+            } else if rate < self.resize.cool_per_sec {
+                let since = cur.cool_since_ms.unwrap_or(now);
+                next.cool_since_ms = Some(since);
+                let cooled = now.saturating_sub(since) >= self.resize.cool_down.as_millis() as i64;
+                if cooled && cur.shards_to_sum() > 1 {
+                    target = Some(1);
+                }
+            } else {
+                next.cool_since_ms = None;
+            }
+            tracing::debug!(reel = %reel, rate, ?target, "sampled");
+        }
+        let mut started = None;
+        if let Some(t) = target
+            && let Plan::Put(resize) = plan(&next, t, now)?
+        {
+            started = Some(resize.phase);
+            next = resize;
+        }
+        let applied = self.store.put_settings(reel, cur.version, &next).await?;
+        if applied && let Some(phase) = started {
+            tracing::info!(reel = %reel, rate = ?rate, from = cur.write_shards, target = next.target, phase = phase.as_str(), "automatic resize started");
+            return Ok(Some(phase));
+        }
+        Ok(None)
+    }
+}
+
+#[derive(Default)]
+struct ReelReport {
+    tally: Tally,
+    started: Option<Phase>,
+    waiting: bool,
+    error: bool,
+}
+
+fn spend(limit: &mut Option<u32>) -> Result<(), Stop> {
+    match limit {
+        Some(0) => Err(Stop::Interrupted),
+        Some(n) => {
+            *n -= 1;
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stable(n: u32) -> Settings {
+        Settings {
+            write_shards: n,
+            read_shards: n,
+            target: n,
+            fold_from: n,
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn grow_raises_reads_first() {
+        let Ok(Plan::Put(s)) = plan(&stable(1), 20, 7) else {
+            panic!("no plan")
+        };
+        assert_eq!((s.phase, s.read_shards, s.write_shards, s.target), (Phase::Growing, 20, 1, 20));
+        assert_eq!(s.phase_at_ms, 7);
+        assert!(s.indexed());
+        assert_eq!(s.folding_shards(), None);
+    }
+
+    #[test]
+    fn shrink_lowers_writes_first_and_folds_atomically() {
+        let Ok(Plan::Put(s)) = plan(&stable(20), 3, 7) else {
+            panic!("no plan")
+        };
+        assert_eq!((s.phase, s.read_shards, s.write_shards, s.fold_from), (Phase::Draining, 20, 3, 20));
+        let folding = s.folding_shards().unwrap();
+        assert_eq!(folding.len(), 1 + 17);
+        assert_eq!(folding[0], 0);
+        assert_eq!(folding[1..], (3..20).collect::<Vec<_>>()[..]);
+    }
+
+    #[test]
+    fn resizes_in_progress_join_or_refuse() {
+        let Ok(Plan::Put(s)) = plan(&stable(1), 8, 0) else {
+            panic!("no plan")
+        };
+        assert!(matches!(plan(&s, 8, 1), Ok(Plan::Keep(Begin::Joined))));
+        assert_eq!(plan(&s, 9, 1).err().map(|e| e.status()), Some(409));
+        assert!(matches!(plan(&stable(4), 4, 1), Ok(Plan::Keep(Begin::Unchanged))));
+    }
+
+    #[test]
+    fn the_write_limit_simulates_a_crash() {
+        let mut l = Some(1);
+        assert!(spend(&mut l).is_ok());
+        assert!(matches!(spend(&mut l), Err(Stop::Interrupted)));
+        assert!(spend(&mut None).is_ok());
+    }
+}
