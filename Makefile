@@ -6,10 +6,10 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: check-cargo serve test demo unit lint-template smoke fmt clippy lambda-build sam-build deploy invoke help
+.PHONY: check-cargo serve test demo resize unit lint-template smoke fmt clippy lambda-build sam-build deploy invoke help
 
 help:
-	@echo "make serve | test | demo | lambda-build | sam-build | deploy | invoke"
+	@echo "make serve | test | demo | resize | lambda-build | sam-build | deploy | invoke"
 
 check-cargo:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
@@ -21,6 +21,17 @@ serve: check-cargo
 ## The viral-burst demo against a running `make serve`.
 demo: check-cargo
 	$(CARGO) run --locked --quiet -p likes-local --bin likes-local -- demo
+
+## Resize a reel on a running `make serve`: make resize REEL=r1 SHARDS=20
+## (the local schedule completes it; `make resize REEL=r1` shows the state).
+BASE_URL ?= http://127.0.0.1:$(or $(PORT),3000)
+resize:
+	@test -n "$(REEL)" || { echo "usage: make resize REEL=<reel_id> [SHARDS=<n>]" >&2; exit 2; }
+	@if [ -n "$(SHARDS)" ]; then \
+	  curl -sS -X POST -H 'content-type: application/json' -d '{"shards": $(SHARDS)}' "$(BASE_URL)/admin/reels/$(REEL)/shards"; \
+	else \
+	  curl -sS "$(BASE_URL)/admin/reels/$(REEL)/shards"; \
+	fi; echo
 
 ## All tests: the template lint, unit + integration tests, and an end-to-end
 ## run of the `make serve` binary with the demo against it.
@@ -44,7 +55,7 @@ clippy:
 
 ## Release bootstraps for Lambda (arm64); needs `pip install cargo-lambda`.
 lambda-build:
-	$(CARGO) lambda build --release --arm64 -p like -p read
+	$(CARGO) lambda build --release --arm64 -p like -p read -p reshard
 
 ## SAM build/deploy (rust-cargolambda is a beta build method in SAM CLI).
 sam-build:

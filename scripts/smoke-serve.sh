@@ -22,6 +22,11 @@ curl -fsS "$base/healthz" | grep -q '"ok"'
 
 BASE_URL=$base AWS_ENDPOINT_URL_DYNAMODB=$dynamo DEMO_USERS=${DEMO_USERS:-1000} "$bin" demo
 
+# The admin route of the reshard function answers too (open in dev mode).
+curl -fsS -X POST -H 'content-type: application/json' -d '{"shards": 4}' \
+  "$base/admin/reels/smoke/shards" | grep -q '"phase":"growing"'
+curl -fsS "$base/admin/reels/smoke/shards" | grep -q '"read_shards":4'
+
 kill -TERM "$pid"
 for _ in $(seq 1 50); do
   kill -0 "$pid" 2>/dev/null || break

@@ -94,7 +94,18 @@ async fn serve() -> Result<()> {
         "  tables:   {}, {}",
         stack.config.counters_table, stack.config.likes_table
     );
-    println!("  auth:     dev (x-user-id header accepted)");
+    println!("  auth:     dev (x-user-id header accepted; admin routes open)");
+    println!(
+        "  resize:   curl -X POST -d '{{\"shards\": 20}}' {}/admin/reels/r1/shards  (completed by the schedule)",
+        stack.base_url
+    );
+    println!(
+        "  schedule: reshard run every {} s (LOCAL_SCHEDULE_SECS; 0 = off)",
+        std::env::var("LOCAL_SCHEDULE_SECS")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| "10".into())
+    );
     println!("ready: {}/healthz", stack.base_url);
     shutdown_signal().await;
     println!("stopping");

@@ -8,8 +8,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
-    GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
+    GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
 use likes::http::App;
 use likes::store::dynamo::{DynamoStore, sdk_config_loader};
@@ -178,12 +178,19 @@ impl Stack {
                     .parse::<f64>()
                     .ok()
                     .filter(|s| s.is_finite() && *s >= 0.0)
-                    .ok_or_else(|| anyhow!("LOCAL_SCHEDULE_SECS={v:?} is not a number of seconds"))?,
+                    .ok_or_else(|| {
+                        anyhow!("LOCAL_SCHEDULE_SECS={v:?} is not a number of seconds")
+                    })?,
             ),
         };
         for schedule in &template.schedules {
             if !period.is_zero() {
-                tasks.push(spawn_schedule(app.clone(), schedule, period, stopped.clone())?);
+                tasks.push(spawn_schedule(
+                    app.clone(),
+                    schedule,
+                    period,
+                    stopped.clone(),
+                )?);
             }
         }
         let mut rx = stopped.clone();
@@ -382,7 +389,11 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
                 .iter()
                 .filter_map(|i| i.index_name())
                 .collect();
-            if let Some(index) = def.indexes.iter().find(|i| !have.contains(&i.name.as_str())) {
+            if let Some(index) = def
+                .indexes
+                .iter()
+                .find(|i| !have.contains(&i.name.as_str()))
+            {
                 client
                     .update_table()
                     .table_name(name)

@@ -172,7 +172,9 @@ impl Config {
                 None => Ok(default),
                 Some(v) => match v.trim().parse::<f64>() {
                     Ok(x) if x.is_finite() && x > 0.0 && x <= 1e9 => Ok(x),
-                    _ => Err(ConfigError(format!("{name}={v:?} is not a positive number"))),
+                    _ => Err(ConfigError(format!(
+                        "{name}={v:?} is not a positive number"
+                    ))),
                 },
             }
         };

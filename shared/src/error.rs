@@ -132,7 +132,10 @@ mod tests {
             Error::Internal,
         ];
         let statuses: Vec<u16> = all.iter().map(Error::status).collect();
-        assert_eq!(statuses, [400, 401, 403, 404, 405, 409, 413, 429, 429, 503, 500]);
+        assert_eq!(
+            statuses,
+            [400, 401, 403, 404, 405, 409, 413, 429, 429, 503, 500]
+        );
         for e in &all {
             let b = e.body();
             assert_eq!(b["error"]["code"], e.code());

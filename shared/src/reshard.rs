@@ -39,7 +39,9 @@ use crate::config::{Config, ResizeConfig};
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::retry::Backoff;
-use crate::store::{CounterStore, FoldResult, Phase, ResizeStore, RetryReason, Settings, WriteSample};
+use crate::store::{
+    CounterStore, FoldResult, Phase, ResizeStore, RetryReason, Settings, WriteSample,
+};
 use futures::StreamExt;
 use serde::Serialize;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -267,7 +269,10 @@ impl<S: ResizeStore> Resharder<S> {
         if target == 0 || target > self.resize.max_shards {
             return Err(Error::bad_request(
                 "invalid_shards",
-                format!("shards must be a whole number from 1 to {}", self.resize.max_shards),
+                format!(
+                    "shards must be a whole number from 1 to {}",
+                    self.resize.max_shards
+                ),
             ));
         }
         begin(&self.store, reel, target).await
@@ -485,7 +490,10 @@ impl<S: ResizeStore> Resharder<S> {
         // a settings item that keeps changing under the run.
         for _ in 0..8 {
             let mut limit = None;
-            let progress = match self.advance_inner(reel, &mut limit, &mut report.tally).await {
+            let progress = match self
+                .advance_inner(reel, &mut limit, &mut report.tally)
+                .await
+            {
                 Ok(p) => p,
                 Err(Stop::Failed(e)) => {
                     tracing::warn!(reel = %reel, error = e.code(), "resize step failed; retried next run");
@@ -511,8 +519,7 @@ impl<S: ResizeStore> Resharder<S> {
                 }
                 Progress::Waiting { due_ms, .. } => {
                     let wait = Duration::from_millis(due_ms.saturating_sub(now_ms()).max(0) as u64);
-                    let fits = deadline
-                        .is_none_or(|d| Instant::now() + wait + DEADLINE_SAFETY < d);
+                    let fits = deadline.is_none_or(|d| Instant::now() + wait + DEADLINE_SAFETY < d);
                     if wait > self.resize.max_wait || !fits {
                         report.waiting = true;
                         return report;
@@ -544,10 +551,7 @@ impl<S: ResizeStore> Resharder<S> {
                 .then(|| (writes - p.writes) as f64 * 1000.0 / (now - p.at_ms) as f64)
         });
         let mut next = Settings {
-            sample: Some(WriteSample {
-                writes,
-                at_ms: now,
-            }),
+            sample: Some(WriteSample { writes, at_ms: now }),
             ..*cur
         };
         let mut target = None;
@@ -624,7 +628,10 @@ mod tests {
         let Ok(Plan::Put(s)) = plan(&stable(1), 20, 7) else {
             panic!("no plan")
         };
-        assert_eq!((s.phase, s.read_shards, s.write_shards, s.target), (Phase::Growing, 20, 1, 20));
+        assert_eq!(
+            (s.phase, s.read_shards, s.write_shards, s.target),
+            (Phase::Growing, 20, 1, 20)
+        );
         assert_eq!(s.phase_at_ms, 7);
         assert!(s.indexed());
         assert_eq!(s.folding_shards(), None);
@@ -635,7 +642,10 @@ mod tests {
         let Ok(Plan::Put(s)) = plan(&stable(20), 3, 7) else {
             panic!("no plan")
         };
-        assert_eq!((s.phase, s.read_shards, s.write_shards, s.fold_from), (Phase::Draining, 20, 3, 20));
+        assert_eq!(
+            (s.phase, s.read_shards, s.write_shards, s.fold_from),
+            (Phase::Draining, 20, 3, 20)
+        );
         let folding = s.folding_shards().unwrap();
         assert_eq!(folding.len(), 1 + 17);
         assert_eq!(folding[0], 0);
@@ -649,7 +659,10 @@ mod tests {
         };
         assert!(matches!(plan(&s, 8, 1), Ok(Plan::Keep(Begin::Joined))));
         assert_eq!(plan(&s, 9, 1).err().map(|e| e.status()), Some(409));
-        assert!(matches!(plan(&stable(4), 4, 1), Ok(Plan::Keep(Begin::Unchanged))));
+        assert!(matches!(
+            plan(&stable(4), 4, 1),
+            Ok(Plan::Keep(Begin::Unchanged))
+        ));
     }
 
     #[test]

@@ -14,9 +14,11 @@
 use crate::config::{Config, ResizeConfig};
 use crate::error::Error;
 use crate::keys::{Action, ReelId, UserId};
-use crate::retry::Backoff;
 use crate::reshard;
-use crate::store::{CounterStore, KeyRecordSpec, LikeTx, RetryReason, Settings, ShardSum, TxResult};
+use crate::retry::Backoff;
+use crate::store::{
+    CounterStore, KeyRecordSpec, LikeTx, RetryReason, Settings, ShardSum, TxResult,
+};
 use crate::token::{RequestIdentity, RequestToken};
 use moka::Expiry;
 use moka::future::Cache;
@@ -812,7 +814,12 @@ mod tests {
         assert_eq!(puts.len(), 1, "{puts:?}");
         // The first step of a grow 1 -> 2: readers first.
         assert_eq!(
-            (puts[0].phase, puts[0].read_shards, puts[0].write_shards, puts[0].target),
+            (
+                puts[0].phase,
+                puts[0].read_shards,
+                puts[0].write_shards,
+                puts[0].target
+            ),
             (crate::store::Phase::Growing, 2, 1, 2)
         );
 
@@ -825,7 +832,12 @@ mod tests {
         svc.write(like()).await.unwrap();
         assert!(svc.store().puts.lock().unwrap().is_empty());
         let svc = service(
-            vec![conflict, conflict, conflict, TxResult::Committed { replayed: false }],
+            vec![
+                conflict,
+                conflict,
+                conflict,
+                TxResult::Committed { replayed: false },
+            ],
             &[("AUTO_RESHARD", "off")],
         );
         svc.write(like()).await.unwrap();

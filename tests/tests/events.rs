@@ -136,16 +136,26 @@ async fn admin_events_need_iam_authorization_and_the_schedule_runs() {
     let app = jwt_app(&t);
     // Signed with IAM, as API Gateway passes it on.
     let (s, b) = call(&app, Function::Reshard, event("admin-shards-post.json")).await;
-    assert_eq!((s, b["target"].as_u64(), b["phase"].as_str()), (202, Some(8), Some("growing")));
+    assert_eq!(
+        (s, b["target"].as_u64(), b["phase"].as_str()),
+        (202, Some(8), Some("growing"))
+    );
     assert_eq!(b["outcome"], "started");
     let (s, b) = call(&app, Function::Reshard, event("admin-shards-get.json")).await;
-    assert_eq!((s, b["read_shards"].as_u64(), b["write_shards"].as_u64()), (200, Some(8), Some(1)));
+    assert_eq!(
+        (s, b["read_shards"].as_u64(), b["write_shards"].as_u64()),
+        (200, Some(8), Some(1))
+    );
     // A user's JWT (or no authorizer at all) is not enough.
     for name in ["admin-shards-get.json", "admin-shards-post.json"] {
         let mut req = event(name);
         req.extensions_mut().clear();
         let (s, b) = call(&app, Function::Reshard, req).await;
-        assert_eq!((s, b["error"]["code"].as_str()), (403, Some("forbidden")), "{name}");
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (403, Some("forbidden")),
+            "{name}"
+        );
     }
     let text = std::fs::read_to_string(repo_root().join("events/read.json")).unwrap();
     let mut jwt_event: Value = serde_json::from_str(&text).unwrap();
@@ -173,7 +183,11 @@ async fn admin_events_need_iam_authorization_and_the_schedule_runs() {
         .await
         .unwrap();
     assert!(std::time::Instant::now() < deadline);
-    assert_eq!((out["reels"].as_u64(), out["waiting"].as_u64()), (Some(1), Some(1)), "{out}");
+    assert_eq!(
+        (out["reels"].as_u64(), out["waiting"].as_u64()),
+        (Some(1), Some(1)),
+        "{out}"
+    );
     assert!(out["duration_ms"].is_u64());
     t.stop().await;
 }

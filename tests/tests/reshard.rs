@@ -94,7 +94,14 @@ struct Acked {
 
 /// Users `prefix-0..`, each liking `reel` once (and, with `unlikes`, every
 /// third one unliking again), until `stop`. Every reply must be 200.
-async fn writers(t: &TestStack, reel: &str, prefix: &str, unlikes: bool, stop: &AtomicBool, acked: &Acked) {
+async fn writers(
+    t: &TestStack,
+    reel: &str,
+    prefix: &str,
+    unlikes: bool,
+    stop: &AtomicBool,
+    acked: &Acked,
+) {
     futures::stream::iter(0..)
         .take_while(|_| std::future::ready(!stop.load(Ordering::SeqCst)))
         .for_each_concurrent(8, |i| async move {
@@ -127,7 +134,13 @@ async fn reader(t: &TestStack, reel: &str, stop: &AtomicBool) -> Vec<i64> {
 
 async fn state(t: &TestStack, reel: &str) -> serde_json::Value {
     let r = t
-        .send("GET", &format!("/admin/reels/{reel}/shards"), None, &[], None)
+        .send(
+            "GET",
+            &format!("/admin/reels/{reel}/shards"),
+            None,
+            &[],
+            None,
+        )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
     r.body
@@ -145,14 +158,30 @@ async fn grow_and_shrink_under_load_keep_the_count_exact_and_never_decreasing() 
             // Let some likes land on the single shard first.
             tokio::time::sleep(Duration::from_millis(300)).await;
             let g = post_shards(&t, name, 20).await;
-            assert_eq!((g.status, g.body["phase"].as_str()), (202, Some("growing")), "{}", g.body);
+            assert_eq!(
+                (g.status, g.body["phase"].as_str()),
+                (202, Some("growing")),
+                "{}",
+                g.body
+            );
             drive(r, &id).await;
             let s = state(&t, name).await;
-            assert_eq!((s["read_shards"].as_u64(), s["write_shards"].as_u64()), (Some(20), Some(20)));
+            assert_eq!(
+                (s["read_shards"].as_u64(), s["write_shards"].as_u64()),
+                (Some(20), Some(20))
+            );
             tokio::time::sleep(Duration::from_millis(500)).await;
+            let atomic_reads = r.store().stats().transact_gets.load(Ordering::SeqCst);
             let g = post_shards(&t, name, 1).await;
-            assert_eq!((g.status, g.body["phase"].as_str()), (202, Some("draining")), "{}", g.body);
+            assert_eq!(
+                (g.status, g.body["phase"].as_str()),
+                (202, Some("draining")),
+                "{}",
+                g.body
+            );
             drive(r, &id).await;
+            // While it drained, the reader's sums took the atomic path.
+            assert!(r.store().stats().transact_gets.load(Ordering::SeqCst) > atomic_reads);
             tokio::time::sleep(Duration::from_millis(300)).await;
             stop.store(true, Ordering::SeqCst);
         };
@@ -163,7 +192,11 @@ async fn grow_and_shrink_under_load_keep_the_count_exact_and_never_decreasing() 
         );
         let rows = t.like_rows(name).await as i64;
         assert!(rows > 50, "{name}: only {rows} likes landed");
-        assert_eq!(rows, acked.net.load(Ordering::SeqCst), "{name}: rows vs acknowledged");
+        assert_eq!(
+            rows,
+            acked.net.load(Ordering::SeqCst),
+            "{name}: rows vs acknowledged"
+        );
         assert_eq!(t.shard_sum(name).await, rows, "{name}");
         assert_eq!(t.http_count(name).await, rows, "{name}");
         // Folded and cleaned up: shard 000 alone, one shard, out of the index.
@@ -171,14 +204,36 @@ async fn grow_and_shrink_under_load_keep_the_count_exact_and_never_decreasing() 
         assert_eq!(shards.len(), 1, "{name}: {shards:?}");
         let s = state(&t, name).await;
         assert_eq!(
-            (s["read_shards"].as_u64(), s["write_shards"].as_u64(), s["phase"].as_str()),
+            (
+                s["read_shards"].as_u64(),
+                s["write_shards"].as_u64(),
+                s["phase"].as_str()
+            ),
             (Some(1), Some(1), Some("stable"))
         );
-        assert!(!t.stack.app.reshard.store().indexed_reels().await.unwrap().contains(&id));
-        assert!(seen.len() > 20, "{name}: the reader polled {} times", seen.len());
+        assert!(
+            !t.stack
+                .app
+                .reshard
+                .store()
+                .indexed_reels()
+                .await
+                .unwrap()
+                .contains(&id)
+        );
+        assert!(
+            seen.len() > 20,
+            "{name}: the reader polled {} times",
+            seen.len()
+        );
         if !unlikes {
             for w in seen.windows(2) {
-                assert!(w[1] >= w[0], "{name}: the total went down: {} then {}", w[0], w[1]);
+                assert!(
+                    w[1] >= w[0],
+                    "{name}: the total went down: {} then {}",
+                    w[0],
+                    w[1]
+                );
             }
         }
     }
@@ -220,12 +275,20 @@ async fn a_run_that_dies_after_any_write_is_finished_by_the_next() {
     }
     tokio::time::sleep(app.reshard.wait() + Duration::from_millis(50)).await;
     for (name, k, _) in &cases {
-        let p = app.reshard.advance_limited(&reel(name), Some(*k)).await.unwrap();
+        let p = app
+            .reshard
+            .advance_limited(&reel(name), Some(*k))
+            .await
+            .unwrap();
         if *k < 8 && name.starts_with("shrink") || *k < 1 {
             assert_eq!(p, Progress::Interrupted, "{name}");
         }
         // Whatever the crash left, readers see the exact count.
-        assert_eq!(t.http_count(name).await, t.like_rows(name).await as i64, "{name} after the crash");
+        assert_eq!(
+            t.http_count(name).await,
+            t.like_rows(name).await as i64,
+            "{name} after the crash"
+        );
     }
     // The next scheduled run (a new invocation: a fresh resharder) finds
     // them through the index and finishes every one.
@@ -237,12 +300,20 @@ async fn a_run_that_dies_after_any_write_is_finished_by_the_next() {
     assert_eq!(summary.errors, 0, "{summary:?}");
     for (name, _, target) in &cases {
         let s = next.state(&reel(name)).await.unwrap();
-        assert_eq!((s.phase, s.write_shards, s.read_shards), (Phase::Stable, *target, *target), "{name}");
+        assert_eq!(
+            (s.phase, s.write_shards, s.read_shards),
+            (Phase::Stable, *target, *target),
+            "{name}"
+        );
         let rows = t.like_rows(name).await as i64;
         assert_eq!(t.shard_sum(name).await, rows, "{name}");
         assert_eq!(t.http_count(name).await, rows, "{name}");
         if *target == 1 {
-            assert_eq!(t.shards(name).await.len(), 1, "{name}: folded shards deleted");
+            assert_eq!(
+                t.shards(name).await.len(),
+                1,
+                "{name}: folded shards deleted"
+            );
         }
     }
     t.stop().await;
@@ -257,15 +328,26 @@ async fn concurrent_resizes_of_one_reel_one_wins_and_runs_do_not_double_fold() {
         .buffer_unordered(12)
         .collect()
         .await;
-    let started: Vec<_> = replies.iter().filter(|r| r.body["outcome"] == "started").collect();
-    assert_eq!(started.len(), 1, "{replies:?}", replies = replies.iter().map(|r| &r.body).collect::<Vec<_>>());
+    let started: Vec<_> = replies
+        .iter()
+        .filter(|r| r.body["outcome"] == "started")
+        .collect();
+    assert_eq!(
+        started.len(),
+        1,
+        "{replies:?}",
+        replies = replies.iter().map(|r| &r.body).collect::<Vec<_>>()
+    );
     let winner = started[0].body["target"].as_u64().unwrap();
     for r in &replies {
         if r.status == 202 {
             assert_eq!(r.body["target"].as_u64(), Some(winner), "{}", r.body);
             assert!(r.body["outcome"] == "started" || r.body["outcome"] == "joined");
         } else {
-            assert_eq!((r.status, r.body["error"]["code"].as_str()), (409, Some("resize_in_progress")));
+            assert_eq!(
+                (r.status, r.body["error"]["code"].as_str()),
+                (409, Some("resize_in_progress"))
+            );
         }
     }
     let id = reel("contested");
@@ -274,7 +356,8 @@ async fn concurrent_resizes_of_one_reel_one_wins_and_runs_do_not_double_fold() {
     seed_more(&t, "contested", 200).await;
     post_shards(&t, "contested", 1).await;
     tokio::time::sleep(t.stack.app.reshard.wait() + Duration::from_millis(50)).await;
-    let runs: Vec<_> = futures::future::join_all((0..4).map(|_| t.stack.app.reshard.advance(&id))).await;
+    let runs: Vec<_> =
+        futures::future::join_all((0..4).map(|_| t.stack.app.reshard.advance(&id))).await;
     for r in runs {
         assert!(matches!(r, Ok(Progress::Stable(_))), "{r:?}");
     }
@@ -318,14 +401,23 @@ async fn a_fold_racing_a_like_on_the_folded_shard_loses_nothing() {
         now_ms: likes_now_ms(),
         record: None,
     };
-    assert_eq!(store.write_like(&tx).await.unwrap(), TxResult::Committed { replayed: false });
+    assert_eq!(
+        store.write_like(&tx).await.unwrap(),
+        TxResult::Committed { replayed: false }
+    );
     // ...so the fold of what was read is refused, and nothing moved.
     let before = t.shards("raced").await;
-    assert_eq!(store.fold(&id, 3, seen, settings.version).await.unwrap(), FoldResult::ShardChanged);
+    assert_eq!(
+        store.fold(&id, 3, seen, settings.version).await.unwrap(),
+        FoldResult::ShardChanged
+    );
     assert_eq!(t.shards("raced").await, before);
     // A fold under a stale settings version is refused too.
     let now = store.shard(&id, 3).await.unwrap().unwrap();
-    assert_eq!(store.fold(&id, 3, now, settings.version + 1).await.unwrap(), FoldResult::SettingsChanged);
+    assert_eq!(
+        store.fold(&id, 3, now, settings.version + 1).await.unwrap(),
+        FoldResult::SettingsChanged
+    );
     // The run reads again and folds the new value: the like is counted.
     drive(r, &id).await;
     assert_eq!(t.like_rows("raced").await, 61);
@@ -383,14 +475,23 @@ async fn hot_reels_grow_automatically_and_cool_ones_shrink() {
     let mut shrinks = 0;
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        shrinks += app.reshard.run_scheduled(None).await.unwrap().shrinks_started;
+        shrinks += app
+            .reshard
+            .run_scheduled(None)
+            .await
+            .unwrap()
+            .shrinks_started;
         if app.reshard.state(&id).await.unwrap().write_shards == 1 {
             break;
         }
     }
     assert_eq!(shrinks, 1);
     let s = app.reshard.state(&id).await.unwrap();
-    assert_eq!((s.phase, s.write_shards, s.read_shards), (Phase::Stable, 1, 1), "{s:?}");
+    assert_eq!(
+        (s.phase, s.write_shards, s.read_shards),
+        (Phase::Stable, 1, 1),
+        "{s:?}"
+    );
     let rows = t.like_rows("viral").await as i64;
     assert_eq!(rows, acked.net.load(Ordering::SeqCst));
     assert_eq!(t.shard_sum("viral").await, rows);
@@ -424,10 +525,27 @@ async fn admin_routes_validate_input_and_change_nothing_on_error() {
             String::from_utf8_lossy(body)
         );
     }
-    let r = t.send("POST", "/admin/reels/bad%23id/shards", None, &[], Some(br#"{"shards": 2}"#.to_vec())).await;
-    assert_eq!((r.status, r.body["error"]["code"].as_str()), (400, Some("invalid_reel_id")));
+    let r = t
+        .send(
+            "POST",
+            "/admin/reels/bad%23id/shards",
+            None,
+            &[],
+            Some(br#"{"shards": 2}"#.to_vec()),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (400, Some("invalid_reel_id"))
+    );
     let r = t.send("DELETE", path, None, &[], None).await;
-    assert_eq!((r.status, r.headers.get("allow").and_then(|v| v.to_str().ok())), (405, Some("GET, POST")));
+    assert_eq!(
+        (
+            r.status,
+            r.headers.get("allow").and_then(|v| v.to_str().ok())
+        ),
+        (405, Some("GET, POST"))
+    );
     // Nothing was written by any of those.
     assert!(t.scan(&t.stack.config.counters_table).await.is_empty());
     // An unknown reel is fine: it simply has one shard.
@@ -438,9 +556,19 @@ async fn admin_routes_validate_input_and_change_nothing_on_error() {
                "phase": "stable", "phase_since_ms": 0, "version": 0})
     );
     let r = post_shards(&t, "never-liked", 1).await;
-    assert_eq!((r.status, r.body["outcome"].as_str()), (202, Some("unchanged")));
+    assert_eq!(
+        (r.status, r.body["outcome"].as_str()),
+        (202, Some("unchanged"))
+    );
     let r = post_shards(&t, "never-liked", 64).await;
-    assert_eq!((r.status, r.body["outcome"].as_str(), r.body["read_shards"].as_u64()), (202, Some("started"), Some(64)));
+    assert_eq!(
+        (
+            r.status,
+            r.body["outcome"].as_str(),
+            r.body["read_shards"].as_u64()
+        ),
+        (202, Some("started"), Some(64))
+    );
     t.stop().await;
 }
 
@@ -454,10 +582,16 @@ async fn the_local_schedule_completes_a_resize_started_over_http() {
     loop {
         let s = state(&t, "scheduled").await;
         if s["phase"] == "stable" {
-            assert_eq!((s["write_shards"].as_u64(), s["read_shards"].as_u64()), (Some(6), Some(6)));
+            assert_eq!(
+                (s["write_shards"].as_u64(), s["read_shards"].as_u64()),
+                (Some(6), Some(6))
+            );
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "not completed: {s}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not completed: {s}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     post_shards(&t, "scheduled", 1).await;

@@ -188,7 +188,10 @@ fn the_only_index_is_the_sparse_resize_index() {
     let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
     for (id, res) in doc["Resources"].as_mapping().unwrap() {
         if res["Type"] == "AWS::DynamoDB::Table" {
-            assert!(res["Properties"].get("LocalSecondaryIndexes").is_none(), "{id:?}");
+            assert!(
+                res["Properties"].get("LocalSecondaryIndexes").is_none(),
+                "{id:?}"
+            );
         }
     }
 }
@@ -200,7 +203,10 @@ fn admin_routes_use_iam_and_a_schedule_drives_resizes() {
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
     let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
     let res = &doc["Resources"];
-    assert_eq!(res["LikesApi"]["Properties"]["Auth"]["EnableIamAuthorizer"], true);
+    assert_eq!(
+        res["LikesApi"]["Properties"]["Auth"]["EnableIamAuthorizer"],
+        true
+    );
     let t = template();
     let admin: Vec<_> = t
         .routes
@@ -229,7 +235,10 @@ fn admin_routes_use_iam_and_a_schedule_drives_resizes() {
         .find(|s| s.code_uri.ends_with("/reshard"))
         .expect("a schedule for the reshard function");
     assert_eq!(schedule.expression, "!Ref ReshardSchedule");
-    assert_eq!(doc["Parameters"]["ReshardSchedule"]["Default"], "rate(1 minute)");
+    assert_eq!(
+        doc["Parameters"]["ReshardSchedule"]["Default"],
+        "rate(1 minute)"
+    );
 }
 
 /// `make serve` with `AWS_ENDPOINT_URL_DYNAMODB` set: no emulator of its own,

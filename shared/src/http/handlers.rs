@@ -5,10 +5,10 @@ use super::request::{self, Route};
 use crate::error::Error;
 use crate::keys::{Action, ReelId};
 use crate::reshard::Begin;
-use crate::store::Settings;
 use crate::service::WriteRequest;
-use lambda_http::http::{HeaderValue, Method, StatusCode, header};
+use crate::store::Settings;
 use lambda_http::aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
+use lambda_http::http::{HeaderValue, Method, StatusCode, header};
 use lambda_http::request::LambdaRequest;
 use lambda_http::{Body, Request, Response};
 use serde_json::{Value, json};
@@ -184,7 +184,14 @@ pub async fn handle_reshard_event(
 ) -> Result<Value, Error> {
     if event.get("requestContext").is_some() {
         let response = match serde_json::from_value::<ApiGatewayV2httpRequest>(event) {
-            Ok(r) => handle(app, Function::Reshard, LambdaRequest::ApiGatewayV2(r).into()).await,
+            Ok(r) => {
+                handle(
+                    app,
+                    Function::Reshard,
+                    LambdaRequest::ApiGatewayV2(r).into(),
+                )
+                .await
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "unreadable API Gateway event");
                 error_response(&Error::bad_request("invalid_event", "unreadable request"))

@@ -220,9 +220,7 @@ pub(crate) fn shards_body(req: &Request) -> Result<u32, Error> {
     body.shards
         .as_u64()
         .and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| {
-            Error::bad_request("invalid_shards", "shards must be a whole number")
-        })
+        .ok_or_else(|| Error::bad_request("invalid_shards", "shards must be a whole number"))
 }
 
 /// The API Gateway request id, or the Lambda invocation id for other events.

@@ -26,6 +26,8 @@ use aws_sdk_dynamodb::types::{
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// BatchGetItem takes at most 100 keys per call.
 const BATCH_GET_MAX_KEYS: usize = 100;
@@ -38,6 +40,21 @@ pub struct DynamoStore {
     counters_table: String,
     likes_table: String,
     backoff: Backoff,
+    /// Shared by every clone of this store.
+    stats: Arc<StoreStats>,
+}
+
+/// Counts of the calls that matter for cost, since this store was built.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Shard items read by BatchGetItem (one read unit each).
+    pub shard_reads_batch: AtomicU64,
+    /// `TransactGetItems` calls (a shrinking reel's sum) and the items they
+    /// read (two read units each).
+    pub transact_gets: AtomicU64,
+    pub shard_reads_transactional: AtomicU64,
+    /// Fold transactions that committed.
+    pub folds: AtomicU64,
 }
 
 /// The SDK configuration for `config`: bounded retries and timeouts, so a
@@ -85,11 +102,16 @@ impl DynamoStore {
             counters_table: config.counters_table.clone(),
             likes_table: config.likes_table.clone(),
             backoff: Backoff::from_config(config),
+            stats: Arc::default(),
         }
     }
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
     }
 
     /// Consistent BatchGetItem of `keys` (each a `pk` of the counters table),
@@ -205,6 +227,10 @@ impl DynamoStore {
             }
             let reason = match req.send().await {
                 Ok(out) => {
+                    self.stats.transact_gets.fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .shard_reads_transactional
+                        .fetch_add(keys.len() as u64, Ordering::Relaxed);
                     return Ok(out
                         .responses
                         .unwrap_or_default()
@@ -219,10 +245,9 @@ impl DynamoStore {
                             .iter()
                             .map(|r| r.code().unwrap_or("None"))
                             .collect();
-                        if codes
-                            .iter()
-                            .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
-                        {
+                        if codes.iter().any(|c| {
+                            matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded")
+                        }) {
                             RetryReason::Throttled
                         } else {
                             RetryReason::Conflict
@@ -235,7 +260,12 @@ impl DynamoStore {
                 Err(e) => return Err(translate("TransactGetItems", e)),
             };
             if !self.backoff.allows(attempt) {
-                tracing::warn!(op = "TransactGetItems", attempts = attempt, ?reason, "still cancelled after bounded retries");
+                tracing::warn!(
+                    op = "TransactGetItems",
+                    attempts = attempt,
+                    ?reason,
+                    "still cancelled after bounded retries"
+                );
                 return Err(match reason {
                     RetryReason::Throttled => Error::Throttled,
                     _ => Error::Contended,
@@ -295,6 +325,9 @@ impl CounterStore for DynamoStore {
                 }
             }
         }
+        self.stats
+            .shard_reads_batch
+            .fetch_add(owner.len() as u64, Ordering::Relaxed);
         let batch = self.batch_get_counters(
             owner.keys().cloned().collect(),
             Some("pk, #n, #w"),
@@ -611,7 +644,10 @@ impl ResizeStore for DynamoStore {
                     .table_name(&self.counters_table)
                     .key("pk", AttributeValue::S(keys::settings_key(reel)))
                     .condition_expression("ver = :ver")
-                    .expression_attribute_values(":ver", AttributeValue::N(settings_version.to_string()))
+                    .expression_attribute_values(
+                        ":ver",
+                        AttributeValue::N(settings_version.to_string()),
+                    )
                     .build()
                     .map_err(|e| internal("ConditionCheck", &e))?,
             )
@@ -673,7 +709,10 @@ impl ResizeStore for DynamoStore {
             .send()
             .await;
         match result {
-            Ok(_) => Ok(FoldResult::Folded),
+            Ok(_) => {
+                self.stats.folds.fetch_add(1, Ordering::Relaxed);
+                Ok(FoldResult::Folded)
+            }
             Err(SdkError::ServiceError(se)) => match se.err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
                     let codes = cancellation_codes(c);
@@ -823,7 +862,10 @@ fn settings_item(reel: &ReelId, s: &Settings, version: u64) -> HashMap<String, A
         ("pk".to_owned(), AttributeValue::S(keys::settings_key(reel))),
         ("write_shards".to_owned(), n(s.write_shards.into())),
         ("read_shards".to_owned(), n(s.read_shards.into())),
-        ("phase".to_owned(), AttributeValue::S(s.phase.as_str().to_owned())),
+        (
+            "phase".to_owned(),
+            AttributeValue::S(s.phase.as_str().to_owned()),
+        ),
         ("target".to_owned(), n(s.target.into())),
         ("fold_from".to_owned(), n(s.fold_from.into())),
         ("phase_at".to_owned(), n(s.phase_at_ms)),
