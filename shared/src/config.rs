@@ -98,9 +98,10 @@ pub struct ResizeConfig {
     /// throttled or conflicting like transactions on one reel within 10 s,
     /// seen by one function instance, double the reel's shards.
     pub contention_events: u32,
-    /// `RESHARD_MAX_WAIT_MS` (default 25000): the longest a scheduled run
+    /// `RESHARD_MAX_WAIT_MS` (default 0): the longest a scheduled run
     /// sleeps for a resize step that is about to become due, instead of
-    /// leaving it to the next run.
+    /// leaving it to the next run. 0: it never sleeps; a step not yet due is
+    /// always left for the next run.
     pub max_wait: Duration,
 }
 
@@ -197,7 +198,7 @@ impl Config {
             cool_per_sec: rate("COOL_LIKES_PER_SEC", 50.0)?,
             cool_down: Duration::from_secs(num("COOL_DOWN_SECS", 3_600, 0, 30 * 86_400)?),
             contention_events: num("CONTENTION_GROW_EVENTS", 3, 0, 1_000)? as u32,
-            max_wait: ms("RESHARD_MAX_WAIT_MS", 25_000, 0, 600_000)?,
+            max_wait: ms("RESHARD_MAX_WAIT_MS", 0, 0, 600_000)?,
         };
         if resize.cool_per_sec >= resize.hot_per_sec {
             return Err(ConfigError(

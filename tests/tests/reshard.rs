@@ -39,6 +39,9 @@ const FAST: &[(&str, &str)] = &[
     ("CACHE_TTL_MS", "0"),
     ("LOCAL_SCHEDULE_SECS", "0"),
     ("AUTO_RESHARD", "off"),
+    // A scheduled run may sleep for a step due within 5 s, so one run
+    // completes what it starts (the production default, 0, never sleeps).
+    ("RESHARD_MAX_WAIT_MS", "5000"),
 ];
 
 async fn fast(extra: &[(&str, &str)]) -> TestStack {
