@@ -94,7 +94,7 @@ pub struct ResizeConfig {
     /// shard by the scheduled run.
     pub cool_per_sec: f64,
     pub cool_down: Duration,
-    /// `CONTENTION_GROW_EVENTS` (default 3; 0 turns it off): this many
+    /// `CONTENTION_GROW_EVENTS` (default 5; 0 turns it off): this many
     /// throttled or conflicting like transactions on one reel within 10 s,
     /// seen by one function instance, double the reel's shards.
     pub contention_events: u32,
@@ -116,11 +116,15 @@ impl ResizeConfig {
 
 impl Config {
     /// How long after a settings change no function instance can still act
-    /// on the settings before it: a cached copy lives `SETTINGS_TTL_MS`
-    /// (counted from when it was read), and a request that read it may keep
-    /// writing for up to `REQUEST_TIMEOUT_MS`; plus the margin.
+    /// on the settings before it: the write itself may land up to
+    /// `DDB_OPERATION_TIMEOUT_MS` after the phase was stamped, a cached copy
+    /// lives `SETTINGS_TTL_MS` (counted from when it was read), and a
+    /// request that read it may keep writing for up to `REQUEST_TIMEOUT_MS`;
+    /// plus the margin (clock skew between instances).
     pub fn resize_wait(&self) -> Duration {
-        self.settings_ttl + self.request_timeout + self.resize.margin
+        // The phase's start is stamped before the settings write is sent,
+        // which may land up to the SDK's operation timeout later.
+        self.settings_ttl + self.request_timeout + self.ddb_operation_timeout + self.resize.margin
     }
 }
 
@@ -189,7 +193,7 @@ impl Config {
             }
         };
         let resize = ResizeConfig {
-            max_shards: num("MAX_SHARDS", 100, 1, crate::keys::MAX_SHARDS.into())? as u32,
+            max_shards: num("MAX_SHARDS", 100, 1, crate::keys::MAX_RESIZE_SHARDS.into())? as u32,
             margin: ms("RESIZE_MARGIN_MS", 2_000, 0, 600_000)?,
             auto,
             hot_per_sec: rate("HOT_LIKES_PER_SEC", 300.0)?,
@@ -197,7 +201,7 @@ impl Config {
             headroom: rate("SHARD_HEADROOM", 2.0)?,
             cool_per_sec: rate("COOL_LIKES_PER_SEC", 50.0)?,
             cool_down: Duration::from_secs(num("COOL_DOWN_SECS", 3_600, 0, 30 * 86_400)?),
-            contention_events: num("CONTENTION_GROW_EVENTS", 3, 0, 1_000)? as u32,
+            contention_events: num("CONTENTION_GROW_EVENTS", 5, 0, 1_000)? as u32,
             max_wait: ms("RESHARD_MAX_WAIT_MS", 0, 0, 600_000)?,
         };
         if resize.cool_per_sec >= resize.hot_per_sec {
@@ -257,7 +261,10 @@ mod tests {
         assert_eq!(c.settings_ttl, Duration::from_millis(5000));
         assert_eq!(c.auth_mode, AuthMode::Jwt);
         assert_eq!(c.resize.max_shards, 100);
-        assert_eq!(c.resize_wait(), Duration::from_millis(5000 + 12000 + 2000));
+        assert_eq!(
+            c.resize_wait(),
+            Duration::from_millis(5000 + 12000 + 3000 + 2000)
+        );
     }
 
     #[test]

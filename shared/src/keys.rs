@@ -10,11 +10,16 @@ pub const MAX_REEL_ID_LEN: usize = 64;
 /// Longest user id accepted (in bytes). Identity providers' `sub` claims are
 /// far shorter; the bound keeps a hostile header from making large keys.
 pub const MAX_USER_ID_LEN: usize = 256;
-/// The most shards a reel can have. While a reel shrinks, readers sum the
-/// shards being folded in one `TransactGetItems`, which takes at most 100
-/// items (shard 0 plus at most 99 folded ones). Shard numbers are still
-/// zero-padded to three digits.
-pub const MAX_SHARDS: u32 = 100;
+/// Shard numbers are zero-padded to three digits, so a settings item may
+/// name at most 1000 shards (000..=999). Resizes go to at most
+/// [`MAX_RESIZE_SHARDS`].
+pub const MAX_SHARDS: u32 = 1000;
+
+/// The most items one `TransactGetItems` reads. While a reel shrinks,
+/// readers read its base item and the shards being folded in one, so one
+/// shrink retires at most 99 shards, and resizes go to at most 100.
+pub const MAX_TRANSACT_ITEMS: u32 = 100;
+pub const MAX_RESIZE_SHARDS: u32 = MAX_TRANSACT_ITEMS;
 
 /// A reel id: 1–64 characters of `[A-Za-z0-9_-]`. The alphabet excludes `#`,
 /// the key separator, so one id can never spell another reel's keys.
@@ -112,6 +117,15 @@ pub fn shard_key(reel: &ReelId, shard: u32) -> String {
     format!("{shard:03}#reel#{reel}#likes")
 }
 
+/// `base#reel#{reel_id}#likes`: where shrinking folds the counts of the
+/// shards it retires. No like ever writes it (likes only touch shards), so
+/// a reader can read it and the shards being folded in one
+/// `TransactGetItems` without conflicting with live likes. Readers add it
+/// once a reel has been shrunk (the settings item's `base`).
+pub fn base_key(reel: &ReelId) -> String {
+    format!("base#reel#{reel}#likes")
+}
+
 /// `reel#{reel_id}#settings`: how many shards writers use and readers sum.
 pub fn settings_key(reel: &ReelId) -> String {
     format!("reel#{reel}#settings")
@@ -180,8 +194,10 @@ mod tests {
         let r = ReelId::parse("8841").unwrap();
         assert_eq!(shard_key(&r, 0), "000#reel#8841#likes");
         assert_eq!(shard_key(&r, 7), "007#reel#8841#likes");
-        assert_eq!(shard_key(&r, 99), "099#reel#8841#likes");
+        assert_eq!(shard_key(&r, 999), "999#reel#8841#likes");
         assert_eq!(settings_key(&r), "reel#8841#settings");
+        assert_eq!(base_key(&r), "base#reel#8841#likes");
+        assert_eq!(parse_shard_key("base#reel#8841#likes"), None);
         assert_eq!(parse_settings_key("reel#8841#settings"), Some(r.clone()));
         assert_eq!(parse_settings_key("000#reel#8841#likes"), None);
         assert_eq!(parse_shard_key("007#reel#8841#likes"), Some((7, r)));

@@ -13,17 +13,21 @@
 //! * Grow N → M: `Growing` raises `read_shards` to M; after the wait,
 //!   `Stable` raises `write_shards` to M.
 //! * Shrink M → N: `Draining` lowers `write_shards` to N; after the wait no
-//!   writer touches shards ≥ N, and each is folded into shard 0 by one
-//!   transaction (add its `n` and `w` to shard 0, subtract them from it,
-//!   conditioned on it still holding exactly what was read and on the
-//!   settings version); then `Cleanup` lowers `read_shards` to N and deletes
-//!   the emptied shard items (conditioned on holding zero; a late write is
-//!   folded first); then `Stable`.
+//!   writer touches shards ≥ N, and each is folded into the reel's base item
+//!   ([`crate::keys::base_key`]) by one transaction (add its `n` and `w` to
+//!   the base, subtract them from the shard, conditioned on the shard still
+//!   holding exactly what was read and on the settings version); then
+//!   `Cleanup` lowers `read_shards` to N and deletes the emptied shard items
+//!   (conditioned on holding zero; a late write is folded first); then
+//!   `Stable`.
 //!
-//! While draining, readers sum shard 0 and the shards being folded in one
-//! `TransactGetItems` ([`Settings::folding_shards`]), so no reader sees a
-//! fold half applied; the other shards are only ever incremented by single
-//! like transactions, so BatchGetItem is exact for them.
+//! While draining, readers sum the base item and the shards being folded in
+//! one `TransactGetItems` ([`Settings::read_items`]), so no reader sees a
+//! fold half applied. No like writes any of those items by then, so that
+//! read does not conflict with live likes (folding into shard 0 would: a
+//! transactional read of an item is cancelled by any transaction in flight
+//! on it, and shard 0 takes likes). The other shards only ever change by
+//! single like transactions, so BatchGetItem is exact for them.
 //!
 //! # Crash-safe and resumable
 //!
@@ -37,7 +41,7 @@
 
 use crate::config::{Config, ResizeConfig};
 use crate::error::Error;
-use crate::keys::ReelId;
+use crate::keys::{self, ReelId};
 use crate::retry::Backoff;
 use crate::store::{
     CounterStore, FoldResult, Phase, ResizeStore, RetryReason, Settings, WriteSample,
@@ -53,6 +57,10 @@ const DEADLINE_SAFETY: Duration = Duration::from_secs(5);
 /// Attempts of one fold before the run gives up on the reel until the next
 /// run (conflicts, throttling and late writes all count).
 const FOLD_MAX_ATTEMPTS: u32 = 50;
+/// Settings writes one advance makes at most: a resize takes three, the
+/// rest absorbs lost races with concurrent runs; past it the reel is left
+/// for the next run rather than spinning.
+const ADVANCE_MAX_ROUNDS: u32 = 32;
 
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
@@ -96,7 +104,25 @@ fn plan(cur: &Settings, target: u32, now: i64) -> Result<Plan, Error> {
     }
     let have = cur.shards_to_sum();
     if target == cur.write_shards && target == have {
+        // A multi-shard settings item written by hand (no version) is
+        // registered in the resize index, so the schedule tends it.
+        if cur.version == 0 && cur.indexed() {
+            return Ok(Plan::Put(Settings {
+                phase_at_ms: now,
+                ..*cur
+            }));
+        }
         return Ok(Plan::Keep(Begin::Unchanged));
+    }
+    let min_target = have.saturating_sub(keys::MAX_TRANSACT_ITEMS - 1).max(1);
+    if target < min_target {
+        return Err(Error::bad_request(
+            "invalid_shards",
+            format!(
+                "a reel shrinks by at most {} shards at a time: shrink to {min_target} first",
+                keys::MAX_TRANSACT_ITEMS - 1
+            ),
+        ));
     }
     let mut next = Settings {
         target,
@@ -111,6 +137,7 @@ fn plan(cur: &Settings, target: u32, now: i64) -> Result<Plan, Error> {
         next.phase = Phase::Draining;
         next.write_shards = target;
         next.read_shards = have;
+        next.has_base = true;
     }
     next.fold_from = next.read_shards;
     Ok(Plan::Put(next))
@@ -136,9 +163,15 @@ pub async fn begin<S: CounterStore>(
             Plan::Keep(b) => return Ok((b, cur)),
             Plan::Put(next) => {
                 if store.put_settings(reel, cur.version, &next).await? {
-                    tracing::info!(reel = %reel, target, phase = next.phase.as_str(), "resize started");
+                    // A stable put only registers a hand-written item.
+                    let outcome = if next.phase == Phase::Stable {
+                        Begin::Unchanged
+                    } else {
+                        tracing::info!(reel = %reel, target, phase = next.phase.as_str(), "resize started");
+                        Begin::Started
+                    };
                     return Ok((
-                        Begin::Started,
+                        outcome,
                         Settings {
                             version: cur.version + 1,
                             ..next
@@ -221,6 +254,8 @@ pub struct RunSummary {
     pub deletes: usize,
     /// Reels whose next step is not due yet (left for the next run).
     pub waiting: usize,
+    /// Reels not visited because the run's deadline was near.
+    pub skipped: usize,
     /// Reels that failed this run (retried by the next).
     pub errors: usize,
     pub duration_ms: u64,
@@ -312,7 +347,13 @@ impl<S: ResizeStore> Resharder<S> {
         tally: &mut Tally,
     ) -> Result<Progress, Stop> {
         let wait_ms = self.wait.as_millis() as i64;
+        let mut rounds = 0u32;
         'outer: loop {
+            rounds += 1;
+            if rounds > ADVANCE_MAX_ROUNDS {
+                tracing::warn!(reel = %reel, "settings keep changing under the run; left for the next run");
+                return Err(Stop::Failed(Error::Contended));
+            }
             let cur = read_settings(&self.store, reel).await?;
             let now = now_ms();
             let due_ms = cur.phase_at_ms.saturating_add(wait_ms);
@@ -349,7 +390,13 @@ impl<S: ResizeStore> Resharder<S> {
                 }
                 Phase::Cleanup => {
                     for s in cur.read_shards..cur.fold_from {
+                        let mut cycles = 0u32;
                         loop {
+                            cycles += 1;
+                            if cycles > FOLD_MAX_ATTEMPTS {
+                                tracing::warn!(reel = %reel, shard = s, "shard keeps taking writes after its fold; left for the next run");
+                                return Err(Stop::Failed(Error::Contended));
+                            }
                             spend(limit)?;
                             if self.store.delete_empty_shard(reel, s).await? {
                                 tally.deletes += 1;
@@ -392,7 +439,7 @@ impl<S: ResizeStore> Resharder<S> {
         }
     }
 
-    /// Folds shard `shard` into shard 0 until it holds zero.
+    /// Folds shard `shard` into the base item until it holds zero.
     async fn fold_shard(
         &self,
         reel: &ReelId,
@@ -416,7 +463,11 @@ impl<S: ResizeStore> Resharder<S> {
                 return Err(Stop::Failed(Error::Contended));
             }
             spend(limit)?;
-            match self.store.fold(reel, shard, seen, version).await? {
+            match self
+                .store
+                .fold(reel, shard, seen, version, attempts)
+                .await?
+            {
                 FoldResult::Folded => {
                     tally.folds += 1;
                     tracing::debug!(reel = %reel, shard, n = seen.n, w = seen.w, "folded");
@@ -445,7 +496,10 @@ impl<S: ResizeStore> Resharder<S> {
     /// and shrink.
     pub async fn run_scheduled(&self, deadline: Option<Instant>) -> Result<RunSummary, Error> {
         let started = Instant::now();
-        let reels = self.store.indexed_reels().await?;
+        let mut reels = self.store.indexed_reels().await?;
+        // A run cut short by its deadline must not always leave the same
+        // reels out.
+        fastrand::shuffle(&mut reels);
         let mut summary = RunSummary {
             reels: reels.len(),
             ..RunSummary::default()
@@ -461,6 +515,7 @@ impl<S: ResizeStore> Resharder<S> {
             summary.folds += r.tally.folds;
             summary.deletes += r.tally.deletes;
             summary.waiting += usize::from(r.waiting);
+            summary.skipped += usize::from(r.skipped);
             summary.errors += usize::from(r.error);
             match r.started {
                 Some(Phase::Growing) => summary.grows_started += 1,
@@ -486,6 +541,10 @@ impl<S: ResizeStore> Resharder<S> {
 
     async fn tend(&self, reel: &ReelId, deadline: Option<Instant>) -> ReelReport {
         let mut report = ReelReport::default();
+        if deadline.is_some_and(|d| Instant::now() + DEADLINE_SAFETY >= d) {
+            report.skipped = true;
+            return report;
+        }
         // A resize takes at most three waits; the bound only guards against
         // a settings item that keeps changing under the run.
         for _ in 0..8 {
@@ -567,7 +626,9 @@ impl<S: ResizeStore> Resharder<S> {
                 next.cool_since_ms = Some(since);
                 let cooled = now.saturating_sub(since) >= self.resize.cool_down.as_millis() as i64;
                 if cooled && cur.shards_to_sum() > 1 {
-                    target = Some(1);
+                    // One shrink retires at most 99 shards (see `plan`).
+                    let have = cur.shards_to_sum();
+                    target = Some(have.saturating_sub(keys::MAX_TRANSACT_ITEMS - 1).max(1));
                 }
             } else {
                 next.cool_since_ms = None;
@@ -595,6 +656,7 @@ struct ReelReport {
     tally: Tally,
     started: Option<Phase>,
     waiting: bool,
+    skipped: bool,
     error: bool,
 }
 
@@ -634,7 +696,7 @@ mod tests {
         );
         assert_eq!(s.phase_at_ms, 7);
         assert!(s.indexed());
-        assert_eq!(s.folding_shards(), None);
+        assert!(s.read_items(&ReelId::parse("r").unwrap()).atomic.is_empty());
     }
 
     #[test]
@@ -646,10 +708,31 @@ mod tests {
             (s.phase, s.read_shards, s.write_shards, s.fold_from),
             (Phase::Draining, 20, 3, 20)
         );
-        let folding = s.folding_shards().unwrap();
-        assert_eq!(folding.len(), 1 + 17);
-        assert_eq!(folding[0], 0);
-        assert_eq!(folding[1..], (3..20).collect::<Vec<_>>()[..]);
+        let r = ReelId::parse("r").unwrap();
+        let items = s.read_items(&r);
+        // The base item and shards 3..20 in one transaction; 0..3 batched.
+        assert_eq!(items.atomic.len(), 1 + 17);
+        assert_eq!(items.atomic[0], keys::base_key(&r));
+        assert_eq!(items.atomic[1], keys::shard_key(&r, 3));
+        assert_eq!(
+            items.batch,
+            (0..3).map(|i| keys::shard_key(&r, i)).collect::<Vec<_>>()
+        );
+        // Once stable again, the base item stays in every (batched) read.
+        let stable_after = Settings {
+            phase: Phase::Stable,
+            read_shards: 3,
+            ..s
+        };
+        let items = stable_after.read_items(&r);
+        assert!(items.atomic.is_empty());
+        assert_eq!(items.batch.last(), Some(&keys::base_key(&r)));
+        // One shrink retires at most 99 shards.
+        assert_eq!(
+            plan(&stable(1000), 1, 0).err().map(|e| e.status()),
+            Some(400)
+        );
+        assert!(matches!(plan(&stable(1000), 901, 0), Ok(Plan::Put(_))));
     }
 
     #[test]
@@ -659,8 +742,26 @@ mod tests {
         };
         assert!(matches!(plan(&s, 8, 1), Ok(Plan::Keep(Begin::Joined))));
         assert_eq!(plan(&s, 9, 1).err().map(|e| e.status()), Some(409));
+        let versioned = Settings {
+            version: 3,
+            ..stable(4)
+        };
         assert!(matches!(
-            plan(&stable(4), 4, 1),
+            plan(&versioned, 4, 1),
+            Ok(Plan::Keep(Begin::Unchanged))
+        ));
+        // A hand-written multi-shard item (no version) is registered in the
+        // index by asking for the count it already has; one shard never is.
+        let Ok(Plan::Put(r)) = plan(&stable(4), 4, 1) else {
+            panic!("not registered")
+        };
+        assert_eq!(
+            (r.phase, r.write_shards, r.read_shards),
+            (Phase::Stable, 4, 4)
+        );
+        assert!(r.indexed());
+        assert!(matches!(
+            plan(&stable(1), 1, 1),
             Ok(Plan::Keep(Begin::Unchanged))
         ));
     }

@@ -141,7 +141,8 @@ struct Observer {
 const CONTENTION_WINDOW: Duration = Duration::from_secs(10);
 
 pub struct LikeService<S> {
-    store: S,
+    /// Shared with the background tasks that start automatic grows.
+    store: Arc<S>,
     counts: Option<Cache<ReelId, Count>>,
     settings: Option<Cache<ReelId, FreshSettings>>,
     /// `None` when `AUTO_RESHARD=off`.
@@ -197,7 +198,7 @@ fn unshare(e: Arc<Error>) -> Error {
 impl<S: CounterStore> LikeService<S> {
     pub fn new(store: S, config: &Config) -> Self {
         LikeService {
-            store,
+            store: Arc::new(store),
             counts: cache(config.cache_ttl, config.cache_max_reels),
             settings: cache(config.settings_ttl, config.cache_max_reels),
             observer: config.resize.auto.then(|| Observer {
@@ -633,18 +634,24 @@ impl<S: CounterStore> LikeService<S> {
         }
     }
 
-    /// Starts a grow unless this instance asked for as many shards recently.
-    /// Failures are logged and left to the next observation: a like or read
-    /// never fails because a grow could not be started.
+    /// Starts a grow, in the background so that no request waits for it,
+    /// unless this instance asked for as many shards recently. Failures are
+    /// logged and left to the next observation: a like or read never fails
+    /// because a grow could not be started.
     async fn ask_grow(&self, o: &Observer, reel: &ReelId, want: u32, reason: &'static str) {
         if o.asked.get(reel).await.is_some_and(|asked| asked >= want) {
             return;
         }
         o.asked.insert(reel.clone(), want).await;
-        if let Err(e) = reshard::request_grow(&self.store, reel, want, reason).await {
-            tracing::warn!(reel = %reel, want, reason, error = e.code(), "could not start a grow");
-            o.asked.invalidate(reel).await;
-        }
+        let store = Arc::clone(&self.store);
+        let asked = o.asked.clone();
+        let reel = reel.clone();
+        tokio::spawn(async move {
+            if let Err(e) = reshard::request_grow(&*store, &reel, want, reason).await {
+                tracing::warn!(reel = %reel, want, reason, error = e.code(), "could not start a grow");
+                asked.invalidate(&reel).await;
+            }
+        });
     }
 
     /// Readiness: both tables reachable.
@@ -810,6 +817,13 @@ mod tests {
             &[("CONTENTION_GROW_EVENTS", "3")],
         );
         svc.write(like()).await.unwrap();
+        // The grow starts in the background.
+        for _ in 0..100 {
+            if !svc.store().puts.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let puts = svc.store().puts.lock().unwrap().clone();
         assert_eq!(puts.len(), 1, "{puts:?}");
         // The first step of a grow 1 -> 2: readers first.
@@ -830,6 +844,7 @@ mod tests {
             &[("CONTENTION_GROW_EVENTS", "3")],
         );
         svc.write(like()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(svc.store().puts.lock().unwrap().is_empty());
         let svc = service(
             vec![
@@ -841,6 +856,7 @@ mod tests {
             &[("AUTO_RESHARD", "off")],
         );
         svc.write(like()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(svc.store().puts.lock().unwrap().is_empty());
     }
 

@@ -168,7 +168,13 @@ async fn dispatch(
             }
             let target = request::shards_body(&req)?;
             let (outcome, s) = app.reshard.begin(&reel, target).await?;
-            Ok((StatusCode::ACCEPTED, shards_json(&reel, &s, Some(outcome))))
+            // 202: a resize is under way (started now or joined); 200: the
+            // reel already has that many shards.
+            let status = match outcome {
+                Begin::Unchanged => StatusCode::OK,
+                Begin::Started | Begin::Joined => StatusCode::ACCEPTED,
+            };
+            Ok((status, shards_json(&reel, &s, Some(outcome))))
         }
     }
 }

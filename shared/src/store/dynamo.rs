@@ -312,17 +312,12 @@ impl CounterStore for DynamoStore {
         let mut atomic: Vec<(ReelId, Vec<String>)> = Vec::new();
         for (reel, settings) in reels {
             sums.insert(reel.clone(), ShardSum::default());
-            let folding = settings.folding_shards().unwrap_or_default();
-            if !folding.is_empty() {
-                atomic.push((
-                    reel.clone(),
-                    folding.iter().map(|s| keys::shard_key(reel, *s)).collect(),
-                ));
+            let items = settings.read_items(reel);
+            if !items.atomic.is_empty() {
+                atomic.push((reel.clone(), items.atomic));
             }
-            for s in 0..settings.shards_to_sum().clamp(1, keys::MAX_SHARDS) {
-                if !folding.contains(&s) {
-                    owner.insert(keys::shard_key(reel, s), reel.clone());
-                }
+            for key in items.batch {
+                owner.insert(key, reel.clone());
             }
         }
         self.stats
@@ -622,6 +617,7 @@ impl ResizeStore for DynamoStore {
         shard: u32,
         seen: ShardValue,
         settings_version: u64,
+        attempt: u32,
     ) -> Result<FoldResult, Error> {
         if seen == ShardValue::default() {
             return Ok(FoldResult::Folded);
@@ -656,7 +652,7 @@ impl ResizeStore for DynamoStore {
             .update(
                 Update::builder()
                     .table_name(&self.counters_table)
-                    .key("pk", AttributeValue::S(keys::shard_key(reel, 0)))
+                    .key("pk", AttributeValue::S(keys::base_key(reel)))
                     .update_expression("ADD #n :seen_n, #w :seen_w")
                     .expression_attribute_names("#n", "n")
                     .expression_attribute_names("#w", "w")
@@ -687,8 +683,9 @@ impl ResizeStore for DynamoStore {
         let from = TransactWriteItem::builder()
             .update(from.build().map_err(|e| internal("Update", &e))?)
             .build();
-        // The same fold (same shard, value and settings version) always
-        // sends the same token: a retry after a lost response is a replay.
+        // The SDK's own retries of this call resend this token, so a retry
+        // after a lost response is a replay. The next attempt (after reading
+        // the shard again) gets a new one; the value condition makes it safe.
         let token = RequestToken::for_fields(
             "fold",
             &[
@@ -697,6 +694,8 @@ impl ResizeStore for DynamoStore {
                 &seen.n.to_string(),
                 &seen.w.to_string(),
                 &settings_version.to_string(),
+                &attempt.to_string(),
+                &fastrand::u64(..).to_string(),
             ],
         );
         let result = self
@@ -845,12 +844,26 @@ fn parse_settings(item: &HashMap<String, AttributeValue>) -> Result<Settings, Er
         target: count("target")?.unwrap_or(write_shards),
         fold_from: count("fold_from")?.unwrap_or(read_shards),
         phase_at_ms: int("phase_at").unwrap_or(0),
-        version: int("ver").map_or(0, |v| v.max(0) as u64),
+        version: match item.get("ver") {
+            None => 0,
+            Some(v) => match number(v) {
+                Some(n) if n > 0 => n as u64,
+                _ => {
+                    tracing::error!(value = ?v, "settings item holds an invalid version");
+                    return Err(Error::Internal);
+                }
+            },
+        },
         sample: match (int("sample_w"), int("sample_at")) {
             (Some(writes), Some(at_ms)) => Some(WriteSample { writes, at_ms }),
             _ => None,
         },
         cool_since_ms: int("cool_since"),
+        has_base: item
+            .get("base")
+            .and_then(|v| v.as_bool().ok())
+            .copied()
+            .unwrap_or(false),
     })
 }
 
@@ -877,6 +890,9 @@ fn settings_item(reel: &ReelId, s: &Settings, version: u64) -> HashMap<String, A
     }
     if let Some(c) = s.cool_since_ms {
         item.insert("cool_since".to_owned(), n(c));
+    }
+    if s.has_base {
+        item.insert("base".to_owned(), AttributeValue::Bool(true));
     }
     if s.indexed() {
         item.insert(

@@ -5,7 +5,7 @@
 pub mod dynamo;
 
 use crate::error::Error;
-use crate::keys::{Action, ReelId, UserId};
+use crate::keys::{self, Action, ReelId, UserId};
 use crate::token::RequestToken;
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,7 +22,8 @@ pub enum Phase {
     Growing,
     /// Shrinking to `target`: writers already use `target` shards; once the
     /// old settings have expired everywhere, shards `target..fold_from` are
-    /// folded into shard 0. Readers sum the folded shards atomically.
+    /// folded into the reel's base item. Readers read the base item and the
+    /// folded shards atomically.
     Draining,
     /// Folded: readers sum `target` shards; the emptied shard items
     /// `target..fold_from` are deleted.
@@ -83,6 +84,20 @@ pub struct Settings {
     /// Since when (Unix ms) the scheduled run has seen the reel below the
     /// cool-down rate.
     pub cool_since_ms: Option<i64>,
+    /// Whether the reel has a base item ([`crate::keys::base_key`]) that
+    /// readers add: set by its first shrink, kept ever after.
+    pub has_base: bool,
+}
+
+/// The items a reader sums for one reel, by how they must be read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadItems {
+    /// Read with (consistent) `BatchGetItem`: items that only single like
+    /// transactions change.
+    pub batch: Vec<String>,
+    /// Read together in one `TransactGetItems`: the base item and the shards
+    /// folds may be moving into it right now.
+    pub atomic: Vec<String>,
 }
 
 impl Default for Settings {
@@ -97,6 +112,7 @@ impl Default for Settings {
             version: 0,
             sample: None,
             cool_since_ms: None,
+            has_base: false,
         }
     }
 }
@@ -109,15 +125,33 @@ impl Settings {
         self.read_shards.max(self.write_shards)
     }
 
-    /// The shards that folds may move counts between right now: shard 0 and
-    /// `write_shards..read_shards`, while draining. A reader sums these in
-    /// one `TransactGetItems` so it never sees a fold half done.
-    pub fn folding_shards(&self) -> Option<Vec<u32>> {
-        (self.phase == Phase::Draining && self.read_shards > self.write_shards).then(|| {
-            std::iter::once(0)
-                .chain(self.write_shards..self.shards_to_sum())
-                .collect()
-        })
+    /// The items whose `n` sum to the reel's count: shards
+    /// `0..shards_to_sum()` and, once it exists, the base item. While
+    /// draining, folds move counts from shards `write_shards..` into the
+    /// base item, so those and the base item are read in one transaction
+    /// (never half a fold); no like writes any of them by then, so that read
+    /// does not contend with live likes.
+    pub fn read_items(&self, reel: &ReelId) -> ReadItems {
+        let shards = self.shards_to_sum().clamp(1, keys::MAX_SHARDS);
+        let draining = self.phase == Phase::Draining && shards > self.write_shards;
+        let mut out = ReadItems::default();
+        for s in 0..shards {
+            let key = keys::shard_key(reel, s);
+            if draining && s >= self.write_shards {
+                out.atomic.push(key);
+            } else {
+                out.batch.push(key);
+            }
+        }
+        if self.has_base || draining {
+            let key = keys::base_key(reel);
+            if draining {
+                out.atomic.insert(0, key);
+            } else {
+                out.batch.push(key);
+            }
+        }
+        out
     }
 
     /// Whether the reel belongs in the resize index (the scheduled run and
@@ -147,7 +181,7 @@ pub struct ShardValue {
 /// How one fold attempt ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FoldResult {
-    /// The shard's counts moved to shard 0 (or the shard was already empty).
+    /// The shard's counts moved to the base item (or it was already empty).
     Folded,
     /// The shard no longer holds the value read (a late write): read again.
     ShardChanged,
@@ -234,9 +268,8 @@ pub trait CounterStore: Send + Sync + 'static {
         reels: &[ReelId],
     ) -> impl Future<Output = Result<HashMap<ReelId, Settings>, Error>> + Send;
 
-    /// The sum of shards `0..settings.shards_to_sum()` of each reel (missing
-    /// shards count 0), read consistently; the shards a fold may touch are
-    /// read in one transaction (see [`Settings::folding_shards`]).
+    /// The sum of the items [`Settings::read_items`] names for each reel
+    /// (missing items count 0), read consistently.
     fn sum_shards(
         &self,
         reels: &[(ReelId, Settings)],
@@ -291,15 +324,18 @@ pub trait ResizeStore: CounterStore {
         shard: u32,
     ) -> impl Future<Output = Result<Option<ShardValue>, Error>> + Send;
 
-    /// One `TransactWriteItems`: adds `seen` to shard 0 and subtracts it from
-    /// `shard`, conditioned on `shard` still holding exactly `seen` and on the
-    /// settings item still being at `settings_version`.
+    /// One `TransactWriteItems`: adds `seen` to the reel's base item and
+    /// subtracts it from `shard`, conditioned on `shard` still holding
+    /// exactly `seen` and on the settings item still being at
+    /// `settings_version`. `attempt` tells apart the tokens of successive
+    /// attempts that happen to see the same value.
     fn fold(
         &self,
         reel: &ReelId,
         shard: u32,
         seen: ShardValue,
         settings_version: u64,
+        attempt: u32,
     ) -> impl Future<Output = Result<FoldResult, Error>> + Send;
 
     /// Deletes the shard item if it holds zero (or is gone). `Ok(false)`: it

@@ -113,12 +113,31 @@ impl TestStack {
         r.body["count"].as_i64().expect("count")
     }
 
-    /// Sum of all shard items of `reel` in the table (000..999), read directly.
+    /// The reel's count as stored: every shard item (000..999) plus the base
+    /// item that shrinking folds into, read directly.
     pub async fn shard_sum(&self, reel: &str) -> i64 {
-        self.shards(reel).await.iter().map(|(_, n)| n).sum()
+        self.shards(reel).await.iter().map(|(_, n)| n).sum::<i64>() + self.base(reel).await
     }
 
-    /// Every shard item of `reel`: (shard, n).
+    /// `n` of the reel's base item (0 when there is none).
+    pub async fn base(&self, reel: &str) -> i64 {
+        let out = self
+            .stack
+            .client
+            .get_item()
+            .table_name(&self.stack.config.counters_table)
+            .key("pk", AttributeValue::S(format!("base#reel#{reel}#likes")))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get base");
+        out.item
+            .and_then(|i| i.get("n").and_then(|v| v.as_n().ok()).cloned())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Every shard item of `reel`: (shard, n) (not the base item).
     pub async fn shards(&self, reel: &str) -> Vec<(u32, i64)> {
         let suffix = format!("#reel#{reel}#likes");
         let mut out = Vec::new();
@@ -128,7 +147,10 @@ impl TestStack {
                 .and_then(|v| v.as_s().ok())
                 .cloned()
                 .unwrap_or_default();
-            if let Some(shard) = pk.strip_suffix(&suffix) {
+            if let Some(shard) = pk
+                .strip_suffix(&suffix)
+                .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+            {
                 let n = item
                     .get("n")
                     .and_then(|v| v.as_n().ok())
