@@ -6,10 +6,10 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: check-cargo serve test demo resize unit lint-template smoke fmt clippy lambda-build sam-build deploy invoke help
+.PHONY: check-cargo serve test demo resize reconcile unit lint-template smoke fmt clippy lambda-build sam-build deploy invoke help
 
 help:
-	@echo "make serve | test | demo | resize | lambda-build | sam-build | deploy | invoke"
+	@echo "make serve | test | demo | resize | reconcile | lambda-build | sam-build | deploy | invoke"
 
 check-cargo:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
@@ -33,6 +33,11 @@ resize:
 	  curl -sS "$(BASE_URL)/admin/reels/$(REEL)/shards"; \
 	fi; echo
 
+## One full reconciliation pass against the DynamoDB of `make serve` (or
+## AWS_ENDPOINT_URL_DYNAMODB); prints the JSON summary. DRY_RUN=1 only reports.
+reconcile: check-cargo
+	DRY_RUN=$(DRY_RUN) $(CARGO) run --locked --quiet -p likes-local --bin likes-local -- reconcile
+
 ## All tests: the template lint, unit + integration tests, and an end-to-end
 ## run of the `make serve` binary with the demo against it.
 test: check-cargo lint-template smoke unit
@@ -55,7 +60,7 @@ clippy:
 
 ## Release bootstraps for Lambda (arm64); needs `pip install cargo-lambda`.
 lambda-build:
-	$(CARGO) lambda build --release --arm64 -p like -p read -p reshard
+	$(CARGO) lambda build --release --arm64 -p like -p read -p reshard -p reconcile
 
 ## SAM build/deploy (rust-cargolambda is a beta build method in SAM CLI).
 sam-build:

@@ -22,6 +22,13 @@ curl -fsS "$base/healthz" | grep -q '"ok"'
 
 BASE_URL=$base AWS_ENDPOINT_URL_DYNAMODB=$dynamo DEMO_USERS=${DEMO_USERS:-1000} "$bin" demo
 
+# `make reconcile` against the same stack: a complete run that finds the
+# demo's counts exact (no correction), and a dry run.
+summary=$(AWS_ENDPOINT_URL_DYNAMODB=$dynamo "$bin" reconcile)
+echo "$summary" | grep -q '"complete": true' || { echo "$summary"; echo "smoke: reconcile incomplete" >&2; exit 1; }
+echo "$summary" | grep -q '"reels_corrected": 0' || { echo "$summary"; echo "smoke: reconcile corrected the demo" >&2; exit 1; }
+AWS_ENDPOINT_URL_DYNAMODB=$dynamo DRY_RUN=1 "$bin" reconcile | grep -q '"dry_run": true'
+
 # The admin route of the reshard function answers too (open in dev mode).
 curl -fsS -X POST -H 'content-type: application/json' -d '{"shards": 4}' \
   "$base/admin/reels/smoke/shards" | grep -q '"phase":"growing"'

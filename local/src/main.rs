@@ -38,13 +38,14 @@ async fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         None | Some("serve") => serve().await,
         Some("demo") => demo().await,
+        Some("reconcile") => reconcile().await,
         Some("-h" | "--help" | "help") => {
             println!(
-                "usage: likes-local [serve|demo]\n\nsee README.md for the environment variables"
+                "usage: likes-local [serve|demo|reconcile]\n\nsee README.md for the environment variables"
             );
             Ok(())
         }
-        Some(other) => bail!("unknown command {other:?}; expected serve or demo"),
+        Some(other) => bail!("unknown command {other:?}; expected serve, demo or reconcile"),
     }
 }
 
@@ -164,4 +165,60 @@ async fn demo() -> Result<()> {
         cache_ttl: Duration::from_millis(env_num("CACHE_TTL_MS", 2000u64)?),
     };
     demo::run(&demo_opts, &client, &counters).await.map(|_| ())
+}
+
+/// One full reconciliation pass against the tables `make serve` uses (or
+/// `AWS_ENDPOINT_URL_DYNAMODB`'s), printing the JSON summary. `DRY_RUN=1`
+/// only reports.
+async fn reconcile() -> Result<()> {
+    let template = Template::load(&PathBuf::from(env_or("TEMPLATE", "template.yaml")))?;
+    let endpoint = env_or(
+        "AWS_ENDPOINT_URL_DYNAMODB",
+        &format!(
+            "http://{}:{}",
+            env_or("DYNAMODB_HOST", "127.0.0.1"),
+            env_num("DYNAMODB_PORT", 8000u16)?
+        ),
+    );
+    let table = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| template.table_env.get(var).cloned())
+            .unwrap_or_default()
+    };
+    let (counters, likes_table) = (table("COUNTERS_TABLE"), table("LIKES_TABLE"));
+    let config = likes::Config::from_lookup(|k| match k {
+        "COUNTERS_TABLE" => Some(counters.clone()),
+        "LIKES_TABLE" => Some(likes_table.clone()),
+        other => std::env::var(other).ok(),
+    })?;
+    let mut opts = StackOptions::isolated(PathBuf::new());
+    opts.inherit_env = true;
+    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_ok_and(|v| !v.is_empty()) {
+        opts.dynamo = Dynamo::Endpoint(endpoint.clone());
+    }
+    let client = client_for(&config, &endpoint, &opts).await;
+    let reconciler = likes::reconcile::Reconciler::new(
+        likes::store::dynamo::DynamoStore::new(client, &config),
+        &config,
+    );
+    let dry_run = matches!(
+        std::env::var("DRY_RUN").ok().as_deref().map(str::trim),
+        Some("1" | "true" | "yes")
+    );
+    let run_opts = likes::reconcile::Options {
+        dry_run,
+        ..Default::default()
+    };
+    // No deadline: one invocation finishes the run (or the one in progress).
+    let summary = reconciler
+        .run(&run_opts)
+        .await
+        .map_err(|e| anyhow::anyhow!("reconcile failed: {e} ({})", e.code()))?;
+    println!("{}", serde_json::to_string_pretty(&summary)?);
+    if summary.invocation == "busy" {
+        bail!("another reconciliation run holds the lease; try again later");
+    }
+    Ok(())
 }

@@ -183,7 +183,26 @@ impl Stack {
                     })?,
             ),
         };
+        // Reconciliation is a daily job: locally it runs on its schedule only
+        // when LOCAL_RECONCILE_SECS asks for it (`make reconcile` runs it by
+        // hand).
+        let reconcile_period = match lookup_opts.lookup("LOCAL_RECONCILE_SECS") {
+            None => Duration::ZERO,
+            Some(v) => Duration::from_secs_f64(
+                v.trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s >= 0.0)
+                    .ok_or_else(|| {
+                        anyhow!("LOCAL_RECONCILE_SECS={v:?} is not a number of seconds")
+                    })?,
+            ),
+        };
         for schedule in &template.schedules {
+            let period = match schedule.code_uri.rsplit('/').next() {
+                Some("reconcile") => reconcile_period,
+                _ => period,
+            };
             if !period.is_zero() {
                 tasks.push(spawn_schedule(
                     app.clone(),
@@ -235,14 +254,29 @@ fn spawn_schedule(
     period: Duration,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>> {
-    let name = schedule.code_uri.rsplit('/').next().unwrap_or_default();
-    if name != "reshard" {
-        anyhow::bail!(
+    let name: &'static str = match schedule.code_uri.rsplit('/').next() {
+        Some("reshard") => "reshard",
+        Some("reconcile") => "reconcile",
+        _ => "",
+    };
+    let reconcile = match name {
+        "reshard" => false,
+        "reconcile" => true,
+        _ => anyhow::bail!(
             "no local handler for the schedule of {} (CodeUri {})",
             schedule.function,
             schedule.code_uri
-        );
-    }
+        ),
+    };
+    let input: serde_json::Value = match &schedule.input {
+        Some(text) => serde_json::from_str(text)
+            .with_context(|| format!("the Input of a schedule of {}", schedule.function))?,
+        None => serde_json::json!({
+            "source": "aws.events",
+            "detail-type": "Scheduled Event",
+            "detail": {},
+        }),
+    };
     Ok(tokio::spawn(async move {
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -252,17 +286,18 @@ fn spawn_schedule(
                 _ = stopped.wait_for(|s| *s) => return,
                 _ = tick.tick() => {}
             }
-            let event = serde_json::json!({
-                "source": "aws.events",
-                "detail-type": "Scheduled Event",
-                "detail": {},
-            });
             let deadline = Instant::now() + SCHEDULED_TIMEOUT;
-            let run = likes::http::handle_reshard_event(&app, event, Some(deadline));
+            let run = async {
+                if reconcile {
+                    likes::http::handle_reconcile_event(&app, &input, Some(deadline)).await
+                } else {
+                    likes::http::handle_reshard_event(&app, input.clone(), Some(deadline)).await
+                }
+            };
             tokio::select! {
                 _ = stopped.wait_for(|s| *s) => return,
                 r = run => if let Err(e) = r {
-                    tracing::warn!(error = e.code(), "scheduled reshard run failed");
+                    tracing::warn!(error = e.code(), function = name, "scheduled run failed");
                 },
             }
         }

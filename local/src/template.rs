@@ -36,6 +36,8 @@ pub struct ScheduleDef {
     /// The `Schedule` / `ScheduleExpression` value as written (it may be a
     /// `!Ref` to a parameter, shown as `!Ref Name`).
     pub expression: String,
+    /// The event's `Input` (the JSON the function receives), if any.
+    pub input: Option<String>,
 }
 
 /// One `HttpApi` event of a function.
@@ -141,6 +143,10 @@ impl Template {
                                     function: id.clone(),
                                     code_uri: code_uri.clone(),
                                     expression: expr,
+                                    input: p
+                                        .and_then(|p| p.get("Input"))
+                                        .and_then(Value::as_str)
+                                        .map(str::to_owned),
                                 });
                                 continue;
                             }

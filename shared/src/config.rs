@@ -63,6 +63,32 @@ pub struct Config {
     pub auth_mode: AuthMode,
     /// Resizing (see [`crate::reshard`]).
     pub resize: ResizeConfig,
+    /// Reconciliation (see [`crate::reconcile`]).
+    pub reconcile: ReconcileConfig,
+}
+
+/// How the reconciliation job scans and how hard it may push.
+#[derive(Clone, Debug)]
+pub struct ReconcileConfig {
+    /// `RECONCILE_SEGMENTS` (default 8): `TotalSegments` of the parallel
+    /// scans, each segment its own task and checkpoint.
+    pub segments: u32,
+    /// `RECONCILE_PAGE_ITEMS` (default 0 = DynamoDB's 1 MB pages): `Limit`
+    /// of each scan page.
+    pub page_items: u32,
+    /// `RECONCILE_CHECKPOINT_PAGES` (default 50): a segment checkpoints its
+    /// cursor and partial counts every this many pages (and when it ends).
+    pub checkpoint_pages: u32,
+    /// `RECONCILE_MAX_READ_UNITS` (default 500) and
+    /// `RECONCILE_MAX_WRITE_UNITS` (default 100): capacity units a second
+    /// the job may consume, so a run never throttles live traffic.
+    pub max_read_units: f64,
+    pub max_write_units: f64,
+    /// `RECONCILE_CLOCK_SKEW_MS` (default 5000): allowed clock difference
+    /// between the functions that stamp shards and the job. A reel whose
+    /// shards were stamped after `run start − REQUEST_TIMEOUT_MS − skew` is
+    /// deferred.
+    pub clock_skew: Duration,
 }
 
 /// How reels are resized, by hand and automatically.
@@ -204,6 +230,14 @@ impl Config {
             contention_events: num("CONTENTION_GROW_EVENTS", 5, 0, 1_000)? as u32,
             max_wait: ms("RESHARD_MAX_WAIT_MS", 0, 0, 600_000)?,
         };
+        let reconcile = ReconcileConfig {
+            segments: num("RECONCILE_SEGMENTS", 8, 1, 1_000)? as u32,
+            page_items: num("RECONCILE_PAGE_ITEMS", 0, 0, 100_000)? as u32,
+            checkpoint_pages: num("RECONCILE_CHECKPOINT_PAGES", 50, 1, 100_000)? as u32,
+            max_read_units: rate("RECONCILE_MAX_READ_UNITS", 500.0)?,
+            max_write_units: rate("RECONCILE_MAX_WRITE_UNITS", 100.0)?,
+            clock_skew: ms("RECONCILE_CLOCK_SKEW_MS", 5_000, 0, 3_600_000)?,
+        };
         if resize.cool_per_sec >= resize.hot_per_sec {
             return Err(ConfigError(
                 "COOL_LIKES_PER_SEC must be below HOT_LIKES_PER_SEC".into(),
@@ -237,6 +271,7 @@ impl Config {
             ddb_max_attempts: num("DDB_MAX_ATTEMPTS", 3, 1, 10)? as u32,
             auth_mode,
             resize,
+            reconcile,
         })
     }
 }

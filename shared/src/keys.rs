@@ -126,6 +126,38 @@ pub fn base_key(reel: &ReelId) -> String {
     format!("base#reel#{reel}#likes")
 }
 
+/// `reel#{reel_id}#reconcile`: the reel's correction ledger (how many
+/// corrections reconciliation applied, by which run). A correction is
+/// conditioned on it, so two runs never both apply one.
+pub fn reconcile_key(reel: &ReelId) -> String {
+    format!("reel#{reel}#reconcile")
+}
+
+/// `recon#run`: the state of the current (or last) reconciliation run.
+pub const RECONCILE_RUN_KEY: &str = "recon#run";
+
+/// `recon#{run_id}#{part}#{index}`: one chunk of a run's checkpointed
+/// partial counts. Expires through TTL.
+pub fn reconcile_chunk_key(run_id: &str, part: &str, index: u32) -> String {
+    format!("recon#{run_id}#{part}#{index}")
+}
+
+/// The reel a counters-table key belongs to: shard, base, settings and
+/// ledger items (not key records or reconciliation bookkeeping).
+pub fn reel_of_counter_key(pk: &str) -> Option<ReelId> {
+    if let Some((_, reel)) = parse_shard_key(pk) {
+        return Some(reel);
+    }
+    if let Some(rest) = pk.strip_prefix("base#reel#") {
+        return ReelId::parse(rest.strip_suffix("#likes")?).ok();
+    }
+    let rest = pk.strip_prefix("reel#")?;
+    let reel = rest
+        .strip_suffix("#settings")
+        .or_else(|| rest.strip_suffix("#reconcile"))?;
+    ReelId::parse(reel).ok()
+}
+
 /// `reel#{reel_id}#settings`: how many shards writers use and readers sum.
 pub fn settings_key(reel: &ReelId) -> String {
     format!("reel#{reel}#settings")
@@ -198,6 +230,22 @@ mod tests {
         assert_eq!(settings_key(&r), "reel#8841#settings");
         assert_eq!(base_key(&r), "base#reel#8841#likes");
         assert_eq!(parse_shard_key("base#reel#8841#likes"), None);
+        for pk in [
+            "007#reel#8841#likes",
+            "base#reel#8841#likes",
+            "reel#8841#settings",
+            "reel#8841#reconcile",
+        ] {
+            assert_eq!(reel_of_counter_key(pk), Some(r.clone()), "{pk}");
+        }
+        for pk in [
+            "idem#abc",
+            "recon#run",
+            "recon#x#seg1#0",
+            "reel#a#b#settings",
+        ] {
+            assert_eq!(reel_of_counter_key(pk), None, "{pk}");
+        }
         assert_eq!(parse_settings_key("reel#8841#settings"), Some(r.clone()));
         assert_eq!(parse_settings_key("000#reel#8841#likes"), None);
         assert_eq!(parse_shard_key("007#reel#8841#likes"), Some((7, r)));

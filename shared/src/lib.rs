@@ -15,6 +15,8 @@
 //!   [`store::dynamo`], its only implementation; SDK types stay in there.
 //! * [`service`]: the like/unlike/count logic with its in-memory caches, and
 //!   the observations (write rate, contention) that grow a hot reel.
+//! * [`reconcile`]: the scheduled recount from the like rows that repairs
+//!   drift, resumable over many invocations.
 //! * [`reshard`]: the resize protocol (grow, shrink by folding), its
 //!   crash-safe state machine and the scheduled run with the automatic
 //!   grow/shrink policy.
@@ -26,12 +28,13 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod keys;
+pub mod reconcile;
 pub mod reshard;
 pub(crate) mod retry;
 pub mod service;
 pub mod store;
 pub mod token;
 
-pub use config::{AuthMode, Config, ResizeConfig};
+pub use config::{AuthMode, Config, ReconcileConfig, ResizeConfig};
 pub use error::Error;
 pub use http::App;

@@ -378,8 +378,8 @@ impl<S: CounterStore> LikeService<S> {
             .unwrap_or_default();
         let record = req.idempotency_key.as_ref().map(|_| KeyRecordSpec {
             key_token: token.clone(),
-            // Rounded up to the hour, so a retry within the hour sends the
-            // same record and an unlike retry is byte-identical (a replay).
+            // Rounded up to the hour, so that the record does not differ
+            // between a request's attempts for this reason.
             expires_at: ((now + self.key_ttl).as_secs() as i64 / 3600 + 1) * 3600,
         });
         let mut tx = LikeTx {
@@ -690,7 +690,16 @@ mod tests {
         ) -> Result<HashMap<ReelId, ShardSum>, Error> {
             Ok(reels
                 .iter()
-                .map(|(r, _)| (r.clone(), ShardSum { n: 41, w: 41 }))
+                .map(|(r, _)| {
+                    (
+                        r.clone(),
+                        ShardSum {
+                            n: 41,
+                            w: 41,
+                            last_write_ms: 0,
+                        },
+                    )
+                })
                 .collect())
         }
         async fn put_settings(&self, _r: &ReelId, _v: u64, next: &Settings) -> Result<bool, Error> {
@@ -909,7 +918,16 @@ mod cache_race_tests {
             let n = self.truth.load(Ordering::SeqCst);
             Ok(reels
                 .iter()
-                .map(|(r, _)| (r.clone(), ShardSum { n, w: n }))
+                .map(|(r, _)| {
+                    (
+                        r.clone(),
+                        ShardSum {
+                            n,
+                            w: n,
+                            last_write_ms: 0,
+                        },
+                    )
+                })
                 .collect())
         }
         async fn put_settings(&self, _r: &ReelId, _v: u64, _s: &Settings) -> Result<bool, Error> {

@@ -10,7 +10,7 @@ mod common;
 
 use common::{TestStack, repo_root};
 use lambda_http::Body;
-use likes::http::{App, Function, handle, handle_reshard_event};
+use likes::http::{App, Function, handle, handle_reconcile_event, handle_reshard_event};
 use likes::store::dynamo::DynamoStore;
 use likes::{AuthMode, Config};
 use serde_json::Value;
@@ -189,6 +189,44 @@ async fn admin_events_need_iam_authorization_and_the_schedule_runs() {
         "{out}"
     );
     assert!(out["duration_ms"].is_u64());
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_events_run_the_job() {
+    let t = TestStack::start(&[("LOCAL_SCHEDULE_SECS", "0")]).await;
+    let app = jwt_app(&t);
+    let read = |name: &str| -> Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(repo_root().join("events").join(name)).unwrap(),
+        )
+        .unwrap()
+    };
+    let out = handle_reconcile_event(&app, &read("reconcile-dry-run.json"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out["dry_run"].as_bool(), out["complete"].as_bool()),
+        (Some(true), Some(true)),
+        "{out}"
+    );
+    let out = handle_reconcile_event(&app, &read("reconcile.json"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out["invocation"].as_str(), out["complete"].as_bool()),
+        (Some("started"), Some(true)),
+        "{out}"
+    );
+    // The continuation schedule's input: nothing in progress, nothing done.
+    let out = handle_reconcile_event(&app, &serde_json::json!({"mode": "resume"}), None)
+        .await
+        .unwrap();
+    assert_eq!(out["invocation"], "idle");
+    let err = handle_reconcile_event(&app, &serde_json::json!({"mode": "now"}), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), 400);
     t.stop().await;
 }
 

@@ -159,8 +159,9 @@ async fn every_write_path_counts_once() {
     let t = TestStack::uncached().await;
     let svc = &t.stack.app.service;
 
-    // Applied, then a byte-identical retry (an unlike carries no timestamp):
-    // DynamoDB replays the success without writing again.
+    // Applied, then a client retry with the same key: the retry is a new
+    // request with its own clock (the shard's `updated_at`), so DynamoDB
+    // answers IdempotentParameterMismatch and the key's record answers.
     let first = svc
         .write(write("u1", "paths", Action::Like, None, "req-1"))
         .await
@@ -177,7 +178,41 @@ async fn every_write_path_counts_once() {
         .unwrap();
     assert_eq!(
         (replay.path, replay.changed, replay.liked),
-        (WritePath::Replayed, true, false)
+        (WritePath::ResolvedByRecord, true, false)
+    );
+    assert_eq!(t.shard_sum("paths").await, 0);
+    // A byte-identical resend of one attempt (what the SDK's own retries
+    // send): DynamoDB replays the success without writing again.
+    let store = t.stack.app.service.store();
+    let tx = likes::store::LikeTx {
+        user: UserId::parse("u9").unwrap(),
+        reel: ReelId::parse("paths").unwrap(),
+        action: Action::Like,
+        token: RequestToken::for_fields("test", &["resend"]),
+        shard: 0,
+        now_ms: 1,
+        record: None,
+    };
+    use likes::store::{CounterStore, TxResult};
+    assert_eq!(
+        store.write_like(&tx).await.unwrap(),
+        TxResult::Committed { replayed: false }
+    );
+    assert_eq!(
+        store.write_like(&tx).await.unwrap(),
+        TxResult::Committed { replayed: true }
+    );
+    assert_eq!(t.shard_sum("paths").await, 1);
+    assert_eq!(
+        store
+            .write_like(&likes::store::LikeTx {
+                action: Action::Unlike,
+                token: RequestToken::for_fields("test", &["resend-un"]),
+                ..tx
+            })
+            .await
+            .unwrap(),
+        TxResult::Committed { replayed: false }
     );
     assert_eq!(t.shard_sum("paths").await, 0);
 

@@ -4,6 +4,7 @@ use super::App;
 use super::request::{self, Route};
 use crate::error::Error;
 use crate::keys::{Action, ReelId};
+use crate::reconcile::{Mode, Options as ReconcileOptions};
 use crate::reshard::Begin;
 use crate::service::WriteRequest;
 use crate::store::Settings;
@@ -215,6 +216,39 @@ pub async fn handle_reshard_event(
     }
     let summary = app.reshard.run_scheduled(deadline).await?;
     Ok(json!(summary))
+}
+
+/// One event of the `reconcile` function: `{"mode": "start" | "resume",
+/// "dry_run": bool}` (both optional; the schedules pass the mode as their
+/// input). The answer is the invocation's summary.
+pub async fn handle_reconcile_event(
+    app: &App,
+    event: &Value,
+    deadline: Option<Instant>,
+) -> Result<Value, Error> {
+    let mode = match event.get("mode").and_then(Value::as_str) {
+        None | Some("start") => Mode::Start,
+        Some("resume") => Mode::Resume,
+        Some(other) => {
+            tracing::warn!(mode = other, "unknown reconcile mode");
+            return Err(Error::bad_request(
+                "invalid_mode",
+                "mode must be \"start\" or \"resume\"",
+            ));
+        }
+    };
+    let opts = ReconcileOptions {
+        mode,
+        dry_run: event
+            .get("dry_run")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        deadline,
+        stop_after_segments: None,
+        stop_after_pages: None,
+    };
+    let summary = app.reconcile.run(&opts).await?;
+    serde_json::to_value(summary).map_err(|_| Error::Internal)
 }
 
 /// The resize state of a reel as the admin routes show it.

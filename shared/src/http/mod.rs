@@ -9,10 +9,11 @@
 mod handlers;
 mod request;
 
-pub use handlers::{Function, handle, handle_reshard_event};
+pub use handlers::{Function, handle, handle_reconcile_event, handle_reshard_event};
 pub use request::{MAX_BATCH_REELS, MAX_BODY_BYTES};
 
 use crate::config::Config;
+use crate::reconcile::Reconciler;
 use crate::reshard::Resharder;
 use crate::service::LikeService;
 use crate::store::dynamo::DynamoStore;
@@ -24,16 +25,19 @@ pub struct App {
     pub config: Config,
     pub service: LikeService<DynamoStore>,
     pub reshard: Resharder<DynamoStore>,
+    pub reconcile: Reconciler<DynamoStore>,
 }
 
 impl App {
     pub fn new(config: Config, store: DynamoStore) -> Self {
         let reshard = Resharder::new(store.clone(), &config);
+        let reconcile = Reconciler::new(store.clone(), &config);
         let service = LikeService::new(store, &config);
         App {
             config,
             service,
             reshard,
+            reconcile,
         }
     }
 

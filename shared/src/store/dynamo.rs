@@ -5,8 +5,9 @@
 //! leaves the module.
 
 use super::{
-    CounterStore, FoldResult, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, Phase, ResizeStore,
-    RetryReason, Settings, ShardSum, ShardValue, TxResult, WriteSample,
+    CorrectResult, CounterStore, FoldResult, KeyRecord, KeyRecordSpec, Ledger, LikeRow, LikeTx,
+    Phase, ReconcileStore, ReelView, ResizeStore, RetryReason, ScanPage, ScanTable, Settings,
+    ShardSum, ShardValue, TxResult, WriteSample,
 };
 use crate::config::Config;
 use crate::error::Error;
@@ -216,9 +217,10 @@ impl DynamoStore {
                             Get::builder()
                                 .table_name(&self.counters_table)
                                 .key("pk", AttributeValue::S(pk.clone()))
-                                .projection_expression("pk, #n, #w")
+                                .projection_expression("pk, #n, #w, #u")
                                 .expression_attribute_names("#n", "n")
                                 .expression_attribute_names("#w", "w")
+                                .expression_attribute_names("#u", "updated_at")
                                 .build()
                                 .map_err(|e| internal("Get", &e))?,
                         )
@@ -325,8 +327,8 @@ impl CounterStore for DynamoStore {
             .fetch_add(owner.len() as u64, Ordering::Relaxed);
         let batch = self.batch_get_counters(
             owner.keys().cloned().collect(),
-            Some("pk, #n, #w"),
-            &[("#n", "n"), ("#w", "w")],
+            Some("pk, #n, #w, #u"),
+            &[("#n", "n"), ("#w", "w"), ("#u", "updated_at")],
         );
         let transactional = futures::stream::iter(atomic)
             .map(|(reel, keys)| async move {
@@ -341,6 +343,8 @@ impl CounterStore for DynamoStore {
             if let Some(sum) = sums.get_mut(reel) {
                 sum.n = sum.n.saturating_add(v.n);
                 sum.w = sum.w.saturating_add(v.w);
+                let at = item.get("updated_at").and_then(number).unwrap_or(0);
+                sum.last_write_ms = sum.last_write_ms.max(at);
             }
             Ok::<_, Error>(())
         };
@@ -422,9 +426,14 @@ impl CounterStore for DynamoStore {
                     // `w` counts every write the shard took: its rate is the
                     // reel's write rate (automatic resizing), and a change
                     // of it marks the shard as written (reconciliation).
-                    .update_expression("ADD #n :d, #w :one")
+                    // `updated_at` (the request's own clock, fixed for its
+                    // retries) marks when the shard last took a write:
+                    // reconciliation defers reels written during its scan.
+                    .update_expression("ADD #n :d, #w :one SET #u = :at")
                     .expression_attribute_names("#n", "n")
                     .expression_attribute_names("#w", "w")
+                    .expression_attribute_names("#u", "updated_at")
+                    .expression_attribute_values(":at", AttributeValue::N(tx.now_ms.to_string()))
                     .expression_attribute_values(
                         ":d",
                         AttributeValue::N(tx.action.delta().to_string()),
@@ -810,6 +819,308 @@ impl ResizeStore for DynamoStore {
         out.dedup();
         Ok(out)
     }
+}
+
+impl ReconcileStore for DynamoStore {
+    async fn scan_page(
+        &self,
+        table: ScanTable,
+        segment: u32,
+        total: u32,
+        start: Option<&str>,
+        limit: u32,
+    ) -> Result<ScanPage, Error> {
+        let (name, projection) = match table {
+            ScanTable::Likes => (&self.likes_table, "reel_id"),
+            ScanTable::Counters => (&self.counters_table, "pk"),
+        };
+        let start_key = match start {
+            None => None,
+            Some(s) => Some(cursor_key(s)?),
+        };
+        let mut req = self
+            .client
+            .scan()
+            .table_name(name)
+            .segment(segment as i32)
+            .total_segments(total as i32)
+            .projection_expression(projection)
+            .set_exclusive_start_key(start_key)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        if limit > 0 {
+            req = req.limit(limit as i32);
+        }
+        let out = req.send().await.map_err(|e| translate("Scan", e))?;
+        let mut page = ScanPage {
+            items: out.items().len() as u64,
+            read_units: out
+                .consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(0.0),
+            ..ScanPage::default()
+        };
+        for item in out.items() {
+            let reel = match table {
+                ScanTable::Likes => item
+                    .get("reel_id")
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|r| ReelId::parse(r).ok()),
+                ScanTable::Counters => item
+                    .get("pk")
+                    .and_then(|v| v.as_s().ok())
+                    .and_then(|pk| keys::reel_of_counter_key(pk)),
+            };
+            match reel {
+                Some(r) => page.reels.push(r),
+                None if table == ScanTable::Likes => {
+                    tracing::warn!("a like row without a valid reel_id; not counted");
+                }
+                None => {}
+            }
+        }
+        page.next = match out.last_evaluated_key {
+            Some(k) if !k.is_empty() => Some(cursor_string(&k)?),
+            _ => None,
+        };
+        Ok(page)
+    }
+
+    async fn reel_view(&self, reel: &ReelId) -> Result<ReelView, Error> {
+        // The ledger strictly before the shards: a correction that lands
+        // between the two then fails its condition instead of being
+        // applied on top of a sum that already includes another.
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::reconcile_key(reel)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?;
+        let ledger = match out.item {
+            None => Ledger::default(),
+            Some(item) => Ledger {
+                corrections: item
+                    .get("corrections")
+                    .and_then(number)
+                    .map_or(0, |n| n.max(0) as u64),
+                last_run: item.get("last_run").and_then(|v| v.as_s().ok()).cloned(),
+            },
+        };
+        let settings = self
+            .settings(std::slice::from_ref(reel))
+            .await?
+            .remove(reel)
+            .unwrap_or_default();
+        let sum = self
+            .sum_shards(&[(reel.clone(), settings)])
+            .await?
+            .remove(reel)
+            .unwrap_or_default();
+        Ok(ReelView {
+            ledger,
+            settings,
+            sum,
+        })
+    }
+
+    async fn correct(
+        &self,
+        reel: &ReelId,
+        drift: i64,
+        expected: u64,
+        run_id: &str,
+    ) -> Result<CorrectResult, Error> {
+        let n = |v: i64| AttributeValue::N(v.to_string());
+        let shard = TransactWriteItem::builder()
+            .update(
+                Update::builder()
+                    .table_name(&self.counters_table)
+                    .key("pk", AttributeValue::S(keys::shard_key(reel, 0)))
+                    .update_expression("ADD #n :d")
+                    .expression_attribute_names("#n", "n")
+                    .expression_attribute_values(":d", n(drift))
+                    .build()
+                    .map_err(|e| internal("Update", &e))?,
+            )
+            .build();
+        let mut ledger = Update::builder()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::reconcile_key(reel)))
+            .update_expression("SET #c = :next, #r = :run, #d = :d, #at = :at")
+            .expression_attribute_names("#c", "corrections")
+            .expression_attribute_names("#r", "last_run")
+            .expression_attribute_names("#d", "last_drift")
+            .expression_attribute_names("#at", "corrected_at")
+            .expression_attribute_values(":next", n(expected as i64 + 1))
+            .expression_attribute_values(":run", AttributeValue::S(run_id.to_owned()))
+            .expression_attribute_values(":d", n(drift))
+            .expression_attribute_values(":at", n(crate::reshard::now_ms()));
+        ledger = if expected == 0 {
+            ledger.condition_expression("attribute_not_exists(#c)")
+        } else {
+            ledger
+                .condition_expression("#c = :expected")
+                .expression_attribute_values(":expected", n(expected as i64))
+        };
+        let ledger = TransactWriteItem::builder()
+            .update(ledger.build().map_err(|e| internal("Update", &e))?)
+            .build();
+        let token = RequestToken::for_fields(
+            "reconcile",
+            &[
+                run_id,
+                reel.as_str(),
+                &drift.to_string(),
+                &expected.to_string(),
+            ],
+        );
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(shard)
+            .transact_items(ledger)
+            .client_request_token(token.as_str())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(CorrectResult::Applied),
+            Err(SdkError::ServiceError(se)) => match se.err() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    let codes = cancellation_codes(c);
+                    if codes.get(1) == Some(&"ConditionalCheckFailed") {
+                        Ok(CorrectResult::LedgerChanged)
+                    } else if codes
+                        .iter()
+                        .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
+                    {
+                        Ok(CorrectResult::Retry(RetryReason::Throttled))
+                    } else if codes.contains(&"TransactionConflict") {
+                        Ok(CorrectResult::Retry(RetryReason::Conflict))
+                    } else {
+                        tracing::error!(reasons = ?codes, "correction cancelled for an unexpected reason");
+                        Err(Error::Internal)
+                    }
+                }
+                TransactWriteItemsError::TransactionInProgressException(_) => {
+                    Ok(CorrectResult::Retry(RetryReason::InProgress))
+                }
+                // Same token, other body: this correction's parameters were
+                // used before, so the ledger has moved on.
+                TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
+                    Ok(CorrectResult::LedgerChanged)
+                }
+                _ => match translate("TransactWriteItems", SdkError::ServiceError(se)) {
+                    Error::Throttled => Ok(CorrectResult::Retry(RetryReason::Throttled)),
+                    other => Err(other),
+                },
+            },
+            Err(e) => Err(translate("TransactWriteItems", e)),
+        }
+    }
+
+    async fn load_run(&self) -> Result<Option<(String, u64)>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::RECONCILE_RUN_KEY.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?;
+        Ok(out.item.and_then(|item| {
+            let state = item.get("state").and_then(|v| v.as_s().ok()).cloned()?;
+            let ver = item
+                .get("ver")
+                .and_then(number)
+                .map_or(0, |v| v.max(0) as u64);
+            Some((state, ver))
+        }))
+    }
+
+    async fn save_run(&self, state: &str, expected: u64) -> Result<bool, Error> {
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.counters_table)
+            .item("pk", AttributeValue::S(keys::RECONCILE_RUN_KEY.to_owned()))
+            .item("state", AttributeValue::S(state.to_owned()))
+            .item("ver", AttributeValue::N((expected + 1).to_string()));
+        put = if expected == 0 {
+            put.condition_expression("attribute_not_exists(ver)")
+        } else {
+            put.condition_expression("ver = :v")
+                .expression_attribute_values(":v", AttributeValue::N(expected.to_string()))
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(translate("PutItem", e)),
+        }
+    }
+
+    async fn put_chunk(&self, key: &str, data: &[u8], expires_at: i64) -> Result<(), Error> {
+        self.client
+            .put_item()
+            .table_name(&self.counters_table)
+            .item("pk", AttributeValue::S(key.to_owned()))
+            .item("data", AttributeValue::B(data.to_vec().into()))
+            .item("expires_at", AttributeValue::N(expires_at.to_string()))
+            .send()
+            .await
+            .map_err(|e| translate("PutItem", e))?;
+        Ok(())
+    }
+
+    async fn get_chunk(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(key.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?;
+        Ok(out.item.and_then(|i| {
+            i.get("data")
+                .and_then(|v| v.as_b().ok())
+                .map(|b| b.as_ref().to_vec())
+        }))
+    }
+}
+
+/// A scan's `LastEvaluatedKey` (string attributes only: both tables' keys
+/// are strings) as a JSON object, for the run state.
+fn cursor_string(key: &HashMap<String, AttributeValue>) -> Result<String, Error> {
+    let mut map = serde_json::Map::new();
+    for (k, v) in key {
+        let s = v.as_s().map_err(|_| {
+            tracing::error!(attribute = %k, "non-string key attribute in a scan cursor");
+            Error::Internal
+        })?;
+        map.insert(k.clone(), serde_json::Value::String(s.clone()));
+    }
+    Ok(serde_json::Value::Object(map).to_string())
+}
+
+fn cursor_key(s: &str) -> Result<HashMap<String, AttributeValue>, Error> {
+    let v: serde_json::Value = serde_json::from_str(s).map_err(|_| {
+        tracing::error!("unreadable scan cursor in the run state");
+        Error::Internal
+    })?;
+    let obj = v.as_object().ok_or(Error::Internal)?;
+    obj.iter()
+        .map(|(k, v)| {
+            v.as_str()
+                .map(|s| (k.clone(), AttributeValue::S(s.to_owned())))
+                .ok_or(Error::Internal)
+        })
+        .collect()
 }
 
 /// Parses a settings item; a malformed one is a fault of ours (500), never

@@ -169,6 +169,9 @@ pub struct ShardSum {
     /// Likes plus unlikes ever applied: grows with every write, so its rate
     /// of change is the reel's write rate.
     pub w: i64,
+    /// The latest `updated_at` of the items summed: the clock (Unix ms) of
+    /// the request behind the last like or unlike (0: none recorded).
+    pub last_write_ms: i64,
 }
 
 /// One shard item's counters.
@@ -349,4 +352,102 @@ pub trait ResizeStore: CounterStore {
     /// Every reel whose settings are [`Settings::indexed`], from the sparse
     /// index (eventually consistent: read each reel's settings after).
     fn indexed_reels(&self) -> impl Future<Output = Result<Vec<ReelId>, Error>> + Send;
+}
+
+/// Which table a reconciliation scan reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanTable {
+    /// The like rows: one reel id per row.
+    Likes,
+    /// The counters table: the reel of every shard, base, settings and
+    /// ledger item.
+    Counters,
+}
+
+/// One page of a parallel scan.
+#[derive(Clone, Debug, Default)]
+pub struct ScanPage {
+    /// Likes: the reel of each row (repeated per row). Counters: the reels
+    /// the page's items belong to (repeats possible).
+    pub reels: Vec<ReelId>,
+    /// Rows (items) the page held.
+    pub items: u64,
+    /// Where the next page starts, serialised (`None`: segment done).
+    pub next: Option<String>,
+    /// Read units the page consumed.
+    pub read_units: f64,
+}
+
+/// A reel's correction ledger.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// Corrections applied to the reel, ever.
+    pub corrections: u64,
+    /// The run that applied the last one.
+    pub last_run: Option<String>,
+}
+
+/// What reconciliation reads of one reel after its scan: the ledger first,
+/// then the settings and the sum they name.
+#[derive(Clone, Debug)]
+pub struct ReelView {
+    pub ledger: Ledger,
+    pub settings: Settings,
+    pub sum: ShardSum,
+}
+
+/// How one correction attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CorrectResult {
+    Applied,
+    /// The ledger moved on: another run corrected the reel meanwhile.
+    LedgerChanged,
+    Retry(RetryReason),
+}
+
+/// What reconciliation needs beyond [`CounterStore`].
+pub trait ReconcileStore: CounterStore {
+    /// One page of segment `segment` of `total`, from `start`.
+    fn scan_page(
+        &self,
+        table: ScanTable,
+        segment: u32,
+        total: u32,
+        start: Option<&str>,
+        limit: u32,
+    ) -> impl Future<Output = Result<ScanPage, Error>> + Send;
+
+    /// The ledger, then the settings and shard sum, all read consistently.
+    fn reel_view(&self, reel: &ReelId) -> impl Future<Output = Result<ReelView, Error>> + Send;
+
+    /// One transaction: `ADD n :drift` on shard 0 and the ledger's next
+    /// entry, if the ledger still counts `expected` corrections.
+    fn correct(
+        &self,
+        reel: &ReelId,
+        drift: i64,
+        expected: u64,
+        run_id: &str,
+    ) -> impl Future<Output = Result<CorrectResult, Error>> + Send;
+
+    /// The run state document and its version (0: none).
+    fn load_run(&self) -> impl Future<Output = Result<Option<(String, u64)>, Error>> + Send;
+
+    /// Writes the run state with version `expected + 1` if it is still at
+    /// `expected`. `Ok(false)`: another invocation wrote it first.
+    fn save_run(
+        &self,
+        state: &str,
+        expected: u64,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// Stores one checkpoint chunk (expires after `expires_at`, Unix s).
+    fn put_chunk(
+        &self,
+        key: &str,
+        data: &[u8],
+        expires_at: i64,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    fn get_chunk(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, Error>> + Send;
 }

@@ -1,0 +1,981 @@
+//! Reconciliation: recount every reel from the like rows (the truth) and
+//! repair its shards where they drifted, at any table size.
+//!
+//! # Why the corrections are exact
+//!
+//! A like or unlike changes the like rows and the shard sum together (one
+//! transaction), so a reel's drift `D = rows − Σn` only changes through
+//! manual edits, restores, bugs, and corrections. A run:
+//!
+//! 1. scans the Likes table in parallel segments, counting rows per reel;
+//! 2. then, per reel, reads its correction ledger, its settings and its
+//!    shards (`n`, and `updated_at`, which every like/unlike transaction
+//!    stamps on the shard it touches);
+//! 3. defers the reel if it is resizing, or if any shard was stamped after
+//!    `run start − REQUEST_TIMEOUT_MS − RECONCILE_CLOCK_SKEW_MS` (a stamp is
+//!    the request's clock, at most a request timeout before its commit):
+//!    then no like or unlike committed on the reel between the start of the
+//!    scan and the read of its shards, so the rows counted are the rows at
+//!    that read and `rows − Σn` is its drift at that moment, exactly;
+//! 4. adds `D` to shard 0 (an increment: likes landing meanwhile keep `D`
+//!    as it is, so nothing they add is lost), in one transaction with the
+//!    ledger's next entry, conditioned on the ledger count read in step 2.
+//!    Two runs, or a retried one, can therefore never both apply a
+//!    correction computed from the same state.
+//!
+//! Reels only in the counters table (every like removed, or shards written
+//! without rows) are found by a second parallel scan, of the counters
+//! table, and reconciled against zero rows.
+//!
+//! It converges: a deferred reel is one written during the run, which
+//! likes/unlikes cannot make drift; the first run during which it stays
+//! quiet corrects it.
+//!
+//! # At any size
+//!
+//! The run's state (phase, per-segment cursors, partial counts in chunk
+//! items, the reel cursor of the check phase, statistics) is checkpointed in
+//! the counters table under a lease, so a run spans as many invocations as
+//! it needs; a crashed invocation resumes from its last checkpoint, and a
+//! finished segment is never scanned again.
+
+use crate::config::{Config, ReconcileConfig};
+use crate::error::Error;
+use crate::keys::{self, ReelId};
+use crate::reshard::now_ms;
+use crate::retry::Backoff;
+use crate::store::{CorrectResult, Phase, ReconcileStore, ScanTable};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+/// An invocation stops starting work this long before its deadline, and
+/// checkpoints what it has.
+const DEADLINE_SAFETY: Duration = Duration::from_secs(10);
+/// How long a lease outlives the last checkpoint when the invocation has no
+/// deadline of its own (a local run).
+const LOCAL_LEASE: Duration = Duration::from_secs(120);
+/// Checkpoint chunks stay this long (TTL), well past any run.
+const CHUNK_TTL_SECS: i64 = 7 * 86_400;
+/// Largest chunk item (DynamoDB's item limit is 400 KB).
+const CHUNK_BYTES: usize = 350_000;
+/// Reels checked between two checkpoints of the check phase.
+const CHECK_BATCH: usize = 200;
+/// Reels checked at once.
+const CHECK_CONCURRENCY: usize = 8;
+/// Reels listed by name in a summary.
+const SAMPLE: usize = 20;
+
+/// Whether an invocation may start a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Continue the run in progress, or start a new one (the daily schedule).
+    #[default]
+    Start,
+    /// Only continue a run in progress (the continuation schedule).
+    Resume,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub mode: Mode,
+    /// Report, write nothing (not even checkpoints: a dry run lives in one
+    /// invocation).
+    pub dry_run: bool,
+    pub deadline: Option<Instant>,
+    /// Scan only this many of the unfinished likes-scan segments, then stop:
+    /// the crash of an invocation after some segments, for the resume tests.
+    #[doc(hidden)]
+    pub stop_after_segments: Option<usize>,
+    /// Scan at most this many pages per segment, then checkpoint and stop:
+    /// a crash in the middle of segments.
+    #[doc(hidden)]
+    pub stop_after_pages: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RunPhase {
+    ScanLikes,
+    CheckReels,
+    ScanCounters,
+    Done,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Segment {
+    cursor: Option<String>,
+    done: bool,
+    /// Checkpoint generation of the partial counts (0: none yet).
+    generation: u32,
+    chunks: u32,
+    rows: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Stats {
+    rows_scanned: u64,
+    reels_checked: u64,
+    reels_corrected: u64,
+    reels_deferred: u64,
+    total_abs_drift: u64,
+    largest_drift: i64,
+    largest_drift_reel: Option<String>,
+    corrected_reels: Vec<String>,
+    deferred_reels: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RunState {
+    run_id: String,
+    dry_run: bool,
+    started_ms: i64,
+    phase: RunPhase,
+    segments: Vec<Segment>,
+    /// Check phase: the last reel (in sorted order) done and checkpointed.
+    reel_cursor: Option<String>,
+    counter_segments: Vec<Segment>,
+    lease_owner: String,
+    lease_until_ms: i64,
+    invocations: u32,
+    stats: Stats,
+    finished_ms: Option<i64>,
+}
+
+/// What an invocation reports (its result and a structured log line).
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub run_id: Option<String>,
+    /// `started`, `resumed`, `busy` (another invocation holds the run) or
+    /// `idle` (resume mode, no run in progress).
+    pub invocation: &'static str,
+    pub dry_run: bool,
+    /// The run finished (in this invocation or before).
+    pub complete: bool,
+    pub phase: String,
+    pub rows_scanned: u64,
+    pub reels_checked: u64,
+    pub reels_corrected: u64,
+    pub reels_deferred: u64,
+    pub total_abs_drift: u64,
+    pub largest_drift: i64,
+    pub largest_drift_reel: Option<String>,
+    pub corrected_reels: Vec<String>,
+    pub deferred_reels: Vec<String>,
+    pub segments: u32,
+    /// Likes-scan segments finished (by any invocation of the run).
+    pub segments_done: usize,
+    /// Likes-scan segments this invocation scanned (part of).
+    pub segments_scanned: usize,
+    pub invocations: u32,
+    pub duration_ms: u64,
+    pub run_duration_ms: u64,
+}
+
+/// What checking one reel found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Outcome {
+    Agrees,
+    Corrected(i64),
+    /// Dry run: this drift would be corrected.
+    Drift(i64),
+    /// Already corrected by this run (an earlier, interrupted invocation).
+    AlreadyCorrected,
+    Deferred(&'static str),
+}
+
+/// Spaces calls so that their capacity units stay under a rate.
+struct Limiter {
+    per_sec: f64,
+    next: std::sync::Mutex<Instant>,
+}
+
+impl Limiter {
+    fn new(per_sec: f64) -> Self {
+        Limiter {
+            per_sec,
+            next: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    async fn take(&self, units: f64) {
+        let wait = {
+            let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            let start = (*next).max(now);
+            *next = start + Duration::from_secs_f64(units.max(0.0) / self.per_sec);
+            start - now
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+pub struct Reconciler<S> {
+    store: S,
+    cfg: ReconcileConfig,
+    /// `REQUEST_TIMEOUT_MS` + `RECONCILE_CLOCK_SKEW_MS`.
+    margin_ms: i64,
+    backoff: Backoff,
+}
+
+/// The run state and its version, shared by an invocation's tasks.
+type Shared = Arc<Mutex<(RunState, u64)>>;
+
+/// A task of an invocation, boxed so that it is `Send` for the lifetimes it
+/// borrows (rustc cannot prove that through nested closures otherwise).
+type Task<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// A likes-scan segment's index and the rows per reel it counted.
+type Partial = (usize, HashMap<ReelId, u64>);
+
+fn near(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() + DEADLINE_SAFETY >= d)
+}
+
+impl<S: ReconcileStore> Reconciler<S> {
+    pub fn new(store: S, config: &Config) -> Self {
+        Reconciler {
+            store,
+            cfg: config.reconcile.clone(),
+            margin_ms: (config.request_timeout + config.reconcile.clock_skew).as_millis() as i64,
+            backoff: Backoff::from_config(config),
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// One invocation: starts or resumes the run and takes it as far as the
+    /// deadline allows.
+    pub async fn run(&self, opts: &Options) -> Result<Summary, Error> {
+        let began = Instant::now();
+        let me = format!("{:016x}", fastrand::u64(..));
+        let (state, ver, invocation) = match self.claim(opts, &me).await? {
+            Claim::Go(state, ver, how) => (state, ver, how),
+            Claim::Busy(state) => return Ok(self.summary(state.as_ref(), "busy", began, 0)),
+            Claim::Idle(state) => return Ok(self.summary(state.as_ref(), "idle", began, 0)),
+        };
+        let shared: Shared = Arc::new(Mutex::new((state, ver)));
+        let scanned = match self.drive(&shared, opts, &me).await {
+            Ok(n) => n,
+            Err(Error::Conflict { .. }) => {
+                // Lost the lease to another invocation: it carries on.
+                let (state, _) = shared.lock().await.clone();
+                return Ok(self.summary(Some(&state), "busy", began, 0));
+            }
+            Err(e) => return Err(e),
+        };
+        // Stopping on purpose (done, or at the deadline) hands the run over
+        // at once; only a crash leaves the lease to expire.
+        if !shared.lock().await.0.dry_run {
+            match self.commit_with(&shared, None, true).await {
+                Ok(()) | Err(Error::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let (state, _) = shared.lock().await.clone();
+        let summary = self.summary(Some(&state), invocation, began, scanned);
+        tracing::info!(
+            run_id = %state.run_id,
+            invocation,
+            dry_run = state.dry_run,
+            complete = summary.complete,
+            phase = %summary.phase,
+            rows_scanned = summary.rows_scanned,
+            reels_checked = summary.reels_checked,
+            reels_corrected = summary.reels_corrected,
+            reels_deferred = summary.reels_deferred,
+            total_abs_drift = summary.total_abs_drift,
+            largest_drift = summary.largest_drift,
+            duration_ms = summary.duration_ms,
+            "reconcile"
+        );
+        Ok(summary)
+    }
+
+    async fn claim(&self, opts: &Options, me: &str) -> Result<Claim, Error> {
+        let now = now_ms();
+        let fresh = |ver_hint: u32| RunState {
+            run_id: format!("{now}-{:08x}", fastrand::u32(..)),
+            dry_run: opts.dry_run,
+            started_ms: now,
+            phase: RunPhase::ScanLikes,
+            segments: vec![Segment::default(); self.cfg.segments as usize],
+            reel_cursor: None,
+            counter_segments: vec![Segment::default(); self.cfg.segments as usize],
+            lease_owner: me.to_owned(),
+            lease_until_ms: lease_until(opts.deadline),
+            invocations: ver_hint,
+            stats: Stats::default(),
+            finished_ms: None,
+        };
+        if opts.dry_run {
+            // Nothing is written, so nothing is resumed either.
+            return Ok(Claim::Go(fresh(1), 0, "started"));
+        }
+        let (current, ver) = match self.store.load_run().await? {
+            None => (None, 0),
+            Some((json, ver)) => match serde_json::from_str::<RunState>(&json) {
+                Ok(s) => (Some(s), ver),
+                Err(e) => {
+                    tracing::error!(error = %e, "unreadable reconcile run state; starting over");
+                    (None, ver)
+                }
+            },
+        };
+        let (state, how) = match current {
+            Some(mut s) if s.phase != RunPhase::Done => {
+                if s.lease_until_ms > now && s.lease_owner != me {
+                    return Ok(Claim::Busy(Some(s)));
+                }
+                s.lease_owner = me.to_owned();
+                s.lease_until_ms = lease_until(opts.deadline);
+                s.invocations += 1;
+                (s, "resumed")
+            }
+            other if opts.mode == Mode::Resume => return Ok(Claim::Idle(other)),
+            _ => (fresh(1), "started"),
+        };
+        let json = serde_json::to_string(&state).map_err(|_| Error::Internal)?;
+        if !self.store.save_run(&json, ver).await? {
+            return Ok(Claim::Busy(Some(state)));
+        }
+        Ok(Claim::Go(state, ver + 1, how))
+    }
+
+    /// Writes the state (renewing the lease). A version conflict means
+    /// another invocation took the run over: `Error::Conflict`.
+    async fn commit(&self, shared: &Shared, deadline: Option<Instant>) -> Result<(), Error> {
+        self.commit_with(shared, deadline, false).await
+    }
+
+    async fn commit_with(
+        &self,
+        shared: &Shared,
+        deadline: Option<Instant>,
+        release: bool,
+    ) -> Result<(), Error> {
+        let mut guard = shared.lock().await;
+        let (state, ver) = &mut *guard;
+        if state.dry_run {
+            return Ok(());
+        }
+        state.lease_until_ms = if release { 0 } else { lease_until(deadline) };
+        let json = serde_json::to_string(state).map_err(|_| Error::Internal)?;
+        if self.store.save_run(&json, *ver).await? {
+            *ver += 1;
+            Ok(())
+        } else {
+            tracing::warn!(run_id = %state.run_id, "reconcile run taken over by another invocation");
+            Err(Error::Conflict {
+                code: "run_taken_over",
+                message: "another invocation holds the run".into(),
+            })
+        }
+    }
+
+    /// Runs the phases; returns how many likes segments it scanned.
+    async fn drive(&self, shared: &Shared, opts: &Options, me: &str) -> Result<usize, Error> {
+        let _ = me;
+        let reads = Limiter::new(self.cfg.max_read_units);
+        let writes = Limiter::new(self.cfg.max_write_units);
+        let mut scanned = 0;
+        let mut counts: HashMap<ReelId, u64> = HashMap::new();
+        let mut in_memory: HashSet<usize> = HashSet::new();
+        loop {
+            let phase = shared.lock().await.0.phase;
+            match phase {
+                RunPhase::ScanLikes => {
+                    let (done, partials) = self.scan_likes(shared, opts, &reads).await?;
+                    scanned += partials.len();
+                    for (s, part) in partials {
+                        in_memory.insert(s);
+                        for (r, n) in part {
+                            *counts.entry(r).or_default() += n;
+                        }
+                    }
+                    if !done {
+                        return Ok(scanned);
+                    }
+                    shared.lock().await.0.phase = RunPhase::CheckReels;
+                    self.commit(shared, opts.deadline).await?;
+                }
+                RunPhase::CheckReels => {
+                    self.load_missing(shared, &mut counts, &in_memory).await?;
+                    in_memory = (0..self.cfg.segments as usize).collect();
+                    if !self
+                        .check_counted(shared, opts, &counts, &reads, &writes)
+                        .await?
+                    {
+                        return Ok(scanned);
+                    }
+                    shared.lock().await.0.phase = RunPhase::ScanCounters;
+                    self.commit(shared, opts.deadline).await?;
+                }
+                RunPhase::ScanCounters => {
+                    self.load_missing(shared, &mut counts, &in_memory).await?;
+                    in_memory = (0..self.cfg.segments as usize).collect();
+                    if !self
+                        .scan_counters(shared, opts, &counts, &reads, &writes)
+                        .await?
+                    {
+                        return Ok(scanned);
+                    }
+                    {
+                        let mut g = shared.lock().await;
+                        g.0.phase = RunPhase::Done;
+                        g.0.finished_ms = Some(now_ms());
+                    }
+                    self.commit(shared, opts.deadline).await?;
+                }
+                RunPhase::Done => return Ok(scanned),
+            }
+        }
+    }
+
+    /// The likes scan: every unfinished segment at once. Returns whether
+    /// all segments are done, and the partial counts of those scanned here.
+    async fn scan_likes(
+        &self,
+        shared: &Shared,
+        opts: &Options,
+        reads: &Limiter,
+    ) -> Result<(bool, Vec<Partial>), Error> {
+        let mut todo: Vec<(usize, Segment)> = {
+            let g = shared.lock().await;
+            g.0.segments
+                .iter()
+                .cloned()
+                .enumerate()
+                .filter(|(_, s)| !s.done)
+                .collect()
+        };
+        if let Some(k) = opts.stop_after_segments {
+            todo.truncate(k);
+        }
+        let tasks: Vec<Task<'_, Result<Partial, Error>>> = todo
+            .into_iter()
+            .map(|(i, seg)| {
+                Box::pin(async move {
+                    let counts = self.scan_segment(shared, opts, reads, i, seg).await?;
+                    Ok((i, counts))
+                }) as Task<'_, _>
+            })
+            .collect();
+        let results: Vec<Result<Partial, Error>> = futures::stream::iter(tasks)
+            .buffer_unordered(self.cfg.segments as usize)
+            .collect()
+            .await;
+        let mut parts = Vec::new();
+        for r in results {
+            parts.push(r?);
+        }
+        let all_done = shared.lock().await.0.segments.iter().all(|s| s.done);
+        Ok((all_done, parts))
+    }
+
+    async fn scan_segment(
+        &self,
+        shared: &Shared,
+        opts: &Options,
+        reads: &Limiter,
+        index: usize,
+        mut seg: Segment,
+    ) -> Result<HashMap<ReelId, u64>, Error> {
+        let run_id = shared.lock().await.0.run_id.clone();
+        let mut counts = if seg.generation > 0 {
+            match self.load_counts(&run_id, index, &seg).await {
+                Ok(c) => c,
+                Err(_) => {
+                    tracing::error!(
+                        segment = index,
+                        "checkpoint chunks missing; rescanning the segment"
+                    );
+                    seg = Segment::default();
+                    HashMap::new()
+                }
+            }
+        } else {
+            HashMap::new()
+        };
+        let mut pages = 0u32;
+        loop {
+            let page_limit = opts.stop_after_pages.is_some_and(|max| pages >= max);
+            if page_limit || near(opts.deadline) {
+                if pages > 0 {
+                    self.checkpoint_segment(shared, opts, index, &mut seg, &counts)
+                        .await?;
+                }
+                return Ok(counts);
+            }
+            let page = self
+                .store
+                .scan_page(
+                    ScanTable::Likes,
+                    index as u32,
+                    self.cfg.segments,
+                    seg.cursor.as_deref(),
+                    self.cfg.page_items,
+                )
+                .await?;
+            reads.take(page.read_units).await;
+            for r in page.reels {
+                *counts.entry(r).or_default() += 1;
+            }
+            seg.rows += page.items;
+            seg.cursor = page.next;
+            seg.done = seg.cursor.is_none();
+            pages += 1;
+            if seg.done || pages.is_multiple_of(self.cfg.checkpoint_pages) {
+                self.checkpoint_segment(shared, opts, index, &mut seg, &counts)
+                    .await?;
+            }
+            if seg.done {
+                return Ok(counts);
+            }
+        }
+    }
+
+    /// Writes the segment's partial counts as a new generation of chunks,
+    /// then commits cursor and generation together in the run state: a
+    /// crash in between leaves the previous checkpoint whole.
+    async fn checkpoint_segment(
+        &self,
+        shared: &Shared,
+        opts: &Options,
+        index: usize,
+        seg: &mut Segment,
+        counts: &HashMap<ReelId, u64>,
+    ) -> Result<(), Error> {
+        let (run_id, dry) = {
+            let g = shared.lock().await;
+            (g.0.run_id.clone(), g.0.dry_run)
+        };
+        if !dry {
+            let generation = seg.generation + 1;
+            let chunks = encode_counts(counts);
+            let expires = now_ms() / 1000 + CHUNK_TTL_SECS;
+            for (i, data) in chunks.iter().enumerate() {
+                let key = keys::reconcile_chunk_key(&run_id, &part(index, generation), i as u32);
+                self.store.put_chunk(&key, data, expires).await?;
+            }
+            seg.generation = generation;
+            seg.chunks = chunks.len() as u32;
+        }
+        {
+            let mut g = shared.lock().await;
+            g.0.segments[index] = seg.clone();
+            g.0.stats.rows_scanned = g.0.segments.iter().map(|s| s.rows).sum();
+        }
+        self.commit(shared, opts.deadline).await
+    }
+
+    async fn load_counts(
+        &self,
+        run_id: &str,
+        index: usize,
+        seg: &Segment,
+    ) -> Result<HashMap<ReelId, u64>, Error> {
+        let mut counts = HashMap::new();
+        for i in 0..seg.chunks {
+            let key = keys::reconcile_chunk_key(run_id, &part(index, seg.generation), i);
+            let data = self.store.get_chunk(&key).await?.ok_or(Error::Internal)?;
+            decode_counts(&data, &mut counts)?;
+        }
+        Ok(counts)
+    }
+
+    /// Adds the counts of segments scanned by earlier invocations.
+    async fn load_missing(
+        &self,
+        shared: &Shared,
+        counts: &mut HashMap<ReelId, u64>,
+        in_memory: &HashSet<usize>,
+    ) -> Result<(), Error> {
+        let (run_id, segments) = {
+            let g = shared.lock().await;
+            (g.0.run_id.clone(), g.0.segments.clone())
+        };
+        for (i, seg) in segments.iter().enumerate() {
+            if in_memory.contains(&i) {
+                continue;
+            }
+            for (r, n) in self.load_counts(&run_id, i, seg).await? {
+                *counts.entry(r).or_default() += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every counted reel, in order, from the checkpointed cursor.
+    /// Returns whether it got through all of them.
+    async fn check_counted(
+        &self,
+        shared: &Shared,
+        opts: &Options,
+        counts: &HashMap<ReelId, u64>,
+        reads: &Limiter,
+        writes: &Limiter,
+    ) -> Result<bool, Error> {
+        let cursor = shared.lock().await.0.reel_cursor.clone();
+        let mut reels: Vec<&ReelId> = counts
+            .keys()
+            .filter(|r| cursor.as_deref().is_none_or(|c| r.as_str() > c))
+            .collect();
+        reels.sort();
+        for batch in reels.chunks(CHECK_BATCH) {
+            if near(opts.deadline) {
+                return Ok(false);
+            }
+            let outcomes = self
+                .check_all(
+                    shared,
+                    batch.iter().map(|r| (*r).clone()).collect(),
+                    counts,
+                    reads,
+                    writes,
+                )
+                .await;
+            self.record(shared, outcomes).await?;
+            if let Some(last) = batch.last() {
+                shared.lock().await.0.reel_cursor = Some(last.as_str().to_owned());
+            }
+            self.commit(shared, opts.deadline).await?;
+        }
+        Ok(true)
+    }
+
+    /// The counters scan: reels with shards (or settings) but no like rows.
+    async fn scan_counters(
+        &self,
+        shared: &Shared,
+        opts: &Options,
+        counts: &HashMap<ReelId, u64>,
+        reads: &Limiter,
+        writes: &Limiter,
+    ) -> Result<bool, Error> {
+        let todo: Vec<(usize, Segment)> = {
+            let g = shared.lock().await;
+            g.0.counter_segments
+                .iter()
+                .cloned()
+                .enumerate()
+                .filter(|(_, s)| !s.done)
+                .collect()
+        };
+        let seen: Mutex<HashSet<ReelId>> = Mutex::new(HashSet::new());
+        let tasks: Vec<Task<'_, Result<bool, Error>>> = todo
+            .into_iter()
+            .map(|(i, mut seg)| {
+                let seen = &seen;
+                Box::pin(async move {
+                    let mut pages = 0u32;
+                    loop {
+                        if near(opts.deadline) {
+                            return Ok(false);
+                        }
+                        let page = self
+                            .store
+                            .scan_page(
+                                ScanTable::Counters,
+                                i as u32,
+                                self.cfg.segments,
+                                seg.cursor.as_deref(),
+                                self.cfg.page_items,
+                            )
+                            .await?;
+                        reads.take(page.read_units).await;
+                        let mut fresh = Vec::new();
+                        {
+                            let mut seen = seen.lock().await;
+                            for r in page.reels {
+                                if !counts.contains_key(&r) && seen.insert(r.clone()) {
+                                    fresh.push(r);
+                                }
+                            }
+                        }
+                        let outcomes = self.check_all(shared, fresh, counts, reads, writes).await;
+                        self.record(shared, outcomes).await?;
+                        seg.rows += page.items;
+                        seg.cursor = page.next;
+                        seg.done = seg.cursor.is_none();
+                        pages += 1;
+                        if seg.done || pages.is_multiple_of(self.cfg.checkpoint_pages) {
+                            shared.lock().await.0.counter_segments[i] = seg.clone();
+                            self.commit(shared, opts.deadline).await?;
+                        }
+                        if seg.done {
+                            return Ok(true);
+                        }
+                    }
+                }) as Task<'_, _>
+            })
+            .collect();
+        let results: Vec<Result<bool, Error>> = futures::stream::iter(tasks)
+            .buffer_unordered(self.cfg.segments as usize)
+            .collect()
+            .await;
+        let mut all = true;
+        for r in results {
+            all &= r?;
+        }
+        Ok(all)
+    }
+
+    /// Checks `reels` (a few at a time) against their counted rows (0 when
+    /// not counted).
+    async fn check_all(
+        &self,
+        shared: &Shared,
+        reels: Vec<ReelId>,
+        counts: &HashMap<ReelId, u64>,
+        reads: &Limiter,
+        writes: &Limiter,
+    ) -> Vec<(ReelId, Result<Outcome, Error>)> {
+        let tasks: Vec<Task<'_, (ReelId, Result<Outcome, Error>)>> = reels
+            .into_iter()
+            .map(|r| {
+                Box::pin(async move {
+                    let rows = counts.get(&r).copied().unwrap_or(0);
+                    let outcome = self.check(shared, &r, rows, reads, writes).await;
+                    (r, outcome)
+                }) as Task<'_, _>
+            })
+            .collect();
+        futures::stream::iter(tasks)
+            .buffer_unordered(CHECK_CONCURRENCY)
+            .collect()
+            .await
+    }
+
+    /// Adds checked reels to the run's statistics.
+    async fn record(
+        &self,
+        shared: &Shared,
+        outcomes: Vec<(ReelId, Result<Outcome, Error>)>,
+    ) -> Result<(), Error> {
+        let mut g = shared.lock().await;
+        let stats = &mut g.0.stats;
+        for (reel, outcome) in outcomes {
+            stats.reels_checked += 1;
+            let drift = match outcome {
+                Ok(Outcome::Agrees) | Ok(Outcome::AlreadyCorrected) => None,
+                Ok(Outcome::Corrected(d)) | Ok(Outcome::Drift(d)) => {
+                    stats.reels_corrected += 1;
+                    if stats.corrected_reels.len() < SAMPLE {
+                        stats.corrected_reels.push(reel.as_str().to_owned());
+                    }
+                    Some(d)
+                }
+                Ok(Outcome::Deferred(why)) => {
+                    tracing::info!(reel = %reel, why, "reconcile deferred a reel");
+                    stats.reels_deferred += 1;
+                    if stats.deferred_reels.len() < SAMPLE {
+                        stats.deferred_reels.push(reel.as_str().to_owned());
+                    }
+                    None
+                }
+                Err(e) => {
+                    // Left for the next run; the run goes on.
+                    tracing::warn!(reel = %reel, error = e.code(), "reconcile could not check a reel");
+                    stats.reels_deferred += 1;
+                    None
+                }
+            };
+            if let Some(d) = drift {
+                stats.total_abs_drift += d.unsigned_abs();
+                if d.unsigned_abs() > stats.largest_drift.unsigned_abs() {
+                    stats.largest_drift = d;
+                    stats.largest_drift_reel = Some(reel.as_str().to_owned());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks one reel against `rows` counted rows, and corrects it.
+    async fn check(
+        &self,
+        shared: &Shared,
+        reel: &ReelId,
+        rows: u64,
+        reads: &Limiter,
+        writes: &Limiter,
+    ) -> Result<Outcome, Error> {
+        let (run_id, started_ms, dry) = {
+            let g = shared.lock().await;
+            (g.0.run_id.clone(), g.0.started_ms, g.0.dry_run)
+        };
+        let view = self.store.reel_view(reel).await?;
+        reads
+            .take(2.0 + f64::from(view.settings.shards_to_sum()))
+            .await;
+        if view.ledger.last_run.as_deref() == Some(run_id.as_str()) {
+            return Ok(Outcome::AlreadyCorrected);
+        }
+        if view.settings.phase != Phase::Stable {
+            return Ok(Outcome::Deferred("resizing"));
+        }
+        if view.sum.last_write_ms >= started_ms - self.margin_ms {
+            return Ok(Outcome::Deferred("written_during_run"));
+        }
+        let drift = rows as i64 - view.sum.n;
+        if drift == 0 {
+            return Ok(Outcome::Agrees);
+        }
+        if dry {
+            return Ok(Outcome::Drift(drift));
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            writes.take(4.0).await;
+            match self
+                .store
+                .correct(reel, drift, view.ledger.corrections, &run_id)
+                .await?
+            {
+                CorrectResult::Applied => {
+                    tracing::info!(reel = %reel, drift, rows, "reconcile corrected a reel");
+                    return Ok(Outcome::Corrected(drift));
+                }
+                CorrectResult::LedgerChanged => {
+                    return Ok(Outcome::Deferred("corrected_meanwhile"));
+                }
+                CorrectResult::Retry(_) if self.backoff.allows(attempt) => {
+                    tokio::time::sleep(self.backoff.delay(attempt)).await;
+                }
+                CorrectResult::Retry(_) => return Ok(Outcome::Deferred("contended")),
+            }
+        }
+    }
+
+    fn summary(
+        &self,
+        state: Option<&RunState>,
+        invocation: &'static str,
+        began: Instant,
+        segments_scanned: usize,
+    ) -> Summary {
+        let stats = state.map(|s| s.stats.clone()).unwrap_or_default();
+        Summary {
+            run_id: state.map(|s| s.run_id.clone()),
+            invocation,
+            dry_run: state.is_some_and(|s| s.dry_run),
+            complete: state.is_some_and(|s| s.phase == RunPhase::Done),
+            phase: state
+                .map(|s| {
+                    serde_json::to_value(s.phase)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                })
+                .unwrap_or_else(|| "none".into()),
+            rows_scanned: stats.rows_scanned,
+            reels_checked: stats.reels_checked,
+            reels_corrected: stats.reels_corrected,
+            reels_deferred: stats.reels_deferred,
+            total_abs_drift: stats.total_abs_drift,
+            largest_drift: stats.largest_drift,
+            largest_drift_reel: stats.largest_drift_reel,
+            corrected_reels: stats.corrected_reels,
+            deferred_reels: stats.deferred_reels,
+            segments: self.cfg.segments,
+            segments_done: state.map_or(0, |s| s.segments.iter().filter(|g| g.done).count()),
+            segments_scanned,
+            invocations: state.map_or(0, |s| s.invocations),
+            duration_ms: began.elapsed().as_millis() as u64,
+            run_duration_ms: state.map_or(0, |s| {
+                (s.finished_ms.unwrap_or_else(now_ms) - s.started_ms).max(0) as u64
+            }),
+        }
+    }
+}
+
+enum Claim {
+    Go(RunState, u64, &'static str),
+    Busy(Option<RunState>),
+    Idle(Option<RunState>),
+}
+
+fn lease_until(deadline: Option<Instant>) -> i64 {
+    let left = match deadline {
+        Some(d) => d.saturating_duration_since(Instant::now()) + Duration::from_secs(30),
+        None => LOCAL_LEASE,
+    };
+    now_ms() + left.as_millis() as i64
+}
+
+fn part(segment: usize, generation: u32) -> String {
+    format!("likes{segment}g{generation}")
+}
+
+/// `reel count` lines, split into chunks of at most [`CHUNK_BYTES`].
+fn encode_counts(counts: &HashMap<ReelId, u64>) -> Vec<Vec<u8>> {
+    let mut chunks = vec![Vec::new()];
+    for (reel, n) in counts {
+        let line = format!("{} {n}\n", reel.as_str());
+        if chunks
+            .last()
+            .is_some_and(|c| c.len() + line.len() > CHUNK_BYTES)
+        {
+            chunks.push(Vec::new());
+        }
+        if let Some(c) = chunks.last_mut() {
+            c.extend_from_slice(line.as_bytes());
+        }
+    }
+    chunks
+}
+
+fn decode_counts(data: &[u8], into: &mut HashMap<ReelId, u64>) -> Result<(), Error> {
+    let text = std::str::from_utf8(data).map_err(|_| Error::Internal)?;
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let (reel, n) = line.split_once(' ').ok_or(Error::Internal)?;
+        let reel = ReelId::parse(reel).map_err(|_| Error::Internal)?;
+        let n: u64 = n.parse().map_err(|_| Error::Internal)?;
+        *into.entry(reel).or_default() += n;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_round_trip_through_chunks() {
+        let mut counts = HashMap::new();
+        for i in 0..40_000u64 {
+            counts.insert(ReelId::parse(&format!("reel-{i}")).unwrap(), i);
+        }
+        let chunks = encode_counts(&counts);
+        assert!(chunks.len() > 1, "large counts split");
+        assert!(chunks.iter().all(|c| c.len() <= CHUNK_BYTES));
+        let mut back = HashMap::new();
+        for c in &chunks {
+            decode_counts(c, &mut back).unwrap();
+        }
+        assert_eq!(back, counts);
+        assert!(decode_counts(b"bad line", &mut back).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_limiter_spaces_calls_by_their_units() {
+        let l = Limiter::new(100.0);
+        let t = Instant::now();
+        for _ in 0..5 {
+            l.take(10.0).await;
+        }
+        // 50 units at 100/s: the first is free, the rest take ~0.4 s.
+        let e = t.elapsed();
+        assert!(e >= Duration::from_millis(380), "{e:?}");
+    }
+}
