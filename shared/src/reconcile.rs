@@ -119,6 +119,9 @@ struct Segment {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Stats {
     rows_scanned: u64,
+    /// Read units the scans consumed, as DynamoDB reported them.
+    #[serde(default)]
+    scan_read_units: f64,
     reels_checked: u64,
     reels_corrected: u64,
     reels_deferred: u64,
@@ -158,6 +161,8 @@ pub struct Summary {
     pub complete: bool,
     pub phase: String,
     pub rows_scanned: u64,
+    /// Read units the run's scans consumed (DynamoDB's ConsumedCapacity).
+    pub scan_read_units: f64,
     pub reels_checked: u64,
     pub reels_corrected: u64,
     pub reels_deferred: u64,
@@ -526,6 +531,7 @@ impl<S: ReconcileStore> Reconciler<S> {
                 )
                 .await?;
             reads.take(page.read_units).await;
+            shared.lock().await.0.stats.scan_read_units += page.read_units;
             for r in page.reels {
                 *counts.entry(r).or_default() += 1;
             }
@@ -692,6 +698,7 @@ impl<S: ReconcileStore> Reconciler<S> {
                             )
                             .await?;
                         reads.take(page.read_units).await;
+                        shared.lock().await.0.stats.scan_read_units += page.read_units;
                         let mut fresh = Vec::new();
                         {
                             let mut seen = seen.lock().await;
@@ -879,6 +886,7 @@ impl<S: ReconcileStore> Reconciler<S> {
                 })
                 .unwrap_or_else(|| "none".into()),
             rows_scanned: stats.rows_scanned,
+            scan_read_units: stats.scan_read_units,
             reels_checked: stats.reels_checked,
             reels_corrected: stats.reels_corrected,
             reels_deferred: stats.reels_deferred,
