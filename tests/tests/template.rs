@@ -251,6 +251,42 @@ fn admin_routes_use_iam_and_a_schedule_drives_resizes() {
     );
 }
 
+/// Reconciliation starts daily (a parameter) and an unfinished run is
+/// resumed by a second schedule that never starts one.
+#[test]
+fn reconciliation_runs_daily_and_resumes() {
+    let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let t = template();
+    let ours: Vec<_> = t
+        .schedules
+        .iter()
+        .filter(|s| s.code_uri.ends_with("/reconcile"))
+        .collect();
+    let input = |s: &likes_local::template::ScheduleDef| -> serde_json::Value {
+        serde_json::from_str(s.input.as_deref().expect("an Input")).unwrap()
+    };
+    let start = ours
+        .iter()
+        .find(|s| input(s)["mode"] == "start")
+        .expect("a start schedule");
+    assert_eq!(start.expression, "!Ref ReconcileSchedule");
+    assert_eq!(
+        doc["Parameters"]["ReconcileSchedule"]["Default"],
+        "rate(1 day)"
+    );
+    let resume = ours
+        .iter()
+        .find(|s| input(s)["mode"] == "resume")
+        .expect("a resume schedule");
+    assert_eq!(resume.expression, "!Ref ReconcileResumeSchedule");
+    // The function's timeout covers a checkpointed invocation.
+    assert_eq!(
+        doc["Resources"][start.function.as_str()]["Properties"]["Timeout"],
+        900
+    );
+}
+
 /// `make serve` with `AWS_ENDPOINT_URL_DYNAMODB` set: no emulator of its own,
 /// the tables created on that endpoint if missing, the same routes served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
