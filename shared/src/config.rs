@@ -76,7 +76,7 @@ pub struct ReconcileConfig {
     /// `RECONCILE_PAGE_ITEMS` (default 0 = DynamoDB's 1 MB pages): `Limit`
     /// of each scan page.
     pub page_items: u32,
-    /// `RECONCILE_CHECKPOINT_PAGES` (default 50): a segment checkpoints its
+    /// `RECONCILE_CHECKPOINT_PAGES` (default 10): a segment checkpoints its
     /// cursor and partial counts every this many pages (and when it ends).
     pub checkpoint_pages: u32,
     /// `RECONCILE_MAX_READ_UNITS` (default 500) and
@@ -233,7 +233,7 @@ impl Config {
         let reconcile = ReconcileConfig {
             segments: num("RECONCILE_SEGMENTS", 8, 1, 1_000)? as u32,
             page_items: num("RECONCILE_PAGE_ITEMS", 0, 0, 100_000)? as u32,
-            checkpoint_pages: num("RECONCILE_CHECKPOINT_PAGES", 50, 1, 100_000)? as u32,
+            checkpoint_pages: num("RECONCILE_CHECKPOINT_PAGES", 10, 1, 100_000)? as u32,
             max_read_units: rate("RECONCILE_MAX_READ_UNITS", 500.0)?,
             max_write_units: rate("RECONCILE_MAX_WRITE_UNITS", 100.0)?,
             clock_skew: ms("RECONCILE_CLOCK_SKEW_MS", 5_000, 0, 3_600_000)?,

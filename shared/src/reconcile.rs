@@ -52,14 +52,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
-/// An invocation stops starting work this long before its deadline, and
-/// checkpoints what it has.
-const DEADLINE_SAFETY: Duration = Duration::from_secs(10);
+/// An invocation stops starting work this long before its deadline (or a
+/// quarter of its time, if shorter), and checkpoints what it has.
+const DEADLINE_SAFETY: Duration = Duration::from_secs(60);
 /// How long a lease outlives the last checkpoint when the invocation has no
 /// deadline of its own (a local run).
 const LOCAL_LEASE: Duration = Duration::from_secs(120);
 /// Checkpoint chunks stay this long (TTL), well past any run.
 const CHUNK_TTL_SECS: i64 = 7 * 86_400;
+/// An unfinished run older than this is abandoned.
+const MAX_RUN_AGE_MS: i64 = 2 * 86_400_000;
 /// Largest chunk item (DynamoDB's item limit is 400 KB).
 const CHUNK_BYTES: usize = 350_000;
 /// Reels checked between two checkpoints of the check phase.
@@ -110,10 +112,17 @@ enum RunPhase {
 struct Segment {
     cursor: Option<String>,
     done: bool,
-    /// Checkpoint generation of the partial counts (0: none yet).
-    generation: u32,
-    chunks: u32,
     rows: u64,
+    /// The committed checkpoints: each the rows per reel counted since the
+    /// one before, in chunks written by `owner`.
+    #[serde(default)]
+    parts: Vec<Part>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Part {
+    owner: String,
+    chunks: u32,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -188,8 +197,9 @@ enum Outcome {
     Corrected(i64),
     /// Dry run: this drift would be corrected.
     Drift(i64),
-    /// Already corrected by this run (an earlier, interrupted invocation).
-    AlreadyCorrected,
+    /// Already corrected by this run (an earlier, interrupted invocation
+    /// applied this drift but did not checkpoint it).
+    AlreadyCorrected(i64),
     Deferred(&'static str),
 }
 
@@ -224,7 +234,8 @@ impl Limiter {
 pub struct Reconciler<S> {
     store: S,
     cfg: ReconcileConfig,
-    /// `REQUEST_TIMEOUT_MS` + `RECONCILE_CLOCK_SKEW_MS`.
+    /// `REQUEST_TIMEOUT_MS` + `DDB_OPERATION_TIMEOUT_MS` +
+    /// `RECONCILE_CLOCK_SKEW_MS`.
     margin_ms: i64,
     backoff: Backoff,
 }
@@ -236,11 +247,9 @@ type Shared = Arc<Mutex<(RunState, u64)>>;
 /// borrows (rustc cannot prove that through nested closures otherwise).
 type Task<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
-/// A likes-scan segment's index and the rows per reel it counted.
-type Partial = (usize, HashMap<ReelId, u64>);
-
+/// Whether the (already safety-adjusted) deadline has come.
 fn near(deadline: Option<Instant>) -> bool {
-    deadline.is_some_and(|d| Instant::now() + DEADLINE_SAFETY >= d)
+    deadline.is_some_and(|d| Instant::now() >= d)
 }
 
 impl<S: ReconcileStore> Reconciler<S> {
@@ -248,7 +257,13 @@ impl<S: ReconcileStore> Reconciler<S> {
         Reconciler {
             store,
             cfg: config.reconcile.clone(),
-            margin_ms: (config.request_timeout + config.reconcile.clock_skew).as_millis() as i64,
+            // A stamp is the request's clock; its commit may land up to a
+            // request timeout later, and the SDK's last attempt up to an
+            // operation timeout after the client gave up.
+            margin_ms: (config.request_timeout
+                + config.ddb_operation_timeout
+                + config.reconcile.clock_skew)
+                .as_millis() as i64,
             backoff: Backoff::from_config(config),
         }
     }
@@ -261,6 +276,13 @@ impl<S: ReconcileStore> Reconciler<S> {
     /// deadline allows.
     pub async fn run(&self, opts: &Options) -> Result<Summary, Error> {
         let began = Instant::now();
+        let opts = &Options {
+            deadline: opts.deadline.map(|d| {
+                let left = d.saturating_duration_since(began);
+                d.checked_sub(DEADLINE_SAFETY.min(left / 4)).unwrap_or(d)
+            }),
+            ..opts.clone()
+        };
         let me = format!("{:016x}", fastrand::u64(..));
         let (state, ver, invocation) = match self.claim(opts, &me).await? {
             Claim::Go(state, ver, how) => (state, ver, how),
@@ -268,7 +290,7 @@ impl<S: ReconcileStore> Reconciler<S> {
             Claim::Idle(state) => return Ok(self.summary(state.as_ref(), "idle", began, 0)),
         };
         let shared: Shared = Arc::new(Mutex::new((state, ver)));
-        let scanned = match self.drive(&shared, opts, &me).await {
+        let scanned = match self.drive(&shared, opts).await {
             Ok(n) => n,
             Err(Error::Conflict { .. }) => {
                 // Lost the lease to another invocation: it carries on.
@@ -336,6 +358,15 @@ impl<S: ReconcileStore> Reconciler<S> {
             },
         };
         let (state, how) = match current {
+            // A run older than this is abandoned (its chunks may be expiring):
+            // the next start begins afresh.
+            Some(s) if s.phase != RunPhase::Done && now - s.started_ms > MAX_RUN_AGE_MS => {
+                tracing::warn!(run_id = %s.run_id, "abandoning a reconcile run older than two days");
+                if opts.mode == Mode::Resume {
+                    return Ok(Claim::Idle(Some(s)));
+                }
+                (fresh(1), "started")
+            }
             Some(mut s) if s.phase != RunPhase::Done => {
                 if s.lease_until_ms > now && s.lease_owner != me {
                     return Ok(Claim::Busy(Some(s)));
@@ -387,25 +418,34 @@ impl<S: ReconcileStore> Reconciler<S> {
     }
 
     /// Runs the phases; returns how many likes segments it scanned.
-    async fn drive(&self, shared: &Shared, opts: &Options, me: &str) -> Result<usize, Error> {
-        let _ = me;
+    async fn drive(&self, shared: &Shared, opts: &Options) -> Result<usize, Error> {
         let reads = Limiter::new(self.cfg.max_read_units);
         let writes = Limiter::new(self.cfg.max_write_units);
+        // A dry run keeps its counts here (it writes no chunks); a real run
+        // reads them back from its checkpoints when the scan is done.
+        let dry_counts: Mutex<HashMap<ReelId, u64>> = Mutex::new(HashMap::new());
+        let mut counts: Option<HashMap<ReelId, u64>> = None;
         let mut scanned = 0;
-        let mut counts: HashMap<ReelId, u64> = HashMap::new();
-        let mut in_memory: HashSet<usize> = HashSet::new();
         loop {
-            let phase = shared.lock().await.0.phase;
+            let (phase, dry) = {
+                let g = shared.lock().await;
+                (g.0.phase, g.0.dry_run)
+            };
+            if matches!(phase, RunPhase::CheckReels | RunPhase::ScanCounters) && counts.is_none() {
+                counts = Some(if dry {
+                    std::mem::take(&mut *dry_counts.lock().await)
+                } else {
+                    self.load_all(shared, &reads).await?
+                });
+            }
+            let empty = HashMap::new();
+            let counted = counts.as_ref().unwrap_or(&empty);
             match phase {
                 RunPhase::ScanLikes => {
-                    let (done, partials) = self.scan_likes(shared, opts, &reads).await?;
-                    scanned += partials.len();
-                    for (s, part) in partials {
-                        in_memory.insert(s);
-                        for (r, n) in part {
-                            *counts.entry(r).or_default() += n;
-                        }
-                    }
+                    let (done, n) = self
+                        .scan_likes(shared, opts, &reads, &writes, &dry_counts)
+                        .await?;
+                    scanned += n;
                     if !done {
                         return Ok(scanned);
                     }
@@ -413,10 +453,8 @@ impl<S: ReconcileStore> Reconciler<S> {
                     self.commit(shared, opts.deadline).await?;
                 }
                 RunPhase::CheckReels => {
-                    self.load_missing(shared, &mut counts, &in_memory).await?;
-                    in_memory = (0..self.cfg.segments as usize).collect();
                     if !self
-                        .check_counted(shared, opts, &counts, &reads, &writes)
+                        .check_counted(shared, opts, counted, &reads, &writes)
                         .await?
                     {
                         return Ok(scanned);
@@ -425,10 +463,8 @@ impl<S: ReconcileStore> Reconciler<S> {
                     self.commit(shared, opts.deadline).await?;
                 }
                 RunPhase::ScanCounters => {
-                    self.load_missing(shared, &mut counts, &in_memory).await?;
-                    in_memory = (0..self.cfg.segments as usize).collect();
                     if !self
-                        .scan_counters(shared, opts, &counts, &reads, &writes)
+                        .scan_counters(shared, opts, counted, &reads, &writes)
                         .await?
                     {
                         return Ok(scanned);
@@ -446,13 +482,15 @@ impl<S: ReconcileStore> Reconciler<S> {
     }
 
     /// The likes scan: every unfinished segment at once. Returns whether
-    /// all segments are done, and the partial counts of those scanned here.
+    /// all segments are done, and how many it scanned (part of).
     async fn scan_likes(
         &self,
         shared: &Shared,
         opts: &Options,
         reads: &Limiter,
-    ) -> Result<(bool, Vec<Partial>), Error> {
+        writes: &Limiter,
+        dry_counts: &Mutex<HashMap<ReelId, u64>>,
+    ) -> Result<(bool, usize), Error> {
         let mut todo: Vec<(usize, Segment)> = {
             let g = shared.lock().await;
             g.0.segments
@@ -465,60 +503,53 @@ impl<S: ReconcileStore> Reconciler<S> {
         if let Some(k) = opts.stop_after_segments {
             todo.truncate(k);
         }
-        let tasks: Vec<Task<'_, Result<Partial, Error>>> = todo
+        let n = todo.len();
+        let tasks: Vec<Task<'_, Result<(), Error>>> = todo
             .into_iter()
             .map(|(i, seg)| {
-                Box::pin(async move {
-                    let counts = self.scan_segment(shared, opts, reads, i, seg).await?;
-                    Ok((i, counts))
-                }) as Task<'_, _>
+                Box::pin(self.scan_segment(shared, opts, reads, writes, dry_counts, i, seg))
+                    as Task<'_, _>
             })
             .collect();
-        let results: Vec<Result<Partial, Error>> = futures::stream::iter(tasks)
+        let results: Vec<Result<(), Error>> = futures::stream::iter(tasks)
             .buffer_unordered(self.cfg.segments as usize)
             .collect()
             .await;
-        let mut parts = Vec::new();
         for r in results {
-            parts.push(r?);
+            r?;
         }
         let all_done = shared.lock().await.0.segments.iter().all(|s| s.done);
-        Ok((all_done, parts))
+        Ok((all_done, n))
     }
 
+    /// Scans one segment from its cursor. The rows counted since the last
+    /// checkpoint are all it holds; each checkpoint stores them as a new,
+    /// immutable part, so memory and checkpoint writes stay proportional to
+    /// what was scanned, not to the run so far.
+    #[allow(clippy::too_many_arguments)]
     async fn scan_segment(
         &self,
         shared: &Shared,
         opts: &Options,
         reads: &Limiter,
+        writes: &Limiter,
+        dry_counts: &Mutex<HashMap<ReelId, u64>>,
         index: usize,
         mut seg: Segment,
-    ) -> Result<HashMap<ReelId, u64>, Error> {
-        let run_id = shared.lock().await.0.run_id.clone();
-        let mut counts = if seg.generation > 0 {
-            match self.load_counts(&run_id, index, &seg).await {
-                Ok(c) => c,
-                Err(_) => {
-                    tracing::error!(
-                        segment = index,
-                        "checkpoint chunks missing; rescanning the segment"
-                    );
-                    seg = Segment::default();
-                    HashMap::new()
-                }
-            }
-        } else {
-            HashMap::new()
-        };
+    ) -> Result<(), Error> {
+        let mut delta: HashMap<ReelId, u64> = HashMap::new();
         let mut pages = 0u32;
+        let mut pending = 0u32;
         loop {
             let page_limit = opts.stop_after_pages.is_some_and(|max| pages >= max);
             if page_limit || near(opts.deadline) {
-                if pages > 0 {
-                    self.checkpoint_segment(shared, opts, index, &mut seg, &counts)
-                        .await?;
+                if pending > 0 {
+                    self.checkpoint_segment(
+                        shared, opts, writes, dry_counts, index, &mut seg, &mut delta,
+                    )
+                    .await?;
                 }
-                return Ok(counts);
+                return Ok(());
             }
             let page = self
                 .store
@@ -533,47 +564,65 @@ impl<S: ReconcileStore> Reconciler<S> {
             reads.take(page.read_units).await;
             shared.lock().await.0.stats.scan_read_units += page.read_units;
             for r in page.reels {
-                *counts.entry(r).or_default() += 1;
+                *delta.entry(r).or_default() += 1;
             }
             seg.rows += page.items;
             seg.cursor = page.next;
             seg.done = seg.cursor.is_none();
             pages += 1;
-            if seg.done || pages.is_multiple_of(self.cfg.checkpoint_pages) {
-                self.checkpoint_segment(shared, opts, index, &mut seg, &counts)
-                    .await?;
+            pending += 1;
+            if seg.done || pending >= self.cfg.checkpoint_pages {
+                self.checkpoint_segment(
+                    shared, opts, writes, dry_counts, index, &mut seg, &mut delta,
+                )
+                .await?;
+                pending = 0;
             }
             if seg.done {
-                return Ok(counts);
+                return Ok(());
             }
         }
     }
 
-    /// Writes the segment's partial counts as a new generation of chunks,
-    /// then commits cursor and generation together in the run state: a
-    /// crash in between leaves the previous checkpoint whole.
+    /// Stores the rows counted since the last checkpoint as a new part
+    /// (chunks keyed by this invocation, so no other invocation's committed
+    /// chunks are ever overwritten), then commits the part with the cursor
+    /// in one conditional write of the run state: a crash in between leaves
+    /// the previous checkpoint whole, and the uncommitted part is ignored.
+    #[allow(clippy::too_many_arguments)]
     async fn checkpoint_segment(
         &self,
         shared: &Shared,
         opts: &Options,
+        writes: &Limiter,
+        dry_counts: &Mutex<HashMap<ReelId, u64>>,
         index: usize,
         seg: &mut Segment,
-        counts: &HashMap<ReelId, u64>,
+        delta: &mut HashMap<ReelId, u64>,
     ) -> Result<(), Error> {
-        let (run_id, dry) = {
+        let (run_id, owner, dry) = {
             let g = shared.lock().await;
-            (g.0.run_id.clone(), g.0.dry_run)
+            (g.0.run_id.clone(), g.0.lease_owner.clone(), g.0.dry_run)
         };
-        if !dry {
-            let generation = seg.generation + 1;
-            let chunks = encode_counts(counts);
+        if dry {
+            let mut all = dry_counts.lock().await;
+            for (r, n) in delta.drain() {
+                *all.entry(r).or_default() += n;
+            }
+        } else if !delta.is_empty() {
+            let chunks = encode_counts(delta);
             let expires = now_ms() / 1000 + CHUNK_TTL_SECS;
+            let name = part_name(index, seg.parts.len(), &owner);
             for (i, data) in chunks.iter().enumerate() {
-                let key = keys::reconcile_chunk_key(&run_id, &part(index, generation), i as u32);
+                writes.take(data.len() as f64 / 1024.0).await;
+                let key = keys::reconcile_chunk_key(&run_id, &name, i as u32);
                 self.store.put_chunk(&key, data, expires).await?;
             }
-            seg.generation = generation;
-            seg.chunks = chunks.len() as u32;
+            seg.parts.push(Part {
+                owner,
+                chunks: chunks.len() as u32,
+            });
+            delta.clear();
         }
         {
             let mut g = shared.lock().await;
@@ -583,41 +632,32 @@ impl<S: ReconcileStore> Reconciler<S> {
         self.commit(shared, opts.deadline).await
     }
 
-    async fn load_counts(
-        &self,
-        run_id: &str,
-        index: usize,
-        seg: &Segment,
-    ) -> Result<HashMap<ReelId, u64>, Error> {
-        let mut counts = HashMap::new();
-        for i in 0..seg.chunks {
-            let key = keys::reconcile_chunk_key(run_id, &part(index, seg.generation), i);
-            let data = self.store.get_chunk(&key).await?.ok_or(Error::Internal)?;
-            decode_counts(&data, &mut counts)?;
-        }
-        Ok(counts)
-    }
-
-    /// Adds the counts of segments scanned by earlier invocations.
-    async fn load_missing(
+    /// Every committed part of every segment, summed per reel.
+    async fn load_all(
         &self,
         shared: &Shared,
-        counts: &mut HashMap<ReelId, u64>,
-        in_memory: &HashSet<usize>,
-    ) -> Result<(), Error> {
+        reads: &Limiter,
+    ) -> Result<HashMap<ReelId, u64>, Error> {
         let (run_id, segments) = {
             let g = shared.lock().await;
             (g.0.run_id.clone(), g.0.segments.clone())
         };
-        for (i, seg) in segments.iter().enumerate() {
-            if in_memory.contains(&i) {
-                continue;
-            }
-            for (r, n) in self.load_counts(&run_id, i, seg).await? {
-                *counts.entry(r).or_default() += n;
+        let mut counts = HashMap::new();
+        for (s, seg) in segments.iter().enumerate() {
+            for (k, part) in seg.parts.iter().enumerate() {
+                let name = part_name(s, k, &part.owner);
+                for i in 0..part.chunks {
+                    let key = keys::reconcile_chunk_key(&run_id, &name, i);
+                    let data = self.store.get_chunk(&key).await?.ok_or_else(|| {
+                        tracing::error!(key, "a committed checkpoint chunk is missing");
+                        Error::Internal
+                    })?;
+                    reads.take(data.len() as f64 / 4096.0).await;
+                    decode_counts(&data, &mut counts)?;
+                }
             }
         }
-        Ok(())
+        Ok(counts)
     }
 
     /// Checks every counted reel, in order, from the checkpointed cursor.
@@ -682,9 +722,15 @@ impl<S: ReconcileStore> Reconciler<S> {
             .map(|(i, mut seg)| {
                 let seen = &seen;
                 Box::pin(async move {
-                    let mut pages = 0u32;
+                    let mut pending = 0u32;
                     loop {
                         if near(opts.deadline) {
+                            // Keep the pages done: the next invocation goes on
+                            // from here.
+                            if pending > 0 {
+                                shared.lock().await.0.counter_segments[i] = seg.clone();
+                                self.commit(shared, opts.deadline).await?;
+                            }
                             return Ok(false);
                         }
                         let page = self
@@ -713,10 +759,11 @@ impl<S: ReconcileStore> Reconciler<S> {
                         seg.rows += page.items;
                         seg.cursor = page.next;
                         seg.done = seg.cursor.is_none();
-                        pages += 1;
-                        if seg.done || pages.is_multiple_of(self.cfg.checkpoint_pages) {
+                        pending += 1;
+                        if seg.done || pending >= self.cfg.checkpoint_pages {
                             shared.lock().await.0.counter_segments[i] = seg.clone();
                             self.commit(shared, opts.deadline).await?;
+                            pending = 0;
                         }
                         if seg.done {
                             return Ok(true);
@@ -773,8 +820,10 @@ impl<S: ReconcileStore> Reconciler<S> {
         for (reel, outcome) in outcomes {
             stats.reels_checked += 1;
             let drift = match outcome {
-                Ok(Outcome::Agrees) | Ok(Outcome::AlreadyCorrected) => None,
-                Ok(Outcome::Corrected(d)) | Ok(Outcome::Drift(d)) => {
+                Ok(Outcome::Agrees) => None,
+                Ok(Outcome::Corrected(d))
+                | Ok(Outcome::Drift(d))
+                | Ok(Outcome::AlreadyCorrected(d)) => {
                     stats.reels_corrected += 1;
                     if stats.corrected_reels.len() < SAMPLE {
                         stats.corrected_reels.push(reel.as_str().to_owned());
@@ -793,6 +842,9 @@ impl<S: ReconcileStore> Reconciler<S> {
                     // Left for the next run; the run goes on.
                     tracing::warn!(reel = %reel, error = e.code(), "reconcile could not check a reel");
                     stats.reels_deferred += 1;
+                    if stats.deferred_reels.len() < SAMPLE {
+                        stats.deferred_reels.push(reel.as_str().to_owned());
+                    }
                     None
                 }
             };
@@ -825,10 +877,15 @@ impl<S: ReconcileStore> Reconciler<S> {
             .take(2.0 + f64::from(view.settings.shards_to_sum()))
             .await;
         if view.ledger.last_run.as_deref() == Some(run_id.as_str()) {
-            return Ok(Outcome::AlreadyCorrected);
+            return Ok(Outcome::AlreadyCorrected(view.ledger.last_drift));
         }
         if view.settings.phase != Phase::Stable {
             return Ok(Outcome::Deferred("resizing"));
+        }
+        // A resize step during the run moves counts between items (a fold
+        // carries no like's stamp) and changes which items are summed.
+        if view.settings.phase_at_ms >= started_ms - self.margin_ms {
+            return Ok(Outcome::Deferred("resized_during_run"));
         }
         if view.sum.last_write_ms >= started_ms - self.margin_ms {
             return Ok(Outcome::Deferred("written_during_run"));
@@ -921,8 +978,8 @@ fn lease_until(deadline: Option<Instant>) -> i64 {
     now_ms() + left.as_millis() as i64
 }
 
-fn part(segment: usize, generation: u32) -> String {
-    format!("likes{segment}g{generation}")
+fn part_name(segment: usize, part: usize, owner: &str) -> String {
+    format!("likes{segment}p{part}w{owner}")
 }
 
 /// `reel count` lines, split into chunks of at most [`CHUNK_BYTES`].

@@ -20,13 +20,14 @@ use std::time::Duration;
 
 /// Small pages and frequent checkpoints so that a few hundred rows make
 /// many pages; a reel counts as written during the run if a like was
-/// stamped within 1 s (the request timeout) before it started.
+/// stamped within 1.5 s before it started.
 async fn stack(extra: &[(&str, &str)]) -> TestStack {
     let mut env = vec![
         ("CACHE_TTL_MS", "0"),
         ("SETTINGS_TTL_MS", "0"),
         ("REQUEST_TIMEOUT_MS", "1000"),
         ("REQUEST_BUDGET_MS", "800"),
+        ("DDB_OPERATION_TIMEOUT_MS", "500"),
         ("RECONCILE_CLOCK_SKEW_MS", "0"),
         ("RECONCILE_SEGMENTS", "4"),
         ("RECONCILE_PAGE_ITEMS", "7"),
@@ -50,9 +51,10 @@ async fn likes(t: &TestStack, reel: &str, users: std::ops::Range<usize>) {
         .await;
 }
 
-/// Lets every stamp age past the deferral margin (the request timeout).
+/// Lets every stamp age past the deferral margin (request timeout +
+/// operation timeout + skew = 1.5 s here).
 async fn quiet() {
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::sleep(Duration::from_millis(1700)).await;
 }
 
 async fn run(t: &TestStack, opts: Options) -> Summary {
@@ -335,5 +337,40 @@ async fn a_dry_run_reports_and_changes_nothing() {
     };
     assert_eq!(sorted(before.0), sorted(after.0), "counters table changed");
     assert_eq!(sorted(before.1), sorted(after.1), "likes table changed");
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reel_resized_during_the_run_is_deferred() {
+    let t = stack(&[("RESIZE_MARGIN_MS", "0"), ("RESHARD_MAX_WAIT_MS", "5000")]).await;
+    t.set_shards("moving", 4, 4).await;
+    likes(&t, "moving", 0..30).await;
+    likes(&t, "still", 0..5).await;
+    t.put_shard("still", 0, 9).await;
+    quiet().await;
+    // The run scans part of the table, then the reel shrinks 4 -> 1 (folds
+    // move counts into its base item), then the run finishes.
+    let first = run(
+        &t,
+        Options {
+            stop_after_segments: Some(1),
+            ..Options::default()
+        },
+    )
+    .await;
+    assert!(!first.complete);
+    let r = &t.stack.app.reshard;
+    r.begin(&reel("moving"), 1).await.unwrap();
+    tokio::time::sleep(r.wait() + Duration::from_millis(50)).await;
+    assert!(matches!(
+        r.advance(&reel("moving")).await.unwrap(),
+        likes::reshard::Progress::Stable(_)
+    ));
+    let s = run(&t, Options::default()).await;
+    assert!(s.complete, "{s:?}");
+    assert!(s.deferred_reels.contains(&"moving".to_owned()), "{s:?}");
+    assert_eq!(s.corrected_reels, ["still"], "{s:?}");
+    assert_eq!(t.shard_sum("moving").await, 30);
+    assert_eq!(t.shard_sum("still").await, 5);
     t.stop().await;
 }

@@ -845,6 +845,9 @@ impl ReconcileStore for DynamoStore {
             .segment(segment as i32)
             .total_segments(total as i32)
             .projection_expression(projection)
+            // The like rows are counted with consistent reads: an eventually
+            // consistent page could miss a row committed just before.
+            .consistent_read(table == ScanTable::Likes)
             .set_exclusive_start_key(start_key)
             .return_consumed_capacity(ReturnConsumedCapacity::Total);
         if limit > 0 {
@@ -906,6 +909,7 @@ impl ReconcileStore for DynamoStore {
                     .and_then(number)
                     .map_or(0, |n| n.max(0) as u64),
                 last_run: item.get("last_run").and_then(|v| v.as_s().ok()).cloned(),
+                last_drift: item.get("last_drift").and_then(number).unwrap_or(0),
             },
         };
         let settings = self

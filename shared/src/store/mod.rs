@@ -383,8 +383,9 @@ pub struct ScanPage {
 pub struct Ledger {
     /// Corrections applied to the reel, ever.
     pub corrections: u64,
-    /// The run that applied the last one.
+    /// The run that applied the last one, and its drift.
     pub last_run: Option<String>,
+    pub last_drift: i64,
 }
 
 /// What reconciliation reads of one reel after its scan: the ledger first,
