@@ -192,6 +192,23 @@ async fn admin_events_need_iam_authorization_and_the_schedule_runs() {
     t.stop().await;
 }
 
+/// Lambda's deadline is Unix ms; `cargo lambda watch` passes a duration
+/// (600000) there, which must not read as "out of time".
+#[test]
+fn the_lambda_deadline_is_read_as_unix_ms_or_ignored() {
+    use likes::http::lambda_deadline;
+    assert!(lambda_deadline(600_000).is_none());
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let d = lambda_deadline(now_ms + 60_000).expect("a future deadline");
+    let left = d.saturating_duration_since(std::time::Instant::now());
+    assert!(
+        left > std::time::Duration::from_secs(55) && left <= std::time::Duration::from_secs(60)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconcile_events_run_the_job() {
     let t = TestStack::start(&[("LOCAL_SCHEDULE_SECS", "0")]).await;

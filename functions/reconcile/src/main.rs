@@ -6,9 +6,8 @@
 //! Set-up only; the job lives in `likes::reconcile`.
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-use likes::http::{App, handle_reconcile_event};
+use likes::http::{App, handle_reconcile_event, lambda_deadline};
 use serde_json::Value;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -16,13 +15,9 @@ async fn main() -> Result<(), Error> {
     let app = App::from_env().await?;
     let app = &app;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
-        // The invocation's deadline (Unix ms) as an Instant: the run
-        // checkpoints and stops before it.
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let left = Duration::from_millis(event.context.deadline.saturating_sub(now_ms));
-        handle_reconcile_event(app, &event.payload, Some(Instant::now() + left))
+        // The run stops (checkpointing what it has) before the deadline.
+        let deadline = lambda_deadline(event.context.deadline);
+        handle_reconcile_event(app, &event.payload, deadline)
             .await
             .map_err(Error::from)
     }))

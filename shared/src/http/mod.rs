@@ -9,7 +9,9 @@
 mod handlers;
 mod request;
 
-pub use handlers::{Function, handle, handle_reconcile_event, handle_reshard_event};
+pub use handlers::{
+    Function, handle, handle_reconcile_event, handle_reshard_event, lambda_deadline,
+};
 pub use request::{MAX_BATCH_REELS, MAX_BODY_BYTES};
 
 use crate::config::Config;
