@@ -171,33 +171,11 @@ impl Stack {
             let g = gateway.clone();
             async move { g.serve(req).await }
         });
-        let period = match lookup_opts.lookup("LOCAL_SCHEDULE_SECS") {
-            None => Duration::from_secs(10),
-            Some(v) => Duration::from_secs_f64(
-                v.trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| s.is_finite() && *s >= 0.0)
-                    .ok_or_else(|| {
-                        anyhow!("LOCAL_SCHEDULE_SECS={v:?} is not a number of seconds")
-                    })?,
-            ),
-        };
+        let period = seconds(&lookup_opts, "LOCAL_SCHEDULE_SECS", Duration::from_secs(10))?;
         // Reconciliation is a daily job: locally it runs on its schedule only
         // when LOCAL_RECONCILE_SECS asks for it (`make reconcile` runs it by
         // hand).
-        let reconcile_period = match lookup_opts.lookup("LOCAL_RECONCILE_SECS") {
-            None => Duration::ZERO,
-            Some(v) => Duration::from_secs_f64(
-                v.trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| s.is_finite() && *s >= 0.0)
-                    .ok_or_else(|| {
-                        anyhow!("LOCAL_RECONCILE_SECS={v:?} is not a number of seconds")
-                    })?,
-            ),
-        };
+        let reconcile_period = seconds(&lookup_opts, "LOCAL_RECONCILE_SECS", Duration::ZERO)?;
         for schedule in &template.schedules {
             let period = match schedule.code_uri.rsplit('/').next() {
                 Some("reconcile") => reconcile_period,
@@ -302,6 +280,20 @@ fn spawn_schedule(
             }
         }
     }))
+}
+
+/// A period in (fractional) seconds from `name`, or `default`.
+fn seconds(opts: &StackOptions, name: &str, default: Duration) -> Result<Duration> {
+    match opts.lookup(name) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| anyhow!("{name}={v:?} is not a number of seconds")),
+    }
 }
 
 /// The `Timeout` of the scheduled functions in `template.yaml`.

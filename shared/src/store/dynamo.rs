@@ -716,46 +716,19 @@ impl ResizeStore for DynamoStore {
             .client_request_token(token.as_str())
             .send()
             .await;
-        match result {
+        match result.map_err(|e| internal_tx_failure("fold", e)) {
             Ok(_) => {
                 self.stats.folds.fetch_add(1, Ordering::Relaxed);
                 Ok(FoldResult::Folded)
             }
-            Err(SdkError::ServiceError(se)) => match se.err() {
-                TransactWriteItemsError::TransactionCanceledException(c) => {
-                    let codes = cancellation_codes(c);
-                    Ok(match codes.as_slice() {
-                        ["ConditionalCheckFailed", ..] => FoldResult::SettingsChanged,
-                        [_, _, "ConditionalCheckFailed"] => FoldResult::ShardChanged,
-                        _ if codes.contains(&"TransactionConflict") => {
-                            FoldResult::Retry(RetryReason::Conflict)
-                        }
-                        _ if codes.iter().any(|c| {
-                            matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded")
-                        }) =>
-                        {
-                            FoldResult::Retry(RetryReason::Throttled)
-                        }
-                        _ => {
-                            tracing::error!(reasons = ?codes, "fold cancelled for an unexpected reason");
-                            return Err(Error::Internal);
-                        }
-                    })
-                }
-                TransactWriteItemsError::TransactionInProgressException(_) => {
-                    Ok(FoldResult::Retry(RetryReason::InProgress))
-                }
+            Err(failure) => match failure? {
+                TxFailure::Condition(0) => Ok(FoldResult::SettingsChanged),
+                TxFailure::Condition(_) => Ok(FoldResult::ShardChanged),
+                TxFailure::Retry(reason) => Ok(FoldResult::Retry(reason)),
                 // The token is derived from everything the fold writes, so a
                 // mismatch means a stale view: read again.
-                TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
-                    Ok(FoldResult::ShardChanged)
-                }
-                _ => match translate("TransactWriteItems", SdkError::ServiceError(se)) {
-                    Error::Throttled => Ok(FoldResult::Retry(RetryReason::Throttled)),
-                    other => Err(other),
-                },
+                TxFailure::Mismatch => Ok(FoldResult::ShardChanged),
             },
-            Err(e) => Err(translate("TransactWriteItems", e)),
         }
     }
 
@@ -988,39 +961,15 @@ impl ReconcileStore for DynamoStore {
             .client_request_token(token.as_str())
             .send()
             .await;
-        match result {
+        match result.map_err(|e| internal_tx_failure("correction", e)) {
             Ok(_) => Ok(CorrectResult::Applied),
-            Err(SdkError::ServiceError(se)) => match se.err() {
-                TransactWriteItemsError::TransactionCanceledException(c) => {
-                    let codes = cancellation_codes(c);
-                    if codes.get(1) == Some(&"ConditionalCheckFailed") {
-                        Ok(CorrectResult::LedgerChanged)
-                    } else if codes
-                        .iter()
-                        .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
-                    {
-                        Ok(CorrectResult::Retry(RetryReason::Throttled))
-                    } else if codes.contains(&"TransactionConflict") {
-                        Ok(CorrectResult::Retry(RetryReason::Conflict))
-                    } else {
-                        tracing::error!(reasons = ?codes, "correction cancelled for an unexpected reason");
-                        Err(Error::Internal)
-                    }
-                }
-                TransactWriteItemsError::TransactionInProgressException(_) => {
-                    Ok(CorrectResult::Retry(RetryReason::InProgress))
-                }
+            Err(failure) => match failure? {
+                TxFailure::Condition(_) => Ok(CorrectResult::LedgerChanged),
+                TxFailure::Retry(reason) => Ok(CorrectResult::Retry(reason)),
                 // Same token, other body: this correction's parameters were
                 // used before, so the ledger has moved on.
-                TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
-                    Ok(CorrectResult::LedgerChanged)
-                }
-                _ => match translate("TransactWriteItems", SdkError::ServiceError(se)) {
-                    Error::Throttled => Ok(CorrectResult::Retry(RetryReason::Throttled)),
-                    other => Err(other),
-                },
+                TxFailure::Mismatch => Ok(CorrectResult::LedgerChanged),
             },
-            Err(e) => Err(translate("TransactWriteItems", e)),
         }
     }
 
@@ -1231,6 +1180,53 @@ fn shard_value(item: &HashMap<String, AttributeValue>) -> Result<ShardValue, Err
         n: get("n")?,
         w: get("w")?,
     })
+}
+
+/// Why one of the resharder's or reconciler's transactions did not commit.
+enum TxFailure {
+    /// The condition of the item at this index failed.
+    Condition(usize),
+    Retry(RetryReason),
+    /// The token was used before with another body.
+    Mismatch,
+}
+
+/// Reads a failed `TransactWriteItems` (`what` names it in the logs):
+/// failures worth acting on, or an [`Error`] for the rest.
+fn internal_tx_failure<R: Debug>(
+    what: &'static str,
+    err: SdkError<TransactWriteItemsError, R>,
+) -> Result<TxFailure, Error> {
+    let se = match err {
+        SdkError::ServiceError(se) => se,
+        other => return Err(translate("TransactWriteItems", other)),
+    };
+    match se.err() {
+        TransactWriteItemsError::TransactionCanceledException(c) => {
+            let codes = cancellation_codes(c);
+            if let Some(i) = codes.iter().position(|c| *c == "ConditionalCheckFailed") {
+                Ok(TxFailure::Condition(i))
+            } else if codes.contains(&"TransactionConflict") {
+                Ok(TxFailure::Retry(RetryReason::Conflict))
+            } else if codes
+                .iter()
+                .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
+            {
+                Ok(TxFailure::Retry(RetryReason::Throttled))
+            } else {
+                tracing::error!(what, reasons = ?codes, "transaction cancelled for an unexpected reason");
+                Err(Error::Internal)
+            }
+        }
+        TransactWriteItemsError::TransactionInProgressException(_) => {
+            Ok(TxFailure::Retry(RetryReason::InProgress))
+        }
+        TransactWriteItemsError::IdempotentParameterMismatchException(_) => Ok(TxFailure::Mismatch),
+        _ => match translate("TransactWriteItems", SdkError::ServiceError(se)) {
+            Error::Throttled => Ok(TxFailure::Retry(RetryReason::Throttled)),
+            other => Err(other),
+        },
+    }
 }
 
 /// The reason codes of a cancelled transaction, one per item in order.
