@@ -65,6 +65,9 @@ pub struct Config {
     pub resize: ResizeConfig,
     /// Reconciliation (see [`crate::reconcile`]).
     pub reconcile: ReconcileConfig,
+    /// Where metrics go: `METRICS`, `METRICS_NAMESPACE` (see
+    /// [`crate::metrics::Metrics::from_lookup`]).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// How the reconciliation job scans and how hard it may push.
@@ -272,6 +275,7 @@ impl Config {
             auth_mode,
             resize,
             reconcile,
+            metrics: crate::metrics::Metrics::from_lookup(&get),
         })
     }
 }

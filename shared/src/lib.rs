@@ -15,6 +15,8 @@
 //!   [`store::dynamo`], its only implementation; SDK types stay in there.
 //! * [`service`]: the like/unlike/count logic with its in-memory caches, and
 //!   the observations (write rate, contention) that grow a hot reel.
+//! * [`metrics`]: CloudWatch Embedded Metric Format records, one line per
+//!   request or run, with bounded dimensions.
 //! * [`reconcile`]: the scheduled recount from the like rows that repairs
 //!   drift, resumable over many invocations.
 //! * [`reshard`]: the resize protocol (grow, shrink by folding), its
@@ -28,6 +30,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod keys;
+pub mod metrics;
 pub mod reconcile;
 pub mod reshard;
 pub(crate) mod retry;

@@ -256,6 +256,9 @@ pub struct RunSummary {
     pub waiting: usize,
     /// Reels not visited because the run's deadline was near.
     pub skipped: usize,
+    /// How long the oldest resize still in progress has been in its phase
+    /// (0: none): a resize stuck in one phase shows here.
+    pub oldest_phase_ms: u64,
     /// Reels that failed this run (retried by the next).
     pub errors: usize,
     pub duration_ms: u64,
@@ -311,6 +314,22 @@ impl<S: ResizeStore> Resharder<S> {
             ));
         }
         begin(&self.store, reel, target).await
+    }
+
+    /// The reels with more than one shard or a resize in progress, most
+    /// shards first: the resize index (a `Query`, never a table scan) and
+    /// their settings, read consistently.
+    pub async fn list(&self) -> Result<Vec<(ReelId, Settings)>, Error> {
+        let reels = self.store.indexed_reels().await?;
+        let settings = self.store.settings(&reels).await?;
+        let mut out: Vec<(ReelId, Settings)> =
+            settings.into_iter().filter(|(_, s)| s.indexed()).collect();
+        out.sort_by(|a, b| {
+            b.1.shards_to_sum()
+                .cmp(&a.1.shards_to_sum())
+                .then_with(|| a.0.cmp(&b.0))
+        });
+        Ok(out)
     }
 
     /// The reel's settings, read consistently.
@@ -516,6 +535,7 @@ impl<S: ResizeStore> Resharder<S> {
             summary.deletes += r.tally.deletes;
             summary.waiting += usize::from(r.waiting);
             summary.skipped += usize::from(r.skipped);
+            summary.oldest_phase_ms = summary.oldest_phase_ms.max(r.phase_age_ms);
             summary.errors += usize::from(r.error);
             match r.started {
                 Some(Phase::Growing) => summary.grows_started += 1,
@@ -576,7 +596,9 @@ impl<S: ResizeStore> Resharder<S> {
                         }
                     }
                 }
-                Progress::Waiting { due_ms, .. } => {
+                Progress::Waiting { due_ms, settings } => {
+                    report.phase_age_ms =
+                        now_ms().saturating_sub(settings.phase_at_ms).max(0) as u64;
                     let wait = Duration::from_millis(due_ms.saturating_sub(now_ms()).max(0) as u64);
                     let fits = deadline.is_none_or(|d| Instant::now() + wait + DEADLINE_SAFETY < d);
                     if wait > self.resize.max_wait || !fits {
@@ -658,6 +680,7 @@ struct ReelReport {
     waiting: bool,
     skipped: bool,
     error: bool,
+    phase_age_ms: u64,
 }
 
 fn spend(limit: &mut Option<u32>) -> Result<(), Stop> {

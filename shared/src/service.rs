@@ -25,6 +25,7 @@ use moka::future::Cache;
 use moka::ops::compute::{CompResult, Op};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A summed count and when its shards were read.
@@ -97,6 +98,9 @@ pub struct WriteOutcome {
     pub path: WritePath,
     /// Transaction attempts beyond the first (conflicts, throttles).
     pub retries: u32,
+    /// Of the attempts, how many were cancelled for a conflict or throttled.
+    pub conflicts: u32,
+    pub throttles: u32,
     pub shard: u32,
 }
 
@@ -147,6 +151,9 @@ pub struct LikeService<S> {
     settings: Option<Cache<ReelId, FreshSettings>>,
     /// `None` when `AUTO_RESHARD=off`.
     observer: Option<Observer>,
+    /// Count-cache hits and misses since this instance started (metrics).
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
     backoff: Backoff,
     /// See [`Config::request_budget`].
     budget: Duration,
@@ -201,6 +208,8 @@ impl<S: CounterStore> LikeService<S> {
             store: Arc::new(store),
             counts: cache(config.cache_ttl, config.cache_max_reels),
             settings: cache(config.settings_ttl, config.cache_max_reels),
+            cache_hits: AtomicU64::new(0),
+            cache_misses: AtomicU64::new(0),
             observer: config.resize.auto.then(|| Observer {
                 resize: config.resize.clone(),
                 samples: Cache::builder()
@@ -225,6 +234,14 @@ impl<S: CounterStore> LikeService<S> {
 
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// Count-cache (hits, misses) since this instance started.
+    pub fn cache_stats(&self) -> (u64, u64) {
+        (
+            self.cache_hits.load(Ordering::Relaxed),
+            self.cache_misses.load(Ordering::Relaxed),
+        )
     }
 
     /// The settings of one reel, cached.
@@ -275,11 +292,20 @@ impl<S: CounterStore> LikeService<S> {
     /// The cached count of one reel (summed from its shards on a miss).
     pub async fn count(&self, reel: &ReelId) -> Result<Count, Error> {
         match &self.counts {
-            Some(c) => c
-                .try_get_with(reel.clone(), self.sum_now(reel))
-                .await
-                .map_err(unshare),
-            None => self.sum_now(reel).await,
+            Some(c) => {
+                if let Some(n) = c.get(reel).await {
+                    self.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(n);
+                }
+                self.cache_misses.fetch_add(1, Ordering::Relaxed);
+                c.try_get_with(reel.clone(), self.sum_now(reel))
+                    .await
+                    .map_err(unshare)
+            }
+            None => {
+                self.cache_misses.fetch_add(1, Ordering::Relaxed);
+                self.sum_now(reel).await
+            }
         }
     }
 
@@ -317,6 +343,10 @@ impl<S: CounterStore> LikeService<S> {
                 None => missing.push(r.clone()),
             }
         }
+        self.cache_hits
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        self.cache_misses
+            .fetch_add(missing.len() as u64, Ordering::Relaxed);
         if !missing.is_empty() {
             let settings = self.settings_many(&missing).await?;
             let plan: Vec<(ReelId, Settings)> = missing
@@ -396,6 +426,7 @@ impl<S: CounterStore> LikeService<S> {
         let mut retries = 0u32;
         let mut follow_ups = 0u32;
         let mut last_retry = RetryReason::Conflict;
+        let (mut conflicts, mut throttles) = (0u32, 0u32);
         let mut sent_at: Instant;
         // (path, liked, changed)
         let (path, liked, changed) = loop {
@@ -448,6 +479,11 @@ impl<S: CounterStore> LikeService<S> {
                 }
                 TxResult::Retry(reason) => {
                     last_retry = reason;
+                    match reason {
+                        RetryReason::Conflict => conflicts += 1,
+                        RetryReason::Throttled => throttles += 1,
+                        RetryReason::InProgress => {}
+                    }
                     if reason != RetryReason::InProgress {
                         self.observe_contention(&req.reel, &settings).await;
                     }
@@ -519,6 +555,8 @@ impl<S: CounterStore> LikeService<S> {
             count: count.max(0),
             path,
             retries,
+            conflicts,
+            throttles,
             shard: tx.shard,
         })
     }

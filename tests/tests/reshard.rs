@@ -622,6 +622,18 @@ async fn the_local_schedule_completes_a_resize_started_over_http() {
             );
             break;
         }
+        // While it resizes, the hot-reel listing shows it in its phase.
+        let list = t.send("GET", "/admin/reels", None, &[], None).await;
+        assert_eq!(list.status, 200, "{}", list.body);
+        assert!(
+            list.body["reels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["reel_id"] == "scheduled" && r["target"] == 6),
+            "{}",
+            list.body
+        );
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "not completed: {s}"
@@ -636,5 +648,8 @@ async fn the_local_schedule_completes_a_resize_started_over_http() {
     }
     assert_eq!(t.http_count("scheduled").await, 25);
     assert_eq!(t.shards("scheduled").await.len(), 1);
+    // Back at one shard: no longer listed.
+    let list = t.send("GET", "/admin/reels", None, &[], None).await;
+    assert_eq!(list.body["count"], 0, "{}", list.body);
     t.stop().await;
 }

@@ -4,8 +4,10 @@ use super::App;
 use super::request::{self, Route};
 use crate::error::Error;
 use crate::keys::{Action, ReelId};
+use crate::metrics::Unit;
 use crate::reconcile::{Mode, Options as ReconcileOptions};
 use crate::reshard::Begin;
+use crate::service::WritePath;
 use crate::service::WriteRequest;
 use crate::store::Settings;
 use lambda_http::aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
@@ -33,15 +35,51 @@ impl Function {
     fn serves(self, route: &Route) -> bool {
         match self {
             Function::Like => matches!(route, Route::Like(_)),
-            Function::Reshard => matches!(route, Route::AdminShards(_)),
-            Function::Read => !matches!(route, Route::Like(_) | Route::AdminShards(_)),
+            Function::Reshard => matches!(route, Route::AdminShards(_) | Route::AdminReels),
+            Function::Read => !matches!(
+                route,
+                Route::Like(_) | Route::AdminShards(_) | Route::AdminReels
+            ),
         }
     }
+}
+
+impl Function {
+    /// The `Function` dimension of its metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::Like => "like",
+            Function::Read => "read",
+            Function::Reshard => "reshard",
+        }
+    }
+}
+
+/// What a like or unlike did, for the request's metrics.
+#[derive(Default)]
+struct WriteMetrics {
+    likes: u64,
+    unlikes: u64,
+    duplicates: u64,
+    conflicts: u64,
+    throttles: u64,
+}
+
+/// Shard items read by this instance's store so far.
+fn shard_reads(app: &App) -> u64 {
+    let s = app.service.store().stats();
+    s.shard_reads_batch
+        .load(std::sync::atomic::Ordering::Relaxed)
+        + s.shard_reads_transactional
+            .load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Answers one request. Never fails and never panics: errors become JSON.
 pub async fn handle(app: &App, function: Function, req: Request) -> Response<Body> {
     let started = Instant::now();
+    let (hits_before, misses_before) = app.service.cache_stats();
+    let shards_before = shard_reads(app);
+    let mut writes = WriteMetrics::default();
     let method = req.method().clone();
     let path = request::raw_path(&req);
     let route = Route::parse(&path).filter(|r| function.serves(r));
@@ -51,7 +89,7 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
         None => Err(Error::NotFound),
         Some(route) => match tokio::time::timeout(
             app.config.request_timeout,
-            dispatch(app, route, &method, request_id.clone(), req),
+            dispatch(app, route, &method, request_id.clone(), req, &mut writes),
         )
         .await
         {
@@ -64,12 +102,40 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
             }
         },
     };
+    let result_error = result.as_ref().err().cloned();
     let response = match result {
         Ok((status, body)) => json_response(status, &body),
         Err(e) => error_response(&e),
     };
     let status = response.status().as_u16();
     let latency_ms = started.elapsed().as_millis() as u64;
+    // One EMF record per request. Counters are deltas of this instance's
+    // totals: exact on Lambda, where an instance serves one request at a time.
+    let mut m = app.config.metrics.record(function.name());
+    m.count("Requests", 1)
+        .value("Latency", latency_ms as f64, Unit::Milliseconds)
+        .count("ServerErrors", u64::from(status >= 500))
+        .count("ClientErrors", u64::from((400..500).contains(&status)));
+    if route_name == "like" {
+        let given_up = |e: Error| u64::from(matches!(&result_error, Some(x) if *x == e));
+        m.count("LikesApplied", writes.likes)
+            .count("UnlikesApplied", writes.unlikes)
+            .count("DuplicatesAbsorbed", writes.duplicates)
+            .count("ConflictsRetried", writes.conflicts)
+            .count("ThrottlesRetried", writes.throttles)
+            .count("ConflictsGivenUp", given_up(Error::Contended))
+            .count("ThrottlesGivenUp", given_up(Error::Throttled));
+    }
+    if matches!(route_name, "like" | "reel_likes" | "batch_likes") {
+        let (hits, misses) = app.service.cache_stats();
+        m.count("CacheHits", hits.saturating_sub(hits_before))
+            .count("CacheMisses", misses.saturating_sub(misses_before))
+            .count("ShardsRead", shard_reads(app).saturating_sub(shards_before));
+    }
+    if let Some(id) = &request_id {
+        m.property("request_id", id.as_str());
+    }
+    m.emit();
     if status >= 500 {
         tracing::error!(request_id, route = route_name, %method, status, latency_ms, "request");
     } else {
@@ -84,6 +150,7 @@ async fn dispatch(
     method: &Method,
     request_id: Option<String>,
     req: Request,
+    writes: &mut WriteMetrics,
 ) -> Result<(StatusCode, Value), Error> {
     let allowed = match &route {
         Route::Like(_) => *method == Method::PUT || *method == Method::DELETE,
@@ -116,6 +183,15 @@ async fn dispatch(
                     request_id,
                 })
                 .await?;
+            writes.conflicts = out.conflicts.into();
+            writes.throttles = out.throttles.into();
+            match out.path {
+                WritePath::Applied | WritePath::Replayed if action == Action::Like => {
+                    writes.likes = 1
+                }
+                WritePath::Applied | WritePath::Replayed => writes.unlikes = 1,
+                _ => writes.duplicates = 1,
+            }
             Ok((
                 StatusCode::OK,
                 json!({ "reel_id": reel.as_str(), "liked": out.liked, "changed": out.changed, "count": out.count }),
@@ -159,6 +235,15 @@ async fn dispatch(
         Route::Health => {
             app.service.ready().await?;
             Ok((StatusCode::OK, json!({ "status": "ok" })))
+        }
+        Route::AdminReels => {
+            request::require_admin(&req, app.config.auth_mode)?;
+            let reels = app.reshard.list().await?;
+            let list: Vec<Value> = reels.iter().map(|(r, s)| shards_json(r, s, None)).collect();
+            Ok((
+                StatusCode::OK,
+                json!({ "count": list.len(), "reels": list }),
+            ))
         }
         Route::AdminShards(raw) => {
             request::require_admin(&req, app.config.auth_mode)?;
@@ -215,6 +300,21 @@ pub async fn handle_reshard_event(
         });
     }
     let summary = app.reshard.run_scheduled(deadline).await?;
+    let mut m = app.config.metrics.record("reshard");
+    m.count("ReshardRuns", 1)
+        .count("ResizedReels", summary.reels as u64)
+        .count("ResizeSteps", summary.steps as u64)
+        .count("ResizesCompleted", summary.completed as u64)
+        .count("GrowsStarted", summary.grows_started as u64)
+        .count("ShrinksStarted", summary.shrinks_started as u64)
+        .count("Folds", summary.folds as u64)
+        .count("ResizeErrors", summary.errors as u64)
+        .value(
+            "OldestResizePhaseAge",
+            summary.oldest_phase_ms as f64 / 1000.0,
+            Unit::Seconds,
+        );
+    m.emit();
     Ok(json!(summary))
 }
 
@@ -266,6 +366,22 @@ pub async fn handle_reconcile_event(
         stop_after_pages: None,
     };
     let summary = app.reconcile.run(&opts).await?;
+    // A run's totals, once: from the invocation that finished it.
+    if summary.complete && matches!(summary.invocation, "started" | "resumed") && !summary.dry_run {
+        let mut m = app.config.metrics.record("reconcile");
+        m.count("ReconcileRuns", 1)
+            .count("ReconcileRowsScanned", summary.rows_scanned)
+            .count("ReconcileReelsChecked", summary.reels_checked)
+            .count("ReconcileReelsCorrected", summary.reels_corrected)
+            .count("ReconcileReelsDeferred", summary.reels_deferred)
+            .count("ReconcileAbsDrift", summary.total_abs_drift)
+            .value(
+                "ReconcileRunDuration",
+                summary.run_duration_ms as f64 / 1000.0,
+                Unit::Seconds,
+            );
+        m.emit();
+    }
     serde_json::to_value(summary).map_err(|_| Error::Internal)
 }
 

@@ -29,6 +29,9 @@ pub(crate) enum Route {
     /// `/admin/reels/{reel_id}/shards`: GET the resize state, POST
     /// `{"shards": M}` to start a resize.
     AdminShards(String),
+    /// `/admin/reels`: GET the reels with more than one shard or a resize
+    /// in progress.
+    AdminReels,
 }
 
 impl Route {
@@ -45,6 +48,7 @@ impl Route {
             ["likes"] => Some(Route::BatchLikes),
             ["healthz"] => Some(Route::Health),
             ["admin", "reels", id, "shards"] => Some(Route::AdminShards(decode(id))),
+            ["admin", "reels"] => Some(Route::AdminReels),
             _ => None,
         }
     }
@@ -64,6 +68,7 @@ impl Route {
             Route::BatchLikes => "batch_likes",
             Route::Health => "healthz",
             Route::AdminShards(_) => "admin_shards",
+            Route::AdminReels => "admin_reels",
         }
     }
 }

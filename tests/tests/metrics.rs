@@ -1,0 +1,173 @@
+//! The functions' CloudWatch Embedded Metric Format records: every record a
+//! request, a resize run or a reconciliation run writes is valid EMF (one
+//! namespace, dimension sets naming present keys, metric values that are
+//! numbers with CloudWatch units), carries only bounded dimensions (never a
+//! reel or user id), and has the names the template's alarms and dashboard
+//! use, with the values the requests caused.
+
+mod common;
+
+use common::TestStack;
+use serde_json::Value;
+use std::collections::HashMap;
+
+const UNITS: &[&str] = &["Count", "Milliseconds", "Seconds"];
+const FUNCTIONS: &[&str] = &["like", "read", "reshard", "reconcile"];
+
+/// Parses and checks one record; returns its metric values by name.
+fn check(line: &str) -> (String, HashMap<String, f64>) {
+    let doc: Value = serde_json::from_str(line).expect("a record is one JSON object");
+    let aws = &doc["_aws"];
+    assert!(
+        aws["Timestamp"]
+            .as_i64()
+            .is_some_and(|t| t > 1_600_000_000_000),
+        "{line}"
+    );
+    let directives = aws["CloudWatchMetrics"]
+        .as_array()
+        .expect("CloudWatchMetrics");
+    assert_eq!(directives.len(), 1, "{line}");
+    let d = &directives[0];
+    assert_eq!(d["Namespace"], "Likes");
+    // Bounded dimensions: the function only.
+    assert_eq!(d["Dimensions"], serde_json::json!([["Function"]]), "{line}");
+    let function = doc["Function"]
+        .as_str()
+        .expect("Function dimension")
+        .to_owned();
+    assert!(FUNCTIONS.contains(&function.as_str()), "{line}");
+    let mut values = HashMap::new();
+    for m in d["Metrics"].as_array().expect("Metrics") {
+        let name = m["Name"].as_str().expect("Name");
+        assert!(UNITS.contains(&m["Unit"].as_str().expect("Unit")), "{line}");
+        let v = doc[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name} has no numeric value: {line}"));
+        assert!(v >= 0.0, "{line}");
+        values.insert(name.to_owned(), v);
+    }
+    assert!(!values.is_empty());
+    (function, values)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
+    let t = TestStack::start(&[
+        ("METRICS", "memory"),
+        ("CACHE_TTL_MS", "60000"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+    ])
+    .await;
+    let metrics = t.stack.app.config.metrics.clone();
+    let take = |from: usize| -> Vec<(String, HashMap<String, f64>)> {
+        metrics.lines()[from..].iter().map(|l| check(l)).collect()
+    };
+
+    let r = t.like("fan-1", "hot").await;
+    assert_eq!(r.status, 200);
+    let r = t.like("fan-1", "hot").await; // a double tap
+    assert_eq!(r.body["changed"], false);
+    let recs = take(0);
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[0].0, "like");
+    assert_eq!(recs[0].1["LikesApplied"], 1.0);
+    assert_eq!(recs[0].1["DuplicatesAbsorbed"], 0.0);
+    assert_eq!(recs[1].1["LikesApplied"], 0.0);
+    assert_eq!(recs[1].1["DuplicatesAbsorbed"], 1.0);
+    for name in [
+        "ConflictsRetried",
+        "ThrottlesRetried",
+        "ConflictsGivenUp",
+        "ThrottlesGivenUp",
+        "Latency",
+        "Requests",
+    ] {
+        assert!(recs[0].1.contains_key(name), "{name}");
+    }
+
+    // Reads: the first misses the cache (it was filled by the like's count,
+    // so this one hits), a batch read of a new reel misses.
+    let n = metrics.lines().len();
+    t.http_count("hot").await;
+    t.send("GET", "/likes?reel_ids=hot,cold", None, &[], None)
+        .await;
+    let recs = take(n);
+    assert_eq!(recs.len(), 2);
+    assert!(recs.iter().all(|(f, _)| f == "read"));
+    assert_eq!(
+        (recs[0].1["CacheHits"], recs[0].1["CacheMisses"]),
+        (1.0, 0.0)
+    );
+    assert_eq!(
+        (recs[1].1["CacheHits"], recs[1].1["CacheMisses"]),
+        (1.0, 1.0)
+    );
+    assert_eq!(recs[1].1["ShardsRead"], 1.0, "one shard of the missed reel");
+
+    // Errors are counted as such.
+    let n = metrics.lines().len();
+    t.send("GET", "/reels/bad%23id/likes", None, &[], None)
+        .await;
+    let recs = take(n);
+    assert_eq!(
+        (recs[0].1["ClientErrors"], recs[0].1["ServerErrors"]),
+        (1.0, 0.0)
+    );
+
+    // A resize run and a reconciliation run each write one record.
+    let n = metrics.lines().len();
+    let event = serde_json::json!({"source": "aws.events", "detail-type": "Scheduled Event"});
+    likes::http::handle_reshard_event(&t.stack.app, event, None)
+        .await
+        .unwrap();
+    likes::http::handle_reconcile_event(&t.stack.app, &serde_json::json!({"mode": "start"}), None)
+        .await
+        .unwrap();
+    let recs = take(n);
+    let reshard = recs
+        .iter()
+        .find(|(f, _)| f == "reshard")
+        .expect("reshard record");
+    for name in [
+        "ReshardRuns",
+        "ResizeSteps",
+        "GrowsStarted",
+        "ShrinksStarted",
+        "OldestResizePhaseAge",
+    ] {
+        assert!(reshard.1.contains_key(name), "{name}");
+    }
+    let reconcile = recs
+        .iter()
+        .find(|(f, _)| f == "reconcile")
+        .expect("reconcile record");
+    assert_eq!(reconcile.1["ReconcileRuns"], 1.0);
+    assert_eq!(reconcile.1["ReconcileRowsScanned"], 1.0);
+    for name in [
+        "ReconcileAbsDrift",
+        "ReconcileReelsCorrected",
+        "ReconcileReelsDeferred",
+    ] {
+        assert!(reconcile.1.contains_key(name), "{name}");
+    }
+
+    // Every metric an alarm or the dashboard names is one the code writes.
+    let written: Vec<String> = metrics
+        .lines()
+        .iter()
+        .flat_map(|l| check(l).1.into_keys())
+        .collect();
+    let template = std::fs::read_to_string(common::repo_root().join("template.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&template).unwrap();
+    for (id, res) in doc["Resources"].as_mapping().unwrap() {
+        if res["Type"] == "AWS::CloudWatch::Alarm" && res["Properties"]["Namespace"] == "Likes" {
+            let name = res["Properties"]["MetricName"].as_str().unwrap();
+            assert!(
+                written.iter().any(|w| w == name),
+                "{id:?} alarms on {name}, never written"
+            );
+        }
+    }
+    t.stop().await;
+}
