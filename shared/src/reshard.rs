@@ -577,6 +577,12 @@ impl<S: ResizeStore> Resharder<S> {
                 Err(Stop::Failed(e)) => {
                     tracing::warn!(reel = %reel, error = e.code(), "resize step failed; retried next run");
                     report.error = true;
+                    // A resize that keeps failing is the one to alarm on.
+                    if let Ok(s) = read_settings(&self.store, reel).await
+                        && s.phase != Phase::Stable
+                    {
+                        report.phase_age_ms = now_ms().saturating_sub(s.phase_at_ms).max(0) as u64;
+                    }
                     return report;
                 }
                 Err(Stop::Interrupted) => return report,

@@ -251,6 +251,31 @@ fn admin_routes_use_iam_and_a_schedule_drives_resizes() {
     );
 }
 
+/// X-Ray is on for every function, and the alarms and dashboard the
+/// runbook names exist.
+#[test]
+fn tracing_alarms_and_dashboard_are_in_the_template() {
+    let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(doc["Globals"]["Function"]["Tracing"], "Active");
+    let res = &doc["Resources"];
+    for alarm in [
+        "LikesGivenUpThrottledAlarm",
+        "LikesGivenUpContendedAlarm",
+        "Api5xxAlarm",
+        "ReconcileDriftAlarm",
+        "ResizeStuckAlarm",
+    ] {
+        assert_eq!(res[alarm]["Type"], "AWS::CloudWatch::Alarm", "{alarm}");
+        let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+        assert!(readme.contains(alarm), "{alarm} missing from the runbook");
+    }
+    assert_eq!(
+        res["OperationsDashboard"]["Type"],
+        "AWS::CloudWatch::Dashboard"
+    );
+}
+
 /// Reconciliation starts daily (a parameter) and an unfinished run is
 /// resumed by a second schedule that never starts one.
 #[test]

@@ -16,6 +16,7 @@ use lambda_http::request::LambdaRequest;
 use lambda_http::{Body, Request, Response};
 use serde_json::{Value, json};
 use std::time::Instant;
+use tracing::Instrument;
 
 /// Which Lambda function is answering: each serves only its own routes, as
 /// the template wires them, and answers 404 for anything else.
@@ -89,7 +90,14 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
         None => Err(Error::NotFound),
         Some(route) => match tokio::time::timeout(
             app.config.request_timeout,
-            dispatch(app, route, &method, request_id.clone(), req, &mut writes),
+            // Every log line of the request carries its id and route.
+            dispatch(app, route, &method, request_id.clone(), req, &mut writes).instrument(
+                tracing::info_span!(
+                    "request",
+                    request_id = request_id.as_deref(),
+                    route = route_name
+                ),
+            ),
         )
         .await
         {
