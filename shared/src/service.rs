@@ -151,9 +151,12 @@ pub struct LikeService<S> {
     settings: Option<Cache<ReelId, FreshSettings>>,
     /// `None` when `AUTO_RESHARD=off`.
     observer: Option<Observer>,
-    /// Count-cache hits and misses since this instance started (metrics).
+    /// Count-cache hits and misses, and transaction attempts cancelled for
+    /// a conflict or throttled, since this instance started (metrics).
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
+    conflicts: AtomicU64,
+    throttles: AtomicU64,
     backoff: Backoff,
     /// See [`Config::request_budget`].
     budget: Duration,
@@ -210,6 +213,8 @@ impl<S: CounterStore> LikeService<S> {
             settings: cache(config.settings_ttl, config.cache_max_reels),
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
+            conflicts: AtomicU64::new(0),
+            throttles: AtomicU64::new(0),
             observer: config.resize.auto.then(|| Observer {
                 resize: config.resize.clone(),
                 samples: Cache::builder()
@@ -234,6 +239,15 @@ impl<S: CounterStore> LikeService<S> {
 
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// Transaction attempts cancelled for (conflicts, throttling) since this
+    /// instance started, given-up requests included.
+    pub fn retry_stats(&self) -> (u64, u64) {
+        (
+            self.conflicts.load(Ordering::Relaxed),
+            self.throttles.load(Ordering::Relaxed),
+        )
     }
 
     /// Count-cache (hits, misses) since this instance started.
@@ -480,8 +494,14 @@ impl<S: CounterStore> LikeService<S> {
                 TxResult::Retry(reason) => {
                     last_retry = reason;
                     match reason {
-                        RetryReason::Conflict => conflicts += 1,
-                        RetryReason::Throttled => throttles += 1,
+                        RetryReason::Conflict => {
+                            conflicts += 1;
+                            self.conflicts.fetch_add(1, Ordering::Relaxed);
+                        }
+                        RetryReason::Throttled => {
+                            throttles += 1;
+                            self.throttles.fetch_add(1, Ordering::Relaxed);
+                        }
                         RetryReason::InProgress => {}
                     }
                     if reason != RetryReason::InProgress {

@@ -40,7 +40,14 @@ fn check(line: &str) -> (String, HashMap<String, f64>) {
     let mut values = HashMap::new();
     for m in d["Metrics"].as_array().expect("Metrics") {
         let name = m["Name"].as_str().expect("Name");
-        assert!(UNITS.contains(&m["Unit"].as_str().expect("Unit")), "{line}");
+        let unit = m["Unit"].as_str().expect("Unit");
+        assert!(UNITS.contains(&unit), "{line}");
+        let want = match name {
+            "Latency" => "Milliseconds",
+            n if n.ends_with("Age") || n.ends_with("Duration") => "Seconds",
+            _ => "Count",
+        };
+        assert_eq!(unit, want, "{name}");
         let v = doc[name]
             .as_f64()
             .unwrap_or_else(|| panic!("{name} has no numeric value: {line}"));
@@ -131,6 +138,7 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
         .expect("reshard record");
     for name in [
         "ReshardRuns",
+        "ShardedReels",
         "ResizeSteps",
         "GrowsStarted",
         "ShrinksStarted",
@@ -169,5 +177,52 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
             );
         }
     }
+    // The dashboard body is JSON once CloudFormation substitutes ${...};
+    // its graphs name metrics the code writes; one alarm per annotation.
+    let body = match &doc["Resources"]["OperationsDashboard"]["Properties"]["DashboardBody"] {
+        serde_yaml::Value::Tagged(t) => t.value.as_str().unwrap().to_owned(),
+        other => panic!("DashboardBody is not a !Sub: {other:?}"),
+    };
+    let mut plain = String::new();
+    let mut rest = body.as_str();
+    while let Some(i) = rest.find("${") {
+        plain.push_str(&rest[..i]);
+        let end = rest[i..].find('}').unwrap();
+        plain.push('X');
+        rest = &rest[i + end + 1..];
+    }
+    plain.push_str(rest);
+    let dash: Value = serde_json::from_str(&plain).expect("the dashboard body is JSON");
+    let mut graphed = 0;
+    for w in dash["widgets"].as_array().unwrap() {
+        let props = &w["properties"];
+        if let Some(alarms) = props["annotations"]["alarms"].as_array() {
+            assert!(alarms.len() <= 1, "one alarm per annotation");
+        }
+        let (mut ns, mut name) = (String::new(), String::new());
+        for m in props["metrics"].as_array().into_iter().flatten() {
+            let parts = m.as_array().unwrap();
+            let Some(first) = parts[0].as_str() else {
+                continue;
+            };
+            if first == "..." {
+                continue;
+            }
+            if first != "." {
+                ns = first.to_owned();
+            }
+            if parts[1].as_str() != Some(".") {
+                name = parts[1].as_str().unwrap().to_owned();
+            }
+            if ns == "Likes" {
+                assert!(
+                    written.contains(&name),
+                    "the dashboard graphs {name}, never written"
+                );
+                graphed += 1;
+            }
+        }
+    }
+    assert!(graphed >= 20, "{graphed}");
     t.stop().await;
 }

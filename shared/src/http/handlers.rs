@@ -56,14 +56,15 @@ impl Function {
     }
 }
 
+/// Most reels `GET /admin/reels` lists.
+const ADMIN_LIST_MAX: usize = 1000;
+
 /// What a like or unlike did, for the request's metrics.
 #[derive(Default)]
 struct WriteMetrics {
     likes: u64,
     unlikes: u64,
     duplicates: u64,
-    conflicts: u64,
-    throttles: u64,
 }
 
 /// Shard items read by this instance's store so far.
@@ -79,6 +80,7 @@ fn shard_reads(app: &App) -> u64 {
 pub async fn handle(app: &App, function: Function, req: Request) -> Response<Body> {
     let started = Instant::now();
     let (hits_before, misses_before) = app.service.cache_stats();
+    let (conflicts_before, throttles_before) = app.service.retry_stats();
     let shards_before = shard_reads(app);
     let mut writes = WriteMetrics::default();
     let method = req.method().clone();
@@ -92,7 +94,8 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
             app.config.request_timeout,
             // Every log line of the request carries its id and route.
             dispatch(app, route, &method, request_id.clone(), req, &mut writes).instrument(
-                tracing::info_span!(
+                // At ERROR level, so that it is there whatever the log level.
+                tracing::error_span!(
                     "request",
                     request_id = request_id.as_deref(),
                     route = route_name
@@ -126,11 +129,20 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
         .count("ClientErrors", u64::from((400..500).contains(&status)));
     if route_name == "like" {
         let given_up = |e: Error| u64::from(matches!(&result_error, Some(x) if *x == e));
+        // Retries are counted by the service, so that a request that gave
+        // up still reports the retries it made.
+        let (conflicts, throttles) = app.service.retry_stats();
         m.count("LikesApplied", writes.likes)
             .count("UnlikesApplied", writes.unlikes)
             .count("DuplicatesAbsorbed", writes.duplicates)
-            .count("ConflictsRetried", writes.conflicts)
-            .count("ThrottlesRetried", writes.throttles)
+            .count(
+                "ConflictsRetried",
+                conflicts.saturating_sub(conflicts_before),
+            )
+            .count(
+                "ThrottlesRetried",
+                throttles.saturating_sub(throttles_before),
+            )
             .count("ConflictsGivenUp", given_up(Error::Contended))
             .count("ThrottlesGivenUp", given_up(Error::Throttled));
     }
@@ -191,8 +203,6 @@ async fn dispatch(
                     request_id,
                 })
                 .await?;
-            writes.conflicts = out.conflicts.into();
-            writes.throttles = out.throttles.into();
             match out.path {
                 WritePath::Applied | WritePath::Replayed if action == Action::Like => {
                     writes.likes = 1
@@ -247,10 +257,15 @@ async fn dispatch(
         Route::AdminReels => {
             request::require_admin(&req, app.config.auth_mode)?;
             let reels = app.reshard.list().await?;
-            let list: Vec<Value> = reels.iter().map(|(r, s)| shards_json(r, s, None)).collect();
+            // Most shards first; the listing stops at ADMIN_LIST_MAX reels.
+            let list: Vec<Value> = reels
+                .iter()
+                .take(ADMIN_LIST_MAX)
+                .map(|(r, s)| shards_json(r, s, None))
+                .collect();
             Ok((
                 StatusCode::OK,
-                json!({ "count": list.len(), "reels": list }),
+                json!({ "count": reels.len(), "truncated": reels.len() > ADMIN_LIST_MAX, "reels": list }),
             ))
         }
         Route::AdminShards(raw) => {
@@ -307,10 +322,19 @@ pub async fn handle_reshard_event(
             Error::Internal
         });
     }
-    let summary = app.reshard.run_scheduled(deadline).await?;
+    let summary = match app.reshard.run_scheduled(deadline).await {
+        Ok(s) => s,
+        Err(e) => {
+            // A failed run still reports, so the stuck alarm has data.
+            let mut m = app.config.metrics.record("reshard");
+            m.count("ReshardRuns", 1).count("ResizeErrors", 1);
+            m.emit();
+            return Err(e);
+        }
+    };
     let mut m = app.config.metrics.record("reshard");
     m.count("ReshardRuns", 1)
-        .count("ResizedReels", summary.reels as u64)
+        .count("ShardedReels", summary.reels as u64)
         .count("ResizeSteps", summary.steps as u64)
         .count("ResizesCompleted", summary.completed as u64)
         .count("GrowsStarted", summary.grows_started as u64)
