@@ -3,6 +3,10 @@
 //! Set-up only: logging, configuration and the SDK client are built once per
 //! cold start; the handler lives in `likes::http`.
 
+// The handlers' futures nest deeply; rustc's default query depth is not
+// always enough to lay out `main`'s future on a clean build.
+#![recursion_limit = "256"]
+
 use lambda_http::{Error, Request, run, service_fn};
 use likes::http::{App, Function, handle};
 

@@ -5,6 +5,10 @@
 //!
 //! Set-up only; the job lives in `likes::reconcile`.
 
+// The handlers' futures nest deeply; rustc's default query depth is not
+// always enough to lay out `main`'s future on a clean build.
+#![recursion_limit = "256"]
+
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use likes::http::{App, handle_reconcile_event, lambda_deadline};
 use serde_json::Value;

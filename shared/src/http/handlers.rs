@@ -322,7 +322,9 @@ pub async fn handle_reshard_event(
             Error::Internal
         });
     }
-    let summary = match app.reshard.run_scheduled(deadline).await {
+    // Boxed: the run's future is deep, and the functions' `main` futures
+    // would otherwise hit rustc's query depth limit computing their layout.
+    let summary = match Box::pin(app.reshard.run_scheduled(deadline)).await {
         Ok(s) => s,
         Err(e) => {
             // A failed run still reports, so the stuck alarm has data.
@@ -397,7 +399,7 @@ pub async fn handle_reconcile_event(
         stop_after_segments: None,
         stop_after_pages: None,
     };
-    let summary = app.reconcile.run(&opts).await?;
+    let summary = Box::pin(app.reconcile.run(&opts)).await?;
     // A run's totals, once: from the invocation that finished it.
     if summary.complete && matches!(summary.invocation, "started" | "resumed") && !summary.dry_run {
         let mut m = app.config.metrics.record("reconcile");
