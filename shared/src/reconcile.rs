@@ -551,12 +551,15 @@ impl<S: ReconcileStore> Reconciler<S> {
                 }
                 return Ok(());
             }
+            // The run's own segment count: RECONCILE_SEGMENTS may have
+            // changed since the run started.
+            let total = shared.lock().await.0.segments.len() as u32;
             let page = self
                 .store
                 .scan_page(
                     ScanTable::Likes,
                     index as u32,
-                    self.cfg.segments,
+                    total,
                     seg.cursor.as_deref(),
                     self.cfg.page_items,
                 )
@@ -733,12 +736,13 @@ impl<S: ReconcileStore> Reconciler<S> {
                             }
                             return Ok(false);
                         }
+                        let total = shared.lock().await.0.counter_segments.len() as u32;
                         let page = self
                             .store
                             .scan_page(
                                 ScanTable::Counters,
                                 i as u32,
-                                self.cfg.segments,
+                                total,
                                 seg.cursor.as_deref(),
                                 self.cfg.page_items,
                             )
@@ -952,7 +956,7 @@ impl<S: ReconcileStore> Reconciler<S> {
             largest_drift_reel: stats.largest_drift_reel,
             corrected_reels: stats.corrected_reels,
             deferred_reels: stats.deferred_reels,
-            segments: self.cfg.segments,
+            segments: state.map_or(self.cfg.segments, |s| s.segments.len() as u32),
             segments_done: state.map_or(0, |s| s.segments.iter().filter(|g| g.done).count()),
             segments_scanned,
             invocations: state.map_or(0, |s| s.invocations),

@@ -374,3 +374,32 @@ async fn a_reel_resized_during_the_run_is_deferred() {
     assert_eq!(t.shard_sum("still").await, 5);
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_resumed_under_another_segment_count_keeps_its_own() {
+    let t = stack(&[]).await;
+    likes(&t, "seg", 0..40).await;
+    t.put_shard("seg", 0, 1).await;
+    quiet().await;
+    let first = run(
+        &t,
+        Options {
+            stop_after_segments: Some(1),
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!((first.complete, first.segments), (false, 4));
+    // The next invocation runs with RECONCILE_SEGMENTS=2 (a redeploy).
+    let mut config = t.stack.config.clone();
+    config.reconcile.segments = 2;
+    let other = likes::reconcile::Reconciler::new(
+        likes::store::dynamo::DynamoStore::new(t.stack.client.clone(), &config),
+        &config,
+    );
+    let s = other.run(&Options::default()).await.unwrap();
+    assert!(s.complete, "{s:?}");
+    assert_eq!((s.segments, s.rows_scanned), (4, 40), "{s:?}");
+    assert_eq!(t.shard_sum("seg").await, 40);
+    t.stop().await;
+}
