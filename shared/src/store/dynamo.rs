@@ -279,6 +279,36 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// Puts `item` (which carries `ver = expected + 1`) if the stored item's
+    /// `ver` is still `expected` (0: no item, or one without a version).
+    /// `Ok(false)`: another writer was first.
+    async fn put_versioned(
+        &self,
+        item: HashMap<String, AttributeValue>,
+        expected: u64,
+    ) -> Result<bool, Error> {
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.counters_table)
+            .set_item(Some(item));
+        put = if expected == 0 {
+            put.condition_expression("attribute_not_exists(ver)")
+        } else {
+            put.condition_expression("ver = :v")
+                .expression_attribute_values(":v", AttributeValue::N(expected.to_string()))
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(translate("PutItem", e)),
+        }
+    }
+}
+
 impl CounterStore for DynamoStore {
     async fn settings(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, Settings>, Error> {
         let mut wanted: HashMap<String, ReelId> = HashMap::with_capacity(reels.len());
@@ -371,24 +401,8 @@ impl CounterStore for DynamoStore {
         expected: u64,
         next: &Settings,
     ) -> Result<bool, Error> {
-        let mut put = self
-            .client
-            .put_item()
-            .table_name(&self.counters_table)
-            .set_item(Some(settings_item(reel, next, expected + 1)));
-        put = if expected == 0 {
-            put.condition_expression("attribute_not_exists(ver)")
-        } else {
-            put.condition_expression("ver = :v")
-                .expression_attribute_values(":v", AttributeValue::N(expected.to_string()))
-        };
-        match put.send().await {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
-                Ok(false)
-            }
-            Err(e) => Err(translate("PutItem", e)),
-        }
+        self.put_versioned(settings_item(reel, next, expected + 1), expected)
+            .await
     }
 
     async fn write_like(&self, tx: &LikeTx) -> Result<TxResult, Error> {
@@ -994,26 +1008,18 @@ impl ReconcileStore for DynamoStore {
     }
 
     async fn save_run(&self, state: &str, expected: u64) -> Result<bool, Error> {
-        let mut put = self
-            .client
-            .put_item()
-            .table_name(&self.counters_table)
-            .item("pk", AttributeValue::S(keys::RECONCILE_RUN_KEY.to_owned()))
-            .item("state", AttributeValue::S(state.to_owned()))
-            .item("ver", AttributeValue::N((expected + 1).to_string()));
-        put = if expected == 0 {
-            put.condition_expression("attribute_not_exists(ver)")
-        } else {
-            put.condition_expression("ver = :v")
-                .expression_attribute_values(":v", AttributeValue::N(expected.to_string()))
-        };
-        match put.send().await {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
-                Ok(false)
-            }
-            Err(e) => Err(translate("PutItem", e)),
-        }
+        let item = HashMap::from([
+            (
+                "pk".to_owned(),
+                AttributeValue::S(keys::RECONCILE_RUN_KEY.to_owned()),
+            ),
+            ("state".to_owned(), AttributeValue::S(state.to_owned())),
+            (
+                "ver".to_owned(),
+                AttributeValue::N((expected + 1).to_string()),
+            ),
+        ]);
+        self.put_versioned(item, expected).await
     }
 
     async fn put_chunk(&self, key: &str, data: &[u8], expires_at: i64) -> Result<(), Error> {
