@@ -44,7 +44,7 @@ use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::reshard::now_ms;
 use crate::retry::Backoff;
-use crate::store::{CorrectResult, Phase, ReconcileStore, ScanTable};
+use crate::store::{CorrectResult, Phase, ReconcileStore, ScanPage, ScanTable};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -551,21 +551,9 @@ impl<S: ReconcileStore> Reconciler<S> {
                 }
                 return Ok(());
             }
-            // The run's own segment count: RECONCILE_SEGMENTS may have
-            // changed since the run started.
-            let total = shared.lock().await.0.segments.len() as u32;
             let page = self
-                .store
-                .scan_page(
-                    ScanTable::Likes,
-                    index as u32,
-                    total,
-                    seg.cursor.as_deref(),
-                    self.cfg.page_items,
-                )
+                .next_page(shared, reads, ScanTable::Likes, index, &seg)
                 .await?;
-            reads.take(page.read_units).await;
-            shared.lock().await.0.stats.scan_read_units += page.read_units;
             for r in page.reels {
                 *delta.entry(r).or_default() += 1;
             }
@@ -585,6 +573,40 @@ impl<S: ReconcileStore> Reconciler<S> {
                 return Ok(());
             }
         }
+    }
+
+    /// The next page of a segment of either scan, paid for in the read
+    /// limiter and the run's statistics.
+    async fn next_page(
+        &self,
+        shared: &Shared,
+        reads: &Limiter,
+        table: ScanTable,
+        index: usize,
+        seg: &Segment,
+    ) -> Result<ScanPage, Error> {
+        // The run's own segment count: RECONCILE_SEGMENTS may have changed
+        // since the run started.
+        let total = {
+            let g = shared.lock().await;
+            match table {
+                ScanTable::Likes => g.0.segments.len(),
+                ScanTable::Counters => g.0.counter_segments.len(),
+            }
+        } as u32;
+        let page = self
+            .store
+            .scan_page(
+                table,
+                index as u32,
+                total,
+                seg.cursor.as_deref(),
+                self.cfg.page_items,
+            )
+            .await?;
+        reads.take(page.read_units).await;
+        shared.lock().await.0.stats.scan_read_units += page.read_units;
+        Ok(page)
     }
 
     /// Stores the rows counted since the last checkpoint as a new part
@@ -736,19 +758,9 @@ impl<S: ReconcileStore> Reconciler<S> {
                             }
                             return Ok(false);
                         }
-                        let total = shared.lock().await.0.counter_segments.len() as u32;
                         let page = self
-                            .store
-                            .scan_page(
-                                ScanTable::Counters,
-                                i as u32,
-                                total,
-                                seg.cursor.as_deref(),
-                                self.cfg.page_items,
-                            )
+                            .next_page(shared, reads, ScanTable::Counters, i, &seg)
                             .await?;
-                        reads.take(page.read_units).await;
-                        shared.lock().await.0.stats.scan_read_units += page.read_units;
                         let mut fresh = Vec::new();
                         {
                             let mut seen = seen.lock().await;

@@ -242,14 +242,7 @@ impl DynamoStore {
                 }
                 Err(SdkError::ServiceError(se)) => match se.err() {
                     TransactGetItemsError::TransactionCanceledException(c) => {
-                        let codes: Vec<&str> = c
-                            .cancellation_reasons()
-                            .iter()
-                            .map(|r| r.code().unwrap_or("None"))
-                            .collect();
-                        if codes.iter().any(|c| {
-                            matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded")
-                        }) {
+                        if throttled(&cancellation_codes(c)) {
                             RetryReason::Throttled
                         } else {
                             RetryReason::Conflict
@@ -1214,10 +1207,7 @@ fn internal_tx_failure<R: Debug>(
                 Ok(TxFailure::Condition(i))
             } else if codes.contains(&"TransactionConflict") {
                 Ok(TxFailure::Retry(RetryReason::Conflict))
-            } else if codes
-                .iter()
-                .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
-            {
+            } else if throttled(&codes) {
                 Ok(TxFailure::Retry(RetryReason::Throttled))
             } else {
                 tracing::error!(what, reasons = ?codes, "transaction cancelled for an unexpected reason");
@@ -1243,6 +1233,13 @@ fn cancellation_codes(
         .iter()
         .map(|r| r.code().unwrap_or("None"))
         .collect()
+}
+
+/// Whether a cancelled transaction's reasons include throttling.
+fn throttled(codes: &[&str]) -> bool {
+    codes
+        .iter()
+        .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
 }
 
 /// The `Put` of an `Idempotency-Key` record, conditioned on its absence.
@@ -1282,10 +1279,7 @@ pub(crate) fn classify_cancellation(codes: &[&str]) -> Result<TxResult, Error> {
     if codes.contains(&"TransactionConflict") {
         return Ok(TxResult::Retry(RetryReason::Conflict));
     }
-    if codes
-        .iter()
-        .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
-    {
+    if throttled(codes) {
         return Ok(TxResult::Retry(RetryReason::Throttled));
     }
     // ValidationError, ItemCollectionSizeLimitExceeded or a reason we do not
