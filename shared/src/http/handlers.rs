@@ -1,7 +1,7 @@
 //! The `like` and `read` handlers.
 
 use super::App;
-use super::request::{self, Route};
+use super::request::{self, Command, Route};
 use crate::error::Error;
 use crate::keys::{Action, ReelId};
 use crate::metrics::Unit;
@@ -11,7 +11,7 @@ use crate::service::WritePath;
 use crate::service::WriteRequest;
 use crate::store::Settings;
 use lambda_http::aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
-use lambda_http::http::{HeaderValue, Method, StatusCode, header};
+use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::request::LambdaRequest;
 use lambda_http::{Body, Request, Response};
 use serde_json::{Value, json};
@@ -33,7 +33,7 @@ pub enum Function {
 }
 
 impl Function {
-    fn serves(self, route: &Route) -> bool {
+    pub(crate) fn serves(self, route: &Route) -> bool {
         match self {
             Function::Like => matches!(route, Route::Like(_)),
             Function::Reshard => matches!(route, Route::AdminShards(_) | Route::AdminReels),
@@ -65,6 +65,9 @@ struct WriteMetrics {
     likes: u64,
     unlikes: u64,
     duplicates: u64,
+    /// Which path the write took (`applied`, `replayed`, ...): a property
+    /// of the record, for Logs Insights, not a dimension.
+    path: Option<&'static str>,
 }
 
 /// Shard items read by this instance's store so far.
@@ -84,16 +87,19 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     let shards_before = shard_reads(app);
     let mut writes = WriteMetrics::default();
     let method = req.method().clone();
-    let path = request::raw_path(&req);
-    let route = Route::parse(&path).filter(|r| function.serves(r));
-    let route_name = route.as_ref().map_or("none", Route::name);
+    let route_name = request::route(&req, function)
+        .as_ref()
+        .map_or("none", Route::name);
     let request_id = request::request_id(&req);
-    let result = match route {
-        None => Err(Error::NotFound),
-        Some(route) => match tokio::time::timeout(
+    // All validation happens here, before any I/O and in the same function
+    // the fuzz target and property tests call: from here on the handler
+    // acts only on the ids the command carries.
+    let result = match request::parse(&req, app.config.auth_mode, function) {
+        Err(e) => Err(e),
+        Ok(command) => match tokio::time::timeout(
             app.config.request_timeout,
             // Every log line of the request carries its id and route.
-            dispatch(app, route, &method, request_id.clone(), req, &mut writes).instrument(
+            execute(app, command, request_id.clone(), &mut writes).instrument(
                 // At ERROR level, so that it is there whatever the log level.
                 tracing::error_span!(
                     "request",
@@ -145,6 +151,9 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
             )
             .count("ConflictsGivenUp", given_up(Error::Contended))
             .count("ThrottlesGivenUp", given_up(Error::Throttled));
+        if let Some(path) = writes.path {
+            m.property("WritePath", path);
+        }
     }
     if matches!(route_name, "like" | "reel_likes" | "batch_likes") {
         let (hits, misses) = app.service.cache_stats();
@@ -164,35 +173,20 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     response
 }
 
-async fn dispatch(
+/// Carries out a validated command: the handler's only I/O.
+async fn execute(
     app: &App,
-    route: Route,
-    method: &Method,
+    command: Command,
     request_id: Option<String>,
-    req: Request,
     writes: &mut WriteMetrics,
 ) -> Result<(StatusCode, Value), Error> {
-    let allowed = match &route {
-        Route::Like(_) => *method == Method::PUT || *method == Method::DELETE,
-        Route::AdminShards(_) => *method == Method::GET || *method == Method::POST,
-        _ => *method == Method::GET,
-    };
-    if !allowed {
-        return Err(Error::MethodNotAllowed {
-            allow: route.allow(),
-        });
-    }
-    request::check_body(&req)?;
-    match route {
-        Route::Like(raw) => {
-            let user = request::identity(&req, app.config.auth_mode)?.ok_or(Error::Unauthorized)?;
-            let reel = request::reel_id(&raw)?;
-            let idempotency_key = request::idempotency_key(&req)?;
-            let action = if *method == Method::PUT {
-                Action::Like
-            } else {
-                Action::Unlike
-            };
+    match command {
+        Command::Write {
+            user,
+            reel,
+            action,
+            idempotency_key,
+        } => {
             let out = app
                 .service
                 .write(WriteRequest {
@@ -210,14 +204,13 @@ async fn dispatch(
                 WritePath::Applied | WritePath::Replayed => writes.unlikes = 1,
                 _ => writes.duplicates = 1,
             }
+            writes.path = Some(out.path.as_str());
             Ok((
                 StatusCode::OK,
                 json!({ "reel_id": reel.as_str(), "liked": out.liked, "changed": out.changed, "count": out.count }),
             ))
         }
-        Route::ReelLikes(raw) => {
-            let user = request::identity(&req, app.config.auth_mode)?;
-            let reel = request::reel_id(&raw)?;
+        Command::Count { reel, user } => {
             let (count, liked) = match &user {
                 Some(u) => {
                     let (c, l) =
@@ -236,8 +229,7 @@ async fn dispatch(
             }
             Ok((StatusCode::OK, body))
         }
-        Route::BatchLikes => {
-            let reels = request::batch_reel_ids(&req)?;
+        Command::Counts { reels } => {
             let counts = app.service.counts(&reels).await?;
             let mut map = serde_json::Map::with_capacity(reels.len());
             let mut age_ms = 0u64;
@@ -250,12 +242,11 @@ async fn dispatch(
             // age_ms is that of the oldest sum in the answer.
             Ok((StatusCode::OK, json!({ "counts": map, "age_ms": age_ms })))
         }
-        Route::Health => {
+        Command::Health => {
             app.service.ready().await?;
             Ok((StatusCode::OK, json!({ "status": "ok" })))
         }
-        Route::AdminReels => {
-            request::require_admin(&req, app.config.auth_mode)?;
+        Command::ListResized => {
             let reels = app.reshard.list().await?;
             // Most shards first; the listing stops at ADMIN_LIST_MAX reels.
             let list: Vec<Value> = reels
@@ -268,15 +259,12 @@ async fn dispatch(
                 json!({ "count": reels.len(), "truncated": reels.len() > ADMIN_LIST_MAX, "reels": list }),
             ))
         }
-        Route::AdminShards(raw) => {
-            request::require_admin(&req, app.config.auth_mode)?;
-            let reel = request::reel_id(&raw)?;
-            if *method == Method::GET {
-                let s = app.reshard.state(&reel).await?;
-                return Ok((StatusCode::OK, shards_json(&reel, &s, None)));
-            }
-            let target = request::shards_body(&req)?;
-            let (outcome, s) = app.reshard.begin(&reel, target).await?;
+        Command::ShardState { reel } => {
+            let s = app.reshard.state(&reel).await?;
+            Ok((StatusCode::OK, shards_json(&reel, &s, None)))
+        }
+        Command::Resize { reel, shards } => {
+            let (outcome, s) = app.reshard.begin(&reel, shards).await?;
             // 202: a resize is under way (started now or joined); 200: the
             // reel already has that many shards.
             let status = match outcome {

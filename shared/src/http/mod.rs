@@ -4,7 +4,10 @@
 //! The handlers take a `lambda_http::Request` (API Gateway HTTP API, payload
 //! format 2.0) and always return a response: every failure becomes a JSON
 //! error with the status [`Error::status`] gives. Nothing here panics on
-//! any input.
+//! any input. All validation is [`parse`], a pure function from a request
+//! to a [`Command`] or an error, which the handlers run before any I/O and
+//! the fuzz target (`fuzz/`) and property tests (`tests/tests/hostile.rs`)
+//! call directly.
 
 mod handlers;
 mod request;
@@ -12,7 +15,7 @@ mod request;
 pub use handlers::{
     Function, handle, handle_reconcile_event, handle_reshard_event, lambda_deadline,
 };
-pub use request::{MAX_BATCH_REELS, MAX_BODY_BYTES};
+pub use request::{Command, MAX_BATCH_REELS, MAX_BODY_BYTES, parse};
 
 use crate::config::Config;
 use crate::reconcile::Reconciler;

@@ -1,9 +1,16 @@
 //! Request parsing and validation: routes, ids, headers, identity.
+//!
+//! [`parse`] turns a request into a [`Command`] or an [`Error`] without any
+//! I/O. The handler runs it before it touches DynamoDB, and acts only on the
+//! ids a `Command` carries, so this module is the whole input surface: the
+//! property tests and the fuzz target call `parse` directly.
 
+use super::handlers::Function;
 use crate::config::AuthMode;
 use crate::error::Error;
-use crate::keys::{ReelId, UserId};
+use crate::keys::{Action, ReelId, UserId};
 use crate::token::MAX_IDEMPOTENCY_KEY_LEN;
+use lambda_http::http::Method;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt};
 use percent_encoding::percent_decode_str;
@@ -73,9 +80,114 @@ impl Route {
     }
 }
 
+/// A request that was routed and validated: what the handler will do, with
+/// every id it will touch already checked. Only [`parse`] makes one, and the
+/// handler reads and writes the keys of these ids and no others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `PUT` (like) or `DELETE` (unlike) `/reels/{reel_id}/like`.
+    Write {
+        user: UserId,
+        reel: ReelId,
+        action: Action,
+        /// The `Idempotency-Key` header, already checked.
+        idempotency_key: Option<String>,
+    },
+    /// `GET /reels/{reel_id}/likes`; `user` when the caller has an identity,
+    /// for `liked_by_me`.
+    Count { reel: ReelId, user: Option<UserId> },
+    /// `GET /likes?reel_ids=...`: 1 to [`MAX_BATCH_REELS`] distinct reels, in
+    /// the order given.
+    Counts { reels: Vec<ReelId> },
+    /// `GET /healthz`.
+    Health,
+    /// `GET /admin/reels`.
+    ListResized,
+    /// `GET /admin/reels/{reel_id}/shards`.
+    ShardState { reel: ReelId },
+    /// `POST /admin/reels/{reel_id}/shards` with `{"shards": M}` (M's range
+    /// is the resharder's to check).
+    Resize { reel: ReelId, shards: u32 },
+}
+
+/// Routes and validates one request, without any I/O: the method, the raw
+/// path, the query string, the headers, the body and the identity (the JWT
+/// authorizer's `sub` claim; the `x-user-id` header only under
+/// [`AuthMode::Dev`]) become a [`Command`], or the [`Error`] the handler
+/// answers with (always a 4xx). `function` is the Lambda function answering:
+/// a route it does not serve is `NotFound`, as the template wires them.
+///
+/// This is exactly what [`super::handle`] runs before it touches DynamoDB;
+/// it is public so that property tests and the fuzz target can drive the
+/// whole input surface without a store.
+pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<Command, Error> {
+    let route = route(req, function).ok_or(Error::NotFound)?;
+    let method = req.method();
+    let allowed = match &route {
+        Route::Like(_) => *method == Method::PUT || *method == Method::DELETE,
+        Route::AdminShards(_) => *method == Method::GET || *method == Method::POST,
+        _ => *method == Method::GET,
+    };
+    if !allowed {
+        return Err(Error::MethodNotAllowed {
+            allow: route.allow(),
+        });
+    }
+    check_body(req)?;
+    // The order of the checks below decides which error a request with
+    // several faults gets; clients and tests rely on it (identity first on
+    // a like, so an anonymous caller learns nothing about ids).
+    match route {
+        Route::Like(raw) => {
+            let user = identity(req, auth_mode)?.ok_or(Error::Unauthorized)?;
+            let reel = reel_id(&raw)?;
+            let idempotency_key = idempotency_key(req)?;
+            let action = if *method == Method::PUT {
+                Action::Like
+            } else {
+                Action::Unlike
+            };
+            Ok(Command::Write {
+                user,
+                reel,
+                action,
+                idempotency_key,
+            })
+        }
+        Route::ReelLikes(raw) => {
+            let user = identity(req, auth_mode)?;
+            let reel = reel_id(&raw)?;
+            Ok(Command::Count { reel, user })
+        }
+        Route::BatchLikes => Ok(Command::Counts {
+            reels: batch_reel_ids(req)?,
+        }),
+        Route::Health => Ok(Command::Health),
+        Route::AdminReels => {
+            require_admin(req, auth_mode)?;
+            Ok(Command::ListResized)
+        }
+        Route::AdminShards(raw) => {
+            require_admin(req, auth_mode)?;
+            let reel = reel_id(&raw)?;
+            if *method == Method::GET {
+                return Ok(Command::ShardState { reel });
+            }
+            let shards = shards_body(req)?;
+            Ok(Command::Resize { reel, shards })
+        }
+    }
+}
+
+/// The route of a request, if `function` serves it. The handler also names
+/// its logs and metrics after it, failed requests included.
+pub(crate) fn route(req: &Request, function: Function) -> Option<Route> {
+    Route::parse(&raw_path(req)).filter(|r| function.serves(r))
+}
+
 /// The path API Gateway saw (`rawPath`), or the URI's path for events that
 /// lack it.
-pub(crate) fn raw_path(req: &Request) -> String {
+fn raw_path(req: &Request) -> String {
     let raw = req.raw_http_path();
     if raw.is_empty() {
         req.uri().path().to_owned()
@@ -84,7 +196,7 @@ pub(crate) fn raw_path(req: &Request) -> String {
     }
 }
 
-pub(crate) fn check_body(req: &Request) -> Result<(), Error> {
+fn check_body(req: &Request) -> Result<(), Error> {
     let len = match req.body() {
         Body::Empty => 0,
         Body::Text(t) => t.len(),
@@ -99,13 +211,13 @@ pub(crate) fn check_body(req: &Request) -> Result<(), Error> {
     Ok(())
 }
 
-pub(crate) fn reel_id(raw: &str) -> Result<ReelId, Error> {
+fn reel_id(raw: &str) -> Result<ReelId, Error> {
     ReelId::parse(raw).map_err(|e| Error::bad_request("invalid_reel_id", e.0))
 }
 
 /// `reel_ids=a,b,c` (the parameter may also be repeated): 1 to 100 valid,
 /// distinct-after-dedup ids, in the order given.
-pub(crate) fn batch_reel_ids(req: &Request) -> Result<Vec<ReelId>, Error> {
+fn batch_reel_ids(req: &Request) -> Result<Vec<ReelId>, Error> {
     let params = req.query_string_parameters();
     let values = params.all("reel_ids").unwrap_or_default();
     if values.is_empty() {
@@ -132,7 +244,7 @@ pub(crate) fn batch_reel_ids(req: &Request) -> Result<Vec<ReelId>, Error> {
 }
 
 /// The optional `Idempotency-Key`: 1–64 visible ASCII characters.
-pub(crate) fn idempotency_key(req: &Request) -> Result<Option<String>, Error> {
+fn idempotency_key(req: &Request) -> Result<Option<String>, Error> {
     let Some(v) = req.headers().get("idempotency-key") else {
         return Ok(None);
     };
@@ -155,7 +267,7 @@ pub(crate) fn idempotency_key(req: &Request) -> Result<Option<String>, Error> {
 /// The caller's identity: the `sub` claim verified by the API Gateway JWT
 /// authorizer; in dev mode only, the `x-user-id` header when no claim is
 /// present. Outside dev mode the header is ignored, never trusted.
-pub(crate) fn identity(req: &Request, mode: AuthMode) -> Result<Option<UserId>, Error> {
+fn identity(req: &Request, mode: AuthMode) -> Result<Option<UserId>, Error> {
     let claim = match req.request_context_ref() {
         Some(RequestContext::ApiGatewayV2(ctx)) => ctx
             .authorizer
@@ -187,7 +299,7 @@ pub(crate) fn identity(req: &Request, mode: AuthMode) -> Result<Option<UserId>, 
 /// Admin routes: allowed when API Gateway authorized the call with IAM
 /// (SigV4; the template sets `AWS_IAM` on them), or in dev mode. A JWT
 /// (user) identity is never enough.
-pub(crate) fn require_admin(req: &Request, mode: AuthMode) -> Result<(), Error> {
+fn require_admin(req: &Request, mode: AuthMode) -> Result<(), Error> {
     if mode == AuthMode::Dev {
         return Ok(());
     }
@@ -204,7 +316,7 @@ pub(crate) fn require_admin(req: &Request, mode: AuthMode) -> Result<(), Error> 
 
 /// The body of `POST /admin/reels/{reel_id}/shards`: `{"shards": M}`, M a
 /// whole number (its range is checked by the resharder).
-pub(crate) fn shards_body(req: &Request) -> Result<u32, Error> {
+fn shards_body(req: &Request) -> Result<u32, Error> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Body {
@@ -295,5 +407,93 @@ mod tests {
             panic!()
         };
         assert!(reel_id(&id).is_err());
+    }
+
+    fn request(method: Method, path: &str, headers: &[(&str, &str)], body: Body) -> Request {
+        let mut req = lambda_http::http::Request::new(body);
+        *req.method_mut() = method;
+        for (k, v) in headers {
+            if let (Ok(k), Ok(v)) = (
+                lambda_http::http::HeaderName::from_bytes(k.as_bytes()),
+                lambda_http::http::HeaderValue::from_str(v),
+            ) {
+                req.headers_mut().append(k, v);
+            }
+        }
+        req.with_raw_http_path(path)
+    }
+
+    #[test]
+    fn parse_checks_method_then_body_then_identity_then_ids() {
+        let like = |m: Method, headers: &[(&str, &str)], body: Body| {
+            parse(
+                &request(m, "/reels/a%23b/like", headers, body),
+                AuthMode::Dev,
+                Function::Like,
+            )
+        };
+        let big = Body::Binary(vec![0; MAX_BODY_BYTES + 1]);
+        let code = |r: Result<Command, Error>| r.map_err(|e| e.code());
+        assert_eq!(
+            code(like(Method::GET, &[], big.clone())),
+            Err("method_not_allowed")
+        );
+        assert_eq!(code(like(Method::PUT, &[], big)), Err("payload_too_large"));
+        // Identity before ids: an anonymous caller learns nothing about them.
+        assert_eq!(
+            code(like(Method::PUT, &[], Body::Empty)),
+            Err("unauthorized")
+        );
+        assert_eq!(
+            code(like(Method::PUT, &[("x-user-id", "u")], Body::Empty)),
+            Err("invalid_reel_id")
+        );
+        // A function answers only its own routes.
+        let req = request(
+            Method::PUT,
+            "/reels/a/like",
+            &[("x-user-id", "u")],
+            Body::Empty,
+        );
+        assert_eq!(
+            parse(&req, AuthMode::Dev, Function::Read),
+            Err(Error::NotFound)
+        );
+        assert_eq!(
+            parse(&req, AuthMode::Dev, Function::Like),
+            Ok(Command::Write {
+                user: UserId::parse("u").unwrap(),
+                reel: ReelId::parse("a").unwrap(),
+                action: Action::Like,
+                idempotency_key: None,
+            })
+        );
+    }
+
+    #[test]
+    fn a_forged_user_header_is_no_identity_outside_dev_mode() {
+        let h = [("x-user-id", "victim")];
+        let req = request(Method::DELETE, "/reels/a/like", &h, Body::Empty);
+        assert_eq!(
+            parse(&req, AuthMode::Jwt, Function::Like),
+            Err(Error::Unauthorized)
+        );
+        let req = request(Method::GET, "/reels/a/likes", &h, Body::Empty);
+        assert_eq!(
+            parse(&req, AuthMode::Jwt, Function::Read),
+            Ok(Command::Count {
+                reel: ReelId::parse("a").unwrap(),
+                user: None,
+            })
+        );
+        let req = request(Method::GET, "/admin/reels", &h, Body::Empty);
+        assert_eq!(
+            parse(&req, AuthMode::Jwt, Function::Reshard),
+            Err(Error::Forbidden)
+        );
+        assert_eq!(
+            parse(&req, AuthMode::Dev, Function::Reshard),
+            Ok(Command::ListResized)
+        );
     }
 }
