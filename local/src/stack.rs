@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::types::{
     GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
     ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
+use faultproxy::{Faults, Proxy};
 use likes::http::App;
 use likes::store::dynamo::{DynamoStore, sdk_config_loader};
 use likes::{AuthMode, Config};
@@ -86,9 +87,12 @@ pub struct Stack {
     pub dynamo_endpoint: String,
     pub config: Config,
     /// An SDK client on the same endpoint, for tools and tests that look at
-    /// the tables directly.
+    /// the tables directly (never through the fault proxy).
     pub client: Client,
     pub app: Arc<App>,
+    /// The fault-injection proxy between the functions and DynamoDB, when
+    /// `FAULTS` asked for one.
+    pub proxy: Option<Arc<Proxy>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -154,9 +158,20 @@ impl Stack {
             ensure_table(&client, &name, table).await?;
         }
 
+        // With FAULTS set, the functions reach DynamoDB through the fault
+        // proxy; the tables were made, and tests look at them, directly.
+        let faults = lookup_opts.lookup("FAULTS").unwrap_or_default();
+        let faults = Faults::parse(&faults).map_err(|e| anyhow!("FAULTS: {e}"))?;
+        let (proxy, app_client) = if faults.is_passthrough() {
+            (None, client.clone())
+        } else {
+            let proxy = Proxy::start(&format!("{}:0", opts.host), &dynamo_endpoint, faults).await?;
+            let c = client_for(&config, &proxy.url, &lookup_opts).await;
+            (Some(Arc::new(proxy)), c)
+        };
         let app = Arc::new(App::new(
             config.clone(),
-            DynamoStore::new(client.clone(), &config),
+            DynamoStore::new(app_client, &config),
         ));
         let listener = TcpListener::bind((opts.host.as_str(), opts.port))
             .await
@@ -209,6 +224,7 @@ impl Stack {
             config,
             client,
             app,
+            proxy,
             stop,
             tasks,
         })
@@ -217,6 +233,9 @@ impl Stack {
     /// Stops the gateway and the embedded emulator and waits for them.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
+        if let Some(p) = &self.proxy {
+            p.stop();
+        }
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }

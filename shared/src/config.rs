@@ -36,7 +36,8 @@ pub struct Config {
     /// retries (throttled calls, 5xx, timeouts) come on top, per attempt.
     pub tx_max_attempts: u32,
     /// `RETRY_BASE_MS` (default 25) and `RETRY_MAX_MS` (default 1000): the
-    /// full-jitter exponential backoff between those attempts.
+    /// full-jitter exponential backoff between those attempts, and between
+    /// the SDK's own retries.
     pub retry_base: Duration,
     pub retry_max: Duration,
     /// `DDB_CONNECT_TIMEOUT_MS` (1000), `DDB_ATTEMPT_TIMEOUT_MS` (1500),

@@ -297,7 +297,14 @@ impl<S: ReconcileStore> Reconciler<S> {
                 let (state, _) = shared.lock().await.clone();
                 return Ok(self.summary(Some(&state), "busy", began, 0));
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                // Failing is stopping too: hand the run over now rather than
+                // when the lease expires. Only the lease of the committed
+                // state changes; what was not checkpointed is redone, as
+                // after a crash.
+                self.release(&me).await;
+                return Err(e);
+            }
         };
         // Stopping on purpose (done, or at the deadline) hands the run over
         // at once; only a crash leaves the lease to expire.
@@ -384,6 +391,24 @@ impl<S: ReconcileStore> Reconciler<S> {
             return Ok(Claim::Busy(Some(state)));
         }
         Ok(Claim::Go(state, ver + 1, how))
+    }
+
+    /// Best effort: clears the lease in the stored run state if `me` still
+    /// holds it. On any failure the lease simply expires.
+    async fn release(&self, me: &str) {
+        let Ok(Some((json, ver))) = self.store.load_run().await else {
+            return;
+        };
+        let Ok(mut state) = serde_json::from_str::<RunState>(&json) else {
+            return;
+        };
+        if state.lease_owner != me || state.dry_run {
+            return;
+        }
+        state.lease_until_ms = 0;
+        if let Ok(json) = serde_json::to_string(&state) {
+            let _ = self.store.save_run(&json, ver).await;
+        }
     }
 
     /// Writes the state (renewing the lease). A version conflict means

@@ -64,7 +64,15 @@ pub struct StoreStats {
 /// a local server.
 pub fn sdk_config_loader(config: &Config) -> aws_config::ConfigLoader {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .retry_config(RetryConfig::standard().with_max_attempts(config.ddb_max_attempts))
+        // The SDK's generic default backs off from 1 s, which alone would
+        // spend a request's whole budget; DynamoDB's own SDKs start near
+        // 25–50 ms. The same full-jitter bounds as the transaction retries.
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(config.ddb_max_attempts)
+                .with_initial_backoff(config.retry_base)
+                .with_max_backoff(config.retry_max),
+        )
         .timeout_config(
             TimeoutConfig::builder()
                 .connect_timeout(config.ddb_connect_timeout)

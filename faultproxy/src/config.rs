@@ -1,0 +1,225 @@
+//! What to inject, and the one text form of it (`FAULTS=...`, `--faults`).
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Probabilities (0–1) of each fault class for one request. The classes that
+/// refuse a request before it reaches the emulator (`throttle`,
+/// `server_error`, `conflict`) and `lost` are exclusive: one draw picks at
+/// most one of them, so their sum is the share of requests that fail.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Rates {
+    /// Forwarded and committed, then the answer is lost: the connection is
+    /// dropped, or held until the client gives up, or replaced by a 500. The
+    /// ambiguous case: the client cannot tell whether the write happened.
+    pub lost: f64,
+    /// Refused before forwarding: `ProvisionedThroughputExceededException`
+    /// or `ThrottlingException` (for transactions, also a
+    /// `TransactionCanceledException` with a `ThrottlingError` reason).
+    pub throttle: f64,
+    /// Refused before forwarding: `TransactionCanceledException` with a
+    /// `TransactionConflict` reason. Transactions only.
+    pub conflict: f64,
+    /// Refused before forwarding: 500 `InternalServerError` or 503
+    /// `ServiceUnavailable`.
+    pub server_error: f64,
+    /// `BatchGetItem` only: part of the keys are returned in
+    /// `UnprocessedKeys` instead of being read.
+    pub unprocessed: f64,
+    /// Added latency (up to `max_latency`) before forwarding; independent of
+    /// the classes above.
+    pub latency: f64,
+}
+
+impl Rates {
+    fn set(&mut self, field: &str, v: f64) -> Result<(), String> {
+        let slot = match field {
+            "lost" => &mut self.lost,
+            "throttle" => &mut self.throttle,
+            "conflict" => &mut self.conflict,
+            "server_error" | "error" => &mut self.server_error,
+            "unprocessed" => &mut self.unprocessed,
+            "latency" => &mut self.latency,
+            _ => return Err(format!("unknown fault class {field:?}")),
+        };
+        *slot = v;
+        Ok(())
+    }
+
+    /// Every class at `rate`: the "everything at once" setting of the tests.
+    pub fn all(rate: f64) -> Rates {
+        Rates {
+            lost: rate,
+            throttle: rate,
+            conflict: rate,
+            server_error: rate,
+            unprocessed: rate,
+            latency: rate,
+        }
+    }
+}
+
+/// The proxy's whole fault configuration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Faults {
+    /// Seed of the random schedule. The schedule is a sequence of draws in
+    /// arrival order, so a run with the same seed and the same request order
+    /// gets the same faults.
+    pub seed: u64,
+    /// Rates for every operation without an entry in `per_op`.
+    pub rates: Rates,
+    /// Rates by operation name (`TransactWriteItems`, `BatchGetItem`, ...).
+    pub per_op: BTreeMap<String, Rates>,
+    /// The capacity model: write units one partition key takes per second
+    /// before writes to it are throttled (DynamoDB: 1,000 per partition).
+    pub write_cap: Option<f64>,
+    /// Read units one partition key takes per second (DynamoDB: 3,000).
+    pub read_cap: Option<f64>,
+    /// How long a stalled answer is held before the connection is dropped;
+    /// longer than the client's attempt timeout, so the client times out.
+    pub stall: Duration,
+    /// The most latency one request gets added.
+    pub max_latency: Duration,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            seed: 1,
+            rates: Rates::default(),
+            per_op: BTreeMap::new(),
+            write_cap: None,
+            read_cap: None,
+            stall: Duration::from_secs(5),
+            max_latency: Duration::from_millis(50),
+        }
+    }
+}
+
+impl Faults {
+    /// The rates that apply to `op`.
+    pub fn rates_for(&self, op: &str) -> Rates {
+        self.per_op.get(op).copied().unwrap_or(self.rates)
+    }
+
+    /// Whether this configuration can change any request at all.
+    pub fn is_passthrough(&self) -> bool {
+        self.write_cap.is_none()
+            && self.read_cap.is_none()
+            && self.rates == Rates::default()
+            && self.per_op.values().all(|r| *r == Rates::default())
+    }
+
+    /// Parses the text form: comma-separated `name=value` pairs.
+    ///
+    /// * `seed=N`
+    /// * `all=P`: every fault class at probability P
+    /// * `lost=P`, `throttle=P`, `conflict=P`, `error=P` (or
+    ///   `server_error=P`), `unprocessed=P`, `latency=P`
+    /// * `Op.class=P`: a rate for one operation only, e.g.
+    ///   `TransactWriteItems.lost=0.2` (the operation starts from the
+    ///   defaults given before it)
+    /// * `write_cap=U`, `read_cap=U`: capacity units per partition key per
+    ///   second
+    /// * `stall_ms=N`, `max_latency_ms=N`
+    ///
+    /// `""` or `off` is no faults at all.
+    pub fn parse(spec: &str) -> Result<Faults, String> {
+        let mut f = Faults::default();
+        let spec = spec.trim();
+        if spec.is_empty() || spec == "off" {
+            return Ok(f);
+        }
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?}: expected name=value"))?;
+            let (name, value) = (name.trim(), value.trim());
+            let prob = || -> Result<f64, String> {
+                match value.parse::<f64>() {
+                    Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+                    _ => Err(format!("{name}={value:?}: expected a probability in 0..=1")),
+                }
+            };
+            let whole = || -> Result<u64, String> {
+                value
+                    .parse::<u64>()
+                    .map_err(|_| format!("{name}={value:?}: expected a whole number"))
+            };
+            let units = || -> Result<f64, String> {
+                match value.parse::<f64>() {
+                    Ok(u) if u > 0.0 && u.is_finite() => Ok(u),
+                    _ => Err(format!("{name}={value:?}: expected a positive number")),
+                }
+            };
+            match name {
+                "seed" => f.seed = whole()?,
+                "all" => f.rates = Rates::all(prob()?),
+                "write_cap" => f.write_cap = Some(units()?),
+                "read_cap" => f.read_cap = Some(units()?),
+                "stall_ms" => f.stall = Duration::from_millis(whole()?),
+                "max_latency_ms" => f.max_latency = Duration::from_millis(whole()?),
+                _ => match name.split_once('.') {
+                    Some((op, class)) => {
+                        let base = f.rates;
+                        f.per_op
+                            .entry(op.to_owned())
+                            .or_insert(base)
+                            .set(class, prob()?)?
+                    }
+                    None => f.rates.set(name, prob()?)?,
+                },
+            }
+        }
+        let sums = std::iter::once(&f.rates).chain(f.per_op.values());
+        for r in sums {
+            if r.lost + r.throttle + r.conflict + r.server_error > 1.0 {
+                return Err("lost + throttle + conflict + error must not exceed 1".into());
+            }
+        }
+        Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_setting() {
+        let f = Faults::parse(
+            "seed=7, all=0.1, TransactWriteItems.lost=0.3, write_cap=50, read_cap=300, stall_ms=900, max_latency_ms=20",
+        )
+        .unwrap();
+        assert_eq!(f.seed, 7);
+        assert_eq!(f.rates, Rates::all(0.1));
+        let tx = f.rates_for("TransactWriteItems");
+        assert_eq!(tx.lost, 0.3);
+        assert_eq!(tx.throttle, 0.1);
+        assert_eq!(f.rates_for("GetItem"), Rates::all(0.1));
+        assert_eq!(f.write_cap, Some(50.0));
+        assert_eq!(f.read_cap, Some(300.0));
+        assert_eq!(f.stall, Duration::from_millis(900));
+        assert_eq!(f.max_latency, Duration::from_millis(20));
+        assert!(!f.is_passthrough());
+        assert!(Faults::parse("off").unwrap().is_passthrough());
+        assert!(Faults::parse("").unwrap().is_passthrough());
+    }
+
+    #[test]
+    fn refuses_nonsense() {
+        for bad in [
+            "lost",
+            "lost=2",
+            "lost=-0.1",
+            "nope=0.1",
+            "write_cap=0",
+            "seed=x",
+            "X.nope=0.1",
+            "lost=0.5,throttle=0.6",
+        ] {
+            assert!(Faults::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! A fault-injection proxy for the DynamoDB JSON protocol.
+//!
+//! Local emulators are kind: they answer every request, never throttle and
+//! never cancel a transaction for a conflict. Real DynamoDB does all of
+//! that, and the ambiguous case (the write committed, the answer was lost)
+//! is exactly where a counter double counts or loses a like. This proxy sits
+//! between the SDK (`AWS_ENDPOINT_URL_DYNAMODB` points at it) and a local
+//! emulator and makes those faults happen, on a seeded random schedule, per
+//! operation (`X-Amz-Target` names it):
+//!
+//! * **lost answers** after the request was forwarded and committed: the
+//!   connection is dropped, held past the client's timeout, or answered 500;
+//! * **throttling** before forwarding, and a **per-partition-key capacity
+//!   model**: write (or read) units per key per second above a cap are
+//!   refused, the way one DynamoDB partition refuses a hot key;
+//! * **transaction conflicts**: `TransactionCanceledException` with
+//!   `TransactionConflict` reasons;
+//! * **500/503** server errors and **added latency**;
+//! * **`UnprocessedKeys`** on `BatchGetItem`.
+//!
+//! A retried request (same `ClientRequestToken`) goes through to the
+//! emulator, whose token handling answers it (a replay of the committed
+//! transaction, or `IdempotentParameterMismatch` for another body), and the
+//! proxy counts which of those each retry got. Everything it did is counted
+//! in [`Stats`] (`GET /__proxy/stats` on the proxy's own port).
+//!
+//! # Layout
+//!
+//! * [`config`]: what to inject ([`Faults`]), and its one text form.
+//! * `protocol`: operations, the items a request touches and what they cost,
+//!   DynamoDB's error bodies.
+//! * `state`: the schedule, the capacity model and the counters, behind one
+//!   lock that is never held across an await.
+//! * this file: the HTTP server and the forwarding.
+
+pub mod config;
+mod protocol;
+mod state;
+
+pub use config::{Faults, Rates};
+pub use state::{KeyLoad, Stats, TokenStats};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Map, Value, json};
+use state::{Lost, Plan, Shared};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A running proxy. Dropping it does not stop it; call [`Proxy::shutdown`].
+pub struct Proxy {
+    /// `http://host:port` of the proxy: the endpoint to give the SDK.
+    pub url: String,
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// The error a request's service future ends with when the proxy loses the
+/// answer on purpose: hyper then closes the connection without a response.
+#[derive(Debug)]
+struct Dropped;
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("answer dropped by the fault schedule")
+    }
+}
+
+impl std::error::Error for Dropped {}
+
+impl Proxy {
+    /// Listens on `listen` (port 0 = any free port) and forwards to
+    /// `upstream` (e.g. `http://127.0.0.1:8000`).
+    pub async fn start(listen: &str, upstream: &str, faults: Faults) -> Result<Proxy> {
+        let listener = TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding the fault proxy on {listen}"))?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::new(upstream.trim_end_matches('/'), faults));
+        let (stop, mut stopped) = watch::channel(false);
+        let s = shared.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    a = listener.accept() => a,
+                    _ = stopped.wait_for(|v| *v) => break,
+                };
+                let Ok((stream, _)) = accepted else { continue };
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| serve(s.clone(), req));
+                    // An error here is usually a connection dropped on
+                    // purpose; nothing to report.
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .keep_alive(true)
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Proxy {
+            url: format!("http://{addr}"),
+            addr,
+            shared,
+            stop,
+            task,
+        })
+    }
+
+    /// What the proxy has done so far.
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+
+    /// Replaces the fault configuration; the counters stay.
+    pub fn set_faults(&self, faults: Faults) {
+        self.shared.set_faults(faults);
+    }
+
+    /// Zeroes the counters and the capacity windows.
+    pub fn reset_stats(&self) {
+        self.shared.reset();
+    }
+
+    /// Stops accepting connections (open ones finish their requests).
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Stops accepting connections and waits for the accept loop to end.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+    }
+}
+
+type Answer = Response<Full<Bytes>>;
+
+fn json_answer(status: u16, body: &Value) -> Answer {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/x-amz-json-1.0"),
+    );
+    r
+}
+
+async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Dropped> {
+    // The proxy's own routes, beside the DynamoDB protocol (which is always
+    // POST /).
+    match (req.method().as_str(), req.uri().path()) {
+        ("GET", "/__proxy/stats") => {
+            let stats = serde_json::to_value(shared.stats()).unwrap_or(Value::Null);
+            return Ok(json_answer(200, &stats));
+        }
+        ("POST", "/__proxy/reset") => {
+            shared.reset();
+            return Ok(json_answer(200, &json!({"reset": true})));
+        }
+        ("PUT", "/__proxy/faults") => {
+            let body = req.into_body().collect().await.map(|b| b.to_bytes());
+            let spec = body
+                .ok()
+                .and_then(|b| String::from_utf8(b.to_vec()).ok())
+                .unwrap_or_default();
+            return Ok(match Faults::parse(&spec) {
+                Ok(f) => {
+                    shared.set_faults(f.clone());
+                    json_answer(200, &serde_json::to_value(f).unwrap_or(Value::Null))
+                }
+                Err(e) => json_answer(400, &json!({"error": e})),
+            });
+        }
+        _ => {}
+    }
+    let target = req
+        .headers()
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let op = protocol::operation(target.as_deref());
+    let headers = req.headers().clone();
+    let Ok(body) = req.into_body().collect().await.map(|b| b.to_bytes()) else {
+        return Err(Dropped);
+    };
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    shared.learn_tables(&parsed, &op, &headers).await;
+
+    let plan = shared.plan(&op, &parsed, &body);
+    if !plan.delay.is_zero() {
+        tokio::time::sleep(plan.delay).await;
+    }
+    let (forward_body, unprocessed) = match plan.plan {
+        Plan::Refuse { status, body } => return Ok(json_answer(status, &body)),
+        Plan::Forward {
+            body: Some(b),
+            unprocessed,
+        } => (Bytes::from(b.to_string()), unprocessed),
+        Plan::Forward {
+            body: None,
+            unprocessed,
+        } => (body.clone(), unprocessed),
+    };
+    let upstream = shared.forward(&headers, forward_body).await;
+    let (status, up_headers, up_body) = match upstream {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, op, "upstream unreachable");
+            let (s, b) = protocol::error(500, "InternalServerError", "upstream unreachable");
+            return Ok(json_answer(s, &b));
+        }
+    };
+    shared.after_forward(&op, &parsed, &body, status, &up_body);
+
+    match plan.lost {
+        Some(Lost::Dropped) => return Err(Dropped),
+        Some(Lost::Stalled(d)) => {
+            tokio::time::sleep(d).await;
+            return Err(Dropped);
+        }
+        Some(Lost::ServerError) => {
+            let (s, b) = protocol::error(
+                500,
+                "InternalServerError",
+                "Internal server error (the request may have been applied)",
+            );
+            return Ok(json_answer(s, &b));
+        }
+        None => {}
+    }
+
+    let (out_body, modified) = match unprocessed {
+        Some(keys) if status == 200 => (add_unprocessed(&up_body, keys), true),
+        _ => (up_body, false),
+    };
+    let mut r = Response::new(Full::new(out_body));
+    *r.status_mut() = status;
+    for (name, value) in up_headers.iter() {
+        // A body the proxy changed no longer matches the emulator's CRC.
+        let skip = matches!(
+            name.as_str(),
+            "content-length" | "transfer-encoding" | "connection"
+        ) || (modified && name.as_str() == "x-amz-crc32");
+        if !skip {
+            r.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    Ok(r)
+}
+
+/// Puts `keys` (table → the request's spec with the keys left unread) into
+/// the answer's `UnprocessedKeys`.
+fn add_unprocessed(body: &Bytes, keys: Map<String, Value>) -> Bytes {
+    let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
+        return body.clone();
+    };
+    let Some(obj) = v.as_object_mut() else {
+        return body.clone();
+    };
+    let entry = obj
+        .entry("UnprocessedKeys")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(map) = entry.as_object_mut() {
+        for (table, spec) in keys {
+            match map.get_mut(&table) {
+                Some(existing) => {
+                    if let (Some(have), Some(more)) = (
+                        existing.get_mut("Keys").and_then(Value::as_array_mut),
+                        spec.get("Keys").and_then(Value::as_array),
+                    ) {
+                        have.extend(more.iter().cloned());
+                    }
+                }
+                None => {
+                    map.insert(table, spec);
+                }
+            }
+        }
+    }
+    Bytes::from(v.to_string())
+}

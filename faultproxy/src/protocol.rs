@@ -1,0 +1,312 @@
+//! The parts of the DynamoDB JSON protocol (awsJson1_0) the proxy needs:
+//! which operation a request is, which items it touches at what cost, and
+//! the error bodies DynamoDB answers with.
+
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+
+/// One item a request reads or writes, with the capacity it costs.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Touch {
+    pub table: String,
+    /// The item's key as sent (`Key`, or the key attributes of an `Item`).
+    pub key: Map<String, Value>,
+    pub write_units: f64,
+    pub read_units: f64,
+}
+
+/// `X-Amz-Target: DynamoDB_20120810.TransactWriteItems` → `TransactWriteItems`.
+pub(crate) fn operation(target: Option<&str>) -> String {
+    target
+        .and_then(|t| t.rsplit_once('.'))
+        .map(|(_, op)| op.to_owned())
+        .unwrap_or_else(|| "Unknown".to_owned())
+}
+
+pub(crate) fn is_transaction(op: &str) -> bool {
+    matches!(op, "TransactWriteItems" | "TransactGetItems")
+}
+
+/// Write units of writing `item` (1 per started KB of its JSON form, the
+/// proxy's stand-in for DynamoDB's item size).
+fn item_units(item: Option<&Value>) -> f64 {
+    let len = item.map(|i| i.to_string().len()).unwrap_or(0);
+    (len.max(1) as f64 / 1024.0).ceil()
+}
+
+fn object(v: Option<&Value>) -> Map<String, Value> {
+    v.and_then(Value::as_object).cloned().unwrap_or_default()
+}
+
+fn table(v: &Value) -> String {
+    v.get("TableName")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// The items `op` touches. Transactional items cost twice (DynamoDB's
+/// rule: 2 write units per KB written, 2 read units per 4 KB read), a
+/// `ConditionCheck` included. Operations on no single item (Scan, Query,
+/// table management) touch none.
+pub(crate) fn touches(op: &str, body: &Value) -> Vec<Touch> {
+    let write = |table: String, key: Map<String, Value>, units: f64| Touch {
+        table,
+        key,
+        write_units: units,
+        read_units: 0.0,
+    };
+    let read = |table: String, key: Map<String, Value>, units: f64| Touch {
+        table,
+        key,
+        write_units: 0.0,
+        read_units: units,
+    };
+    let consistent = |v: &Value| v.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
+    match op {
+        "PutItem" => vec![write(
+            table(body),
+            object(body.get("Item")),
+            item_units(body.get("Item")),
+        )],
+        "UpdateItem" | "DeleteItem" => vec![write(table(body), object(body.get("Key")), 1.0)],
+        "GetItem" => vec![read(
+            table(body),
+            object(body.get("Key")),
+            if consistent(body) { 1.0 } else { 0.5 },
+        )],
+        "TransactWriteItems" => items(body)
+            .iter()
+            .filter_map(|ti| {
+                let (kind, inner) = ti.as_object()?.iter().next()?;
+                let (key, units) = match kind.as_str() {
+                    "Put" => (object(inner.get("Item")), item_units(inner.get("Item"))),
+                    _ => (object(inner.get("Key")), 1.0),
+                };
+                Some(write(table(inner), key, 2.0 * units))
+            })
+            .collect(),
+        "TransactGetItems" => items(body)
+            .iter()
+            .filter_map(|ti| {
+                let inner = ti.get("Get")?;
+                Some(read(table(inner), object(inner.get("Key")), 2.0))
+            })
+            .collect(),
+        "BatchGetItem" => object(body.get("RequestItems"))
+            .into_iter()
+            .flat_map(|(t, spec)| {
+                let units = if consistent(&spec) { 1.0 } else { 0.5 };
+                spec.get("Keys")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |k| read(t.clone(), object(Some(&k)), units))
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+        "BatchWriteItem" => object(body.get("RequestItems"))
+            .into_iter()
+            .flat_map(|(t, reqs)| {
+                reqs.as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|r| {
+                        if let Some(p) = r.get("PutRequest") {
+                            Some(write(
+                                t.clone(),
+                                object(p.get("Item")),
+                                item_units(p.get("Item")),
+                            ))
+                        } else {
+                            r.get("DeleteRequest")
+                                .map(|d| write(t.clone(), object(d.get("Key")), 1.0))
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn items(body: &Value) -> Vec<Value> {
+    body.get("TransactItems")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The partition a touched item lives on, as text: `table/value` of its
+/// hash key attribute when the table's key schema is known, else of its
+/// whole key (every item its own partition).
+pub(crate) fn partition(touch: &Touch, hash_keys: &HashMap<String, String>) -> String {
+    let value = match hash_keys
+        .get(&touch.table)
+        .and_then(|attr| touch.key.get(attr))
+    {
+        Some(v) => scalar(v),
+        None => {
+            let mut parts: Vec<String> = touch
+                .key
+                .iter()
+                .map(|(k, v)| format!("{k}={}", scalar(v)))
+                .collect();
+            parts.sort();
+            parts.join(",")
+        }
+    };
+    format!("{}/{}", touch.table, value)
+}
+
+/// `{"S": "x"}` → `x`; other types as their JSON.
+fn scalar(v: &Value) -> String {
+    match v.as_object().and_then(|o| o.iter().next()) {
+        Some((t, Value::String(s))) if t == "S" || t == "N" => s.clone(),
+        _ => v.to_string(),
+    }
+}
+
+const DDB: &str = "com.amazonaws.dynamodb.v20120810";
+
+/// An error answer: (status, body).
+pub(crate) fn error(status: u16, kind: &str, message: &str) -> (u16, Value) {
+    let prefix = match kind {
+        "ThrottlingException" | "ServiceUnavailable" => "com.amazon.coral.availability",
+        _ => DDB,
+    };
+    (
+        status,
+        json!({ "__type": format!("{prefix}#{kind}"), "message": message }),
+    )
+}
+
+pub(crate) fn throughput_exceeded() -> (u16, Value) {
+    error(
+        400,
+        "ProvisionedThroughputExceededException",
+        "The level of configured provisioned throughput for the table was exceeded. Consider increasing your provisioning level with the UpdateTable API.",
+    )
+}
+
+pub(crate) fn throttling() -> (u16, Value) {
+    error(
+        400,
+        "ThrottlingException",
+        "Rate of requests exceeds the allowed throughput.",
+    )
+}
+
+/// `TransactionCanceledException` whose reasons are `code` for the items at
+/// `hit` and `None` for the rest, as DynamoDB lists one reason per item.
+pub(crate) fn cancelled(items: usize, hit: &[usize], code: &str, message: &str) -> (u16, Value) {
+    let codes: Vec<&str> = (0..items.max(1))
+        .map(|i| if hit.contains(&i) { code } else { "None" })
+        .collect();
+    let reasons: Vec<Value> = codes
+        .iter()
+        .map(|c| {
+            if *c == "None" {
+                json!({ "Code": "None" })
+            } else {
+                json!({ "Code": c, "Message": message })
+            }
+        })
+        .collect();
+    (
+        400,
+        json!({
+            "__type": format!("{DDB}#TransactionCanceledException"),
+            "Message": format!(
+                "Transaction cancelled, please refer cancellation reasons for specific reasons [{}]",
+                codes.join(", ")
+            ),
+            "CancellationReasons": reasons,
+        }),
+    )
+}
+
+/// The number of items of a transaction request.
+pub(crate) fn transaction_items(body: &Value) -> usize {
+    items(body).len()
+}
+
+/// The error type name of an answer body (`IdempotentParameterMismatchException`).
+pub(crate) fn error_kind(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let t = v.get("__type")?.as_str()?;
+    Some(t.rsplit('#').next().unwrap_or(t).to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transactional_items_cost_double() {
+        let body = json!({
+            "TransactItems": [
+                {"Put": {"TableName": "Likes", "Item": {"user_id": {"S": "u1"}, "reel_id": {"S": "r1"}}}},
+                {"Update": {"TableName": "Counters", "Key": {"pk": {"S": "003#reel#r1#likes"}}}},
+                {"ConditionCheck": {"TableName": "Counters", "Key": {"pk": {"S": "reel#r1#settings"}}}}
+            ],
+            "ClientRequestToken": "t"
+        });
+        let t = touches("TransactWriteItems", &body);
+        assert_eq!(t.len(), 3);
+        assert!(
+            t.iter()
+                .all(|t| t.write_units == 2.0 && t.read_units == 0.0)
+        );
+        let keys = HashMap::from([
+            ("Counters".to_owned(), "pk".to_owned()),
+            ("Likes".to_owned(), "user_id".to_owned()),
+        ]);
+        assert_eq!(partition(&t[0], &keys), "Likes/u1");
+        assert_eq!(partition(&t[1], &keys), "Counters/003#reel#r1#likes");
+        // Unknown schema: the whole key is the partition.
+        assert_eq!(
+            partition(&t[0], &HashMap::new()),
+            "Likes/reel_id=r1,user_id=u1"
+        );
+    }
+
+    #[test]
+    fn reads_cost_by_consistency() {
+        let body = json!({"RequestItems": {"Counters": {"Keys": [{"pk": {"S": "a"}}, {"pk": {"S": "b"}}], "ConsistentRead": true}}});
+        let t = touches("BatchGetItem", &body);
+        assert_eq!(t.len(), 2);
+        assert!(t.iter().all(|t| t.read_units == 1.0));
+        let g = touches(
+            "GetItem",
+            &json!({"TableName": "T", "Key": {"pk": {"S": "a"}}}),
+        );
+        assert_eq!(g[0].read_units, 0.5);
+        assert!(touches("Scan", &json!({"TableName": "T"})).is_empty());
+    }
+
+    #[test]
+    fn cancellation_lists_one_reason_per_item() {
+        let (status, body) = cancelled(
+            3,
+            &[1],
+            "TransactionConflict",
+            "Transaction is ongoing for the item",
+        );
+        assert_eq!(status, 400);
+        let codes: Vec<&str> = body["CancellationReasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["Code"].as_str().unwrap())
+            .collect();
+        assert_eq!(codes, ["None", "TransactionConflict", "None"]);
+        assert_eq!(
+            error_kind(body.to_string().as_bytes()).as_deref(),
+            Some("TransactionCanceledException")
+        );
+        assert_eq!(operation(Some("DynamoDB_20120810.GetItem")), "GetItem");
+    }
+}
