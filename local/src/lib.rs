@@ -9,9 +9,12 @@
 //! * `gateway`: the local API Gateway: route matching, payload-format-2.0
 //!   events, the real handlers.
 //! * [`demo`]: the viral-burst demo.
+//! * [`bench`]: the viral-load benchmark (naive counter, fixed shards, automatic growth).
 
+pub mod bench;
 pub mod demo;
 mod gateway;
+pub mod plan;
 pub mod stack;
 pub mod template;
 

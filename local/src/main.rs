@@ -39,13 +39,27 @@ async fn main() -> Result<()> {
         None | Some("serve") => serve().await,
         Some("demo") => demo().await,
         Some("reconcile") => reconcile().await,
+        Some("plan") => {
+            print!("{}", likes_local::plan::run_cli(&args[1..])?);
+            Ok(())
+        }
+        Some("bench") => {
+            let opts = likes_local::bench::BenchOptions::from_env(PathBuf::from(env_or(
+                "TEMPLATE",
+                "template.yaml",
+            )))?;
+            print!("{}", likes_local::bench::run(opts).await?);
+            Ok(())
+        }
         Some("-h" | "--help" | "help") => {
             println!(
-                "usage: likes-local [serve|demo|reconcile]\n\nsee README.md for the environment variables"
+                "usage: likes-local [serve|demo|reconcile|plan|bench]\n\nsee README.md for the environment variables; likes-local plan --help for the shard-sizing planner"
             );
             Ok(())
         }
-        Some(other) => bail!("unknown command {other:?}; expected serve, demo or reconcile"),
+        Some(other) => {
+            bail!("unknown command {other:?}; expected serve, demo, reconcile, plan or bench")
+        }
     }
 }
 
@@ -95,6 +109,12 @@ async fn serve() -> Result<()> {
         "  tables:   {}, {}",
         stack.config.counters_table, stack.config.likes_table
     );
+    if let Some(p) = &stack.proxy {
+        println!(
+            "  faults:   functions reach DynamoDB through the fault proxy {} (FAULTS); stats: curl {}/__proxy/stats",
+            p.url, p.url
+        );
+    }
     println!("  auth:     dev (x-user-id header accepted; admin routes open)");
     println!(
         "  resize:   curl -X POST -d '{{\"shards\": 20}}' {}/admin/reels/r1/shards  (completed by the schedule)",
@@ -110,6 +130,12 @@ async fn serve() -> Result<()> {
     println!("ready: {}/healthz", stack.base_url);
     shutdown_signal().await;
     println!("stopping");
+    if let Some(p) = &stack.proxy {
+        println!(
+            "fault proxy: {}",
+            serde_json::to_string_pretty(&p.stats()).unwrap_or_default()
+        );
+    }
     stack.shutdown().await;
     Ok(())
 }

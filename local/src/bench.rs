@@ -1,0 +1,660 @@
+//! The viral-load benchmark: one viral reel under an open-loop load of likes
+//! from distinct users, plus background likes on other reels and feed reads,
+//! against the real handlers and embedded dynoxide behind the fault proxy's
+//! per-key capacity model, side by side for:
+//!
+//! 1. `naive`: one counter item, `UpdateItem ADD n :1` per like (what one
+//!    would write without this project), through the same SDK settings;
+//! 2. `fixed`: this project with the viral reel pre-sized to a fixed shard
+//!    count, cache on;
+//! 3. `fixed-nocache`: the same with the read cache off (`CACHE_TTL_MS=0`),
+//!    to show what the cache saves;
+//! 4. `auto`: this project from 1 shard, growing automatically.
+//!
+//! The capacity cap is scaled down (`write_cap` units per key per second)
+//! so that this machine can reach it; everything else (the sizing rule's
+//! safe rate per shard, the hot-reel threshold, the resize waits) is scaled
+//! with it. The load is open-loop: requests are sent on schedule whether or
+//! not earlier ones have been answered, and a refused like is not retried,
+//! so throttling shows as refusals, not as a slower client.
+
+use crate::stack::{Stack, StackOptions};
+use anyhow::{Context, Result, anyhow};
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::Serialize;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// What to run; every field has a `BENCH_*` variable.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchOptions {
+    /// Likes a second offered on the viral reel (`BENCH_RATE`).
+    pub viral_rate: f64,
+    /// Likes a second on the background reels (`BENCH_BACKGROUND_RATE`).
+    pub background_rate: f64,
+    /// Feed reads a second, each of the viral reel and the background
+    /// reels (`BENCH_READ_RATE`).
+    pub read_rate: f64,
+    /// Seconds of load per variant (`BENCH_SECONDS`).
+    pub seconds: f64,
+    /// Write units one partition key takes per second (`BENCH_WRITE_CAP`;
+    /// DynamoDB: 1,000).
+    pub write_cap: f64,
+    /// Shards of the `fixed` variants (`BENCH_SHARDS`).
+    pub fixed_shards: u32,
+    /// Repetitions of every variant (`BENCH_RUNS`); medians are reported.
+    pub runs: u32,
+    /// Variants to run (`BENCH_VARIANTS`, comma-separated).
+    pub variants: Vec<String>,
+    /// On-demand prices, dollars per million write / read request units
+    /// (`BENCH_WRU_PRICE`, `BENCH_RRU_PRICE`; us-east-1 defaults).
+    pub wru_price: f64,
+    pub rru_price: f64,
+    /// Where the JSON results go (`BENCH_OUT`).
+    pub out: PathBuf,
+    #[serde(skip)]
+    pub template: PathBuf,
+}
+
+impl BenchOptions {
+    pub fn from_env(template: PathBuf) -> Result<Self> {
+        let num = |name: &str, default: f64| -> Result<f64> {
+            match std::env::var(name).ok().filter(|v| !v.trim().is_empty()) {
+                None => Ok(default),
+                Some(v) => v
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| anyhow!("{name}={v:?}: expected a positive number")),
+            }
+        };
+        let variants = std::env::var("BENCH_VARIANTS")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| "naive,fixed,fixed-nocache,auto".into())
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .collect::<Vec<_>>();
+        for v in &variants {
+            if !["naive", "fixed", "fixed-nocache", "auto"].contains(&v.as_str()) {
+                return Err(anyhow!("BENCH_VARIANTS: unknown variant {v:?}"));
+            }
+        }
+        Ok(BenchOptions {
+            viral_rate: num("BENCH_RATE", 150.0)?,
+            background_rate: num("BENCH_BACKGROUND_RATE", 20.0)?,
+            read_rate: num("BENCH_READ_RATE", 20.0)?,
+            seconds: num("BENCH_SECONDS", 20.0)?,
+            write_cap: num("BENCH_WRITE_CAP", 60.0)?,
+            fixed_shards: num("BENCH_SHARDS", 10.0)? as u32,
+            runs: num("BENCH_RUNS", 3.0)? as u32,
+            variants,
+            wru_price: num("BENCH_WRU_PRICE", 0.625)?,
+            rru_price: num("BENCH_RRU_PRICE", 0.125)?,
+            out: PathBuf::from(
+                std::env::var("BENCH_OUT").unwrap_or_else(|_| "target/bench/viral.json".into()),
+            ),
+            template,
+        })
+    }
+}
+
+/// One variant's measurements in one run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunResult {
+    pub variant: String,
+    pub offered_likes_per_sec: f64,
+    pub accepted_likes_per_sec: f64,
+    /// Viral likes refused (429/503, or an SDK error for `naive`), %.
+    pub refused_pct: f64,
+    /// ... in the second half of the run (after any growth).
+    pub refused_pct_second_half: f64,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+    /// The busiest partition key's most write units in one second.
+    pub busiest_key_wcu_per_sec: f64,
+    pub busiest_key: String,
+    pub cap: f64,
+    /// Shards of the viral reel at the end.
+    pub shards: u32,
+    /// shards × cap ÷ write units per like on the hot key.
+    pub ceiling_likes_per_sec: f64,
+    pub offered_to_ceiling: f64,
+    /// Write units per accepted like (all likes, viral and background).
+    pub wcu_per_like: f64,
+    /// Read units per answered feed read (of 1 + background reels).
+    pub rcu_per_read: f64,
+    /// Shard items read a second (by the product's reads).
+    pub shard_reads_per_sec: f64,
+    /// What those reads would be without the cache: every read sums every
+    /// shard of every reel it asks for.
+    pub shard_reads_per_sec_uncached_equiv: f64,
+    /// The stored count, and the likes acknowledged in the end (all of
+    /// them, unless a retry never got through).
+    pub final_count: i64,
+    pub acknowledged: i64,
+    pub exact: bool,
+    pub dollars_per_million_likes: f64,
+    pub dollars_per_million_reads: f64,
+}
+
+const VIRAL: &str = "viral";
+const BACKGROUND_REELS: usize = 9;
+
+fn stack_env(opts: &BenchOptions, variant: &str) -> Vec<(String, String)> {
+    let cap = opts.write_cap;
+    let mut env = vec![
+        ("FAULTS".into(), format!("seed=1,write_cap={cap}")),
+        // The local reshard schedule, every second.
+        ("LOCAL_SCHEDULE_SECS".into(), "1".into()),
+        // The sizing rule scaled with the cap: production runs 400 likes a
+        // second per shard against 1,000 units (2 units a like).
+        ("SHARD_WRITES_PER_SEC".into(), format!("{}", cap * 0.4)),
+        ("HOT_LIKES_PER_SEC".into(), format!("{}", cap * 0.3)),
+        ("COOL_LIKES_PER_SEC".into(), "0.1".into()),
+        // Resize waits scaled down with the bounds they cover.
+        ("SETTINGS_TTL_MS".into(), "500".into()),
+        ("REQUEST_TIMEOUT_MS".into(), "3000".into()),
+        ("REQUEST_BUDGET_MS".into(), "2500".into()),
+        ("DDB_OPERATION_TIMEOUT_MS".into(), "1000".into()),
+        ("DDB_ATTEMPT_TIMEOUT_MS".into(), "800".into()),
+        ("RESIZE_MARGIN_MS".into(), "200".into()),
+        ("RESHARD_MAX_WAIT_MS".into(), "0".into()),
+    ];
+    let (auto, cache) = match variant {
+        "auto" => ("on", "2000"),
+        "fixed-nocache" => ("off", "0"),
+        _ => ("off", "2000"),
+    };
+    env.push(("AUTO_RESHARD".into(), auto.into()));
+    env.push(("CACHE_TTL_MS".into(), cache.into()));
+    env
+}
+
+struct Sample {
+    user: String,
+    at: Duration,
+    ok: bool,
+    latency: Duration,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Sends `count` requests at `rate` a second on schedule (open loop); each
+/// is `make(i)`, run as its own task.
+async fn open_loop<F, Fut, T>(rate: f64, seconds: f64, make: F) -> Vec<T>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let count = (rate * seconds).round() as u64;
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
+        tasks.push(tokio::spawn(make(i)));
+    }
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        if let Ok(v) = t.await {
+            out.push(v);
+        }
+    }
+    out
+}
+
+async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<RunResult> {
+    let mut so = StackOptions::isolated(opts.template.clone());
+    for (k, v) in stack_env(opts, variant) {
+        so.env.insert(k, v);
+    }
+    let stack = Stack::start(so).await.context("starting the stack")?;
+    let proxy = stack.proxy.clone().context("the stack has a proxy")?;
+    let settings_key = |reel: &str| format!("reel#{reel}#settings");
+    if variant.starts_with("fixed") {
+        stack
+            .client
+            .put_item()
+            .table_name(&stack.config.counters_table)
+            .item("pk", AttributeValue::S(settings_key(VIRAL)))
+            .item(
+                "write_shards",
+                AttributeValue::N(opts.fixed_shards.to_string()),
+            )
+            .item(
+                "read_shards",
+                AttributeValue::N(opts.fixed_shards.to_string()),
+            )
+            .send()
+            .await
+            .context("pre-sizing the viral reel")?;
+    }
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()?;
+    let base = stack.base_url.clone();
+    // The naive counter writes through the same proxy with the product's
+    // own SDK settings (retries and timeouts).
+    let naive_client = crate::stack::client_for(
+        &stack.config,
+        &proxy.url,
+        &StackOptions::isolated(opts.template.clone()),
+    )
+    .await;
+    let counters = stack.config.counters_table.clone();
+    proxy.reset_stats();
+    let reads_before = stack
+        .app
+        .reshard
+        .store()
+        .stats()
+        .shard_reads_batch
+        .load(Ordering::Relaxed);
+    let t0 = Instant::now();
+    let prefix = format!("r{run}");
+
+    let viral = {
+        let (http, base, naive, counters, prefix) = (
+            http.clone(),
+            base.clone(),
+            naive_client.clone(),
+            counters.clone(),
+            prefix.clone(),
+        );
+        let naive_variant = variant == "naive";
+        open_loop(opts.viral_rate, opts.seconds, move |i| {
+            let (http, base, naive, counters) =
+                (http.clone(), base.clone(), naive.clone(), counters.clone());
+            let user = format!("{prefix}v{i}");
+            async move {
+                let sent = Instant::now();
+                let ok = viral_like(naive_variant, &naive, &counters, &http, &base, &user).await;
+                Sample {
+                    user,
+                    at: t0.elapsed(),
+                    ok,
+                    latency: sent.elapsed(),
+                }
+            }
+        })
+    };
+    let background = {
+        let (http, base, prefix) = (http.clone(), base.clone(), prefix.clone());
+        open_loop(opts.background_rate, opts.seconds, move |i| {
+            let (http, base) = (http.clone(), base.clone());
+            let reel = format!("bg{}", i as usize % BACKGROUND_REELS);
+            let user = format!("{prefix}b{i}");
+            async move {
+                http.put(format!("{base}/reels/{reel}/like"))
+                    .header("x-user-id", &user)
+                    .send()
+                    .await
+                    .map(|r| r.status().is_success())
+                    .unwrap_or(false)
+            }
+        })
+    };
+    let ids = std::iter::once(VIRAL.to_owned())
+        .chain((0..BACKGROUND_REELS).map(|i| format!("bg{i}")))
+        .collect::<Vec<_>>()
+        .join(",");
+    let reads = {
+        let (http, base) = (http.clone(), base.clone());
+        open_loop(opts.read_rate, opts.seconds, move |_| {
+            let (http, base, ids) = (http.clone(), base.clone(), ids.clone());
+            async move {
+                http.get(format!("{base}/likes?reel_ids={ids}"))
+                    .send()
+                    .await
+                    .map(|r| r.status().is_success())
+                    .unwrap_or(false)
+            }
+        })
+    };
+    let (viral, background, reads) = tokio::join!(viral, background, reads);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let stats = proxy.stats();
+    // Every refused like is retried after the load (as its client would),
+    // until acknowledged: then every offered like must be counted exactly
+    // once. Not part of the rates above.
+    let refused_users: Vec<String> = viral
+        .iter()
+        .filter(|s| !s.ok)
+        .map(|s| s.user.clone())
+        .collect();
+    let naive_variant = variant == "naive";
+    let mut unsettled = 0usize;
+    for chunk in refused_users.chunks(16) {
+        let settled = futures::future::join_all(chunk.iter().map(|user| async {
+            for attempt in 0..50u64 {
+                if viral_like(naive_variant, &naive_client, &counters, &http, &base, user).await {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(20 * attempt.min(10))).await;
+            }
+            false
+        }))
+        .await;
+        unsettled += settled.iter().filter(|ok| !**ok).count();
+    }
+    let shard_reads = stack
+        .app
+        .reshard
+        .store()
+        .stats()
+        .shard_reads_batch
+        .load(Ordering::Relaxed)
+        - reads_before;
+
+    // Exactness: every offered like was acknowledged in the end; the store
+    // must hold exactly one per user.
+    let acknowledged = (viral.len() - unsettled) as i64;
+    let (final_count, shards) = if variant == "naive" {
+        let item = stack
+            .client
+            .get_item()
+            .table_name(&counters)
+            .key("pk", AttributeValue::S(format!("naive#{VIRAL}")))
+            .consistent_read(true)
+            .send()
+            .await?
+            .item
+            .unwrap_or_default();
+        let n = item
+            .get("n")
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        (n, 1)
+    } else {
+        let reel = likes::keys::ReelId::parse(VIRAL).map_err(|e| anyhow!(e.0))?;
+        let settings = stack
+            .app
+            .service
+            .settings(&reel)
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
+        let rows = count_rows(&stack, VIRAL).await?;
+        let sum = shard_sum(&stack, VIRAL).await?;
+        // The shards must hold exactly the like rows; a difference shows as
+        // a mismatch against the acknowledged likes.
+        (if sum == rows { rows } else { sum }, settings.write_shards)
+    };
+
+    let accepted = viral.iter().filter(|s| s.ok).count();
+    let mut lat: Vec<f64> = viral
+        .iter()
+        .filter(|s| s.ok)
+        .map(|s| s.latency.as_secs_f64() * 1000.0)
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let half = Duration::from_secs_f64(opts.seconds / 2.0);
+    let second_half: Vec<&Sample> = viral.iter().filter(|s| s.at >= half).collect();
+    let refused = |v: &[&Sample]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            100.0 * v.iter().filter(|s| !s.ok).count() as f64 / v.len() as f64
+        }
+    };
+    let all: Vec<&Sample> = viral.iter().collect();
+    let likes_accepted = accepted + background.iter().filter(|ok| **ok).count();
+    let reads_ok = reads.iter().filter(|ok| **ok).count().max(1);
+    let wcu_per_like = stats.total_write_units() / likes_accepted.max(1) as f64;
+    let rcu_per_read = stats.total_read_units() / reads_ok as f64;
+    let units_per_like_on_hot_key = if variant == "naive" { 1.0 } else { 2.0 };
+    let ceiling = shards as f64 * opts.write_cap / units_per_like_on_hot_key;
+    let busiest = stats.hot_keys.iter().max_by(|a, b| {
+        a.max_write_units_per_sec
+            .total_cmp(&b.max_write_units_per_sec)
+    });
+    // Every feed read sums every shard of the 10 reels without a cache.
+    let uncached = reads_ok as f64 * (shards as f64 + BACKGROUND_REELS as f64) / elapsed;
+    let result = RunResult {
+        variant: variant.to_owned(),
+        offered_likes_per_sec: opts.viral_rate,
+        accepted_likes_per_sec: accepted as f64 / opts.seconds,
+        refused_pct: refused(&all),
+        refused_pct_second_half: refused(&second_half),
+        latency_p50_ms: percentile(&lat, 0.5),
+        latency_p99_ms: percentile(&lat, 0.99),
+        busiest_key_wcu_per_sec: busiest.map_or(0.0, |k| k.max_write_units_per_sec),
+        busiest_key: busiest.map(|k| k.partition.clone()).unwrap_or_default(),
+        cap: opts.write_cap,
+        shards,
+        ceiling_likes_per_sec: ceiling,
+        offered_to_ceiling: opts.viral_rate / ceiling,
+        wcu_per_like,
+        rcu_per_read,
+        shard_reads_per_sec: shard_reads as f64 / elapsed,
+        shard_reads_per_sec_uncached_equiv: uncached,
+        final_count,
+        acknowledged,
+        exact: final_count == acknowledged,
+        dollars_per_million_likes: wcu_per_like * opts.wru_price,
+        dollars_per_million_reads: rcu_per_read * opts.rru_price,
+    };
+    stack.shutdown().await;
+    Ok(result)
+}
+
+type Item = std::collections::HashMap<String, AttributeValue>;
+
+async fn scan_all(stack: &Stack, table: &str) -> Result<Vec<Item>> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let out = stack
+            .client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await?;
+        items.extend(out.items.unwrap_or_default());
+        start = out.last_evaluated_key;
+        if start.is_none() {
+            return Ok(items);
+        }
+    }
+}
+
+fn text<'a>(item: &'a Item, attr: &str) -> &'a str {
+    item.get(attr).and_then(|v| v.as_s().ok()).map_or("", |s| s)
+}
+
+/// One like of the viral reel by `user`: whether it was acknowledged. The
+/// product's like carries an `Idempotency-Key`, as a careful client's
+/// would, so that its retry after a refusal counts once; the naive counter
+/// has nothing of the kind.
+async fn viral_like(
+    naive_variant: bool,
+    naive: &aws_sdk_dynamodb::Client,
+    counters: &str,
+    http: &reqwest::Client,
+    base: &str,
+    user: &str,
+) -> bool {
+    if naive_variant {
+        let r = naive
+            .update_item()
+            .table_name(counters)
+            .key("pk", AttributeValue::S(format!("naive#{VIRAL}")))
+            .update_expression("ADD n :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .send()
+            .await;
+        return r.is_ok();
+    }
+    http.put(format!("{base}/reels/{VIRAL}/like"))
+        .header("x-user-id", user)
+        .header("idempotency-key", format!("bench-{user}"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
+
+/// Like rows of `reel`, counted with a scan (the truth).
+async fn count_rows(stack: &Stack, reel: &str) -> Result<i64> {
+    let items = scan_all(stack, &stack.config.likes_table).await?;
+    Ok(items.iter().filter(|i| text(i, "reel_id") == reel).count() as i64)
+}
+
+/// The sum of every shard item and the base item of `reel`.
+async fn shard_sum(stack: &Stack, reel: &str) -> Result<i64> {
+    let suffix = format!("#reel#{reel}#likes");
+    let items = scan_all(stack, &stack.config.counters_table).await?;
+    Ok(items
+        .iter()
+        .filter(|i| text(i, "pk").ends_with(&suffix))
+        .filter_map(|i| {
+            i.get("n")
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse::<i64>().ok())
+        })
+        .sum())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        0.0
+    } else if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    }
+}
+
+/// Runs every variant `runs` times (interleaved, so drift of the machine
+/// spreads over all of them), writes the JSON and returns the Markdown
+/// table of medians with min–max.
+pub async fn run(opts: BenchOptions) -> Result<String> {
+    let mut results: BTreeMap<String, Vec<RunResult>> = BTreeMap::new();
+    for run in 0..opts.runs {
+        for v in &opts.variants {
+            eprintln!("bench: run {}/{} variant {v}", run + 1, opts.runs);
+            let r = run_variant(&opts, v, run).await?;
+            eprintln!(
+                "  accepted {:.1}/s of {:.0}/s, refused {:.1}%, p99 {:.0} ms, busiest key {:.0} WCU/s (cap {:.0}), shards {}, exact {}",
+                r.accepted_likes_per_sec,
+                r.offered_likes_per_sec,
+                r.refused_pct,
+                r.latency_p99_ms,
+                r.busiest_key_wcu_per_sec,
+                r.cap,
+                r.shards,
+                r.exact
+            );
+            results.entry(v.clone()).or_default().push(r);
+        }
+    }
+    let table = markdown(&opts, &results);
+    if let Some(dir) = opts.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(
+        &opts.out,
+        serde_json::to_string_pretty(&json!({ "options": opts, "runs": results }))?,
+    )?;
+    Ok(table)
+}
+
+fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> String {
+    type Get = fn(&RunResult) -> f64;
+    let rows: [(&str, Get, usize); 16] = [
+        (
+            "accepted likes/s (offered)",
+            |r| r.accepted_likes_per_sec,
+            1,
+        ),
+        ("refused % (whole run)", |r| r.refused_pct, 1),
+        ("refused % (second half)", |r| r.refused_pct_second_half, 1),
+        ("latency p50 ms", |r| r.latency_p50_ms, 1),
+        ("latency p99 ms", |r| r.latency_p99_ms, 1),
+        ("busiest key WCU/s", |r| r.busiest_key_wcu_per_sec, 0),
+        ("shards at the end", |r| r.shards as f64, 0),
+        (
+            "ceiling likes/s (shards × cap ÷ units)",
+            |r| r.ceiling_likes_per_sec,
+            0,
+        ),
+        ("offered ÷ ceiling", |r| r.offered_to_ceiling, 2),
+        ("WCU per like", |r| r.wcu_per_like, 2),
+        ("RCU per feed read (10 reels)", |r| r.rcu_per_read, 2),
+        ("shard reads/s", |r| r.shard_reads_per_sec, 0),
+        (
+            "shard reads/s without a cache (equiv.)",
+            |r| r.shard_reads_per_sec_uncached_equiv,
+            0,
+        ),
+        (
+            "stored − offered, after client retries",
+            |r| (r.final_count - r.acknowledged) as f64,
+            0,
+        ),
+        ("$ per million likes", |r| r.dollars_per_million_likes, 3),
+        (
+            "$ per million feed reads",
+            |r| r.dollars_per_million_reads,
+            3,
+        ),
+    ];
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Offered: {:.0} likes/s on one reel from distinct users, {:.0} likes/s on {} background reels, {:.0} feed reads/s (10 reels each); {:.0} s per variant, {} runs; write cap {:.0} units per key per second; fixed variants {} shards. Medians, with min–max over the runs.\n\n",
+        opts.viral_rate,
+        opts.background_rate,
+        BACKGROUND_REELS,
+        opts.read_rate,
+        opts.seconds,
+        opts.runs,
+        opts.write_cap,
+        opts.fixed_shards
+    ));
+    out.push_str("| metric |");
+    for v in results.keys() {
+        out.push_str(&format!(" {v} |"));
+    }
+    out.push_str("\n| --- |");
+    for _ in results.keys() {
+        out.push_str(" --- |");
+    }
+    out.push('\n');
+    for (name, get, prec) in rows {
+        out.push_str(&format!("| {name} |"));
+        for rs in results.values() {
+            let vals: Vec<f64> = rs.iter().map(get).collect();
+            let (lo, hi) = vals
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+                    (a.min(*x), b.max(*x))
+                });
+            let m = median(vals.clone());
+            if (hi - lo).abs() < 1e-9 {
+                out.push_str(&format!(" {m:.prec$} |"));
+            } else {
+                out.push_str(&format!(" {m:.prec$} ({lo:.prec$}–{hi:.prec$}) |"));
+            }
+        }
+        out.push('\n');
+    }
+    let exact = results.values().flatten().all(|r| r.exact);
+    out.push_str(&format!(
+        "\nEvery run exact (stored count = acknowledged likes): {}.\n",
+        if exact { "yes" } else { "NO" }
+    ));
+    out
+}
