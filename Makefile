@@ -6,10 +6,10 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: check-cargo serve test demo resize reconcile unit lint-template smoke fmt clippy lambda-build sam-build deploy invoke help
+.PHONY: check-cargo serve test demo resize reconcile plan bench benchmarks unit lint-template smoke schemathesis fuzz fmt clippy lambda-build sam-build deploy invoke help
 
 help:
-	@echo "make serve | test | demo | resize | reconcile | lambda-build | sam-build | deploy | invoke"
+	@echo "make serve | test | demo | resize | reconcile | plan | bench | benchmarks | fuzz | lambda-build | sam-build | deploy | invoke"
 
 check-cargo:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
@@ -38,9 +38,10 @@ resize:
 reconcile: check-cargo
 	DRY_RUN=$(DRY_RUN) $(CARGO) run --locked --quiet -p likes-local --bin likes-local -- reconcile
 
-## All tests: the template lint, unit + integration tests, and an end-to-end
-## run of the `make serve` binary with the demo against it.
-test: check-cargo lint-template smoke unit
+## All tests: the template lint, unit + integration tests, an end-to-end
+## run of the `make serve` binary with the demo against it, schemathesis
+## against that binary, and a bounded fuzz run (FUZZ_SECONDS, default 60).
+test: check-cargo lint-template smoke unit schemathesis fuzz
 
 unit:
 	$(CARGO) test --workspace --locked
@@ -51,6 +52,28 @@ lint-template:
 smoke:
 	$(CARGO) build --locked --quiet -p likes-local --bin likes-local
 	scripts/smoke-serve.sh target/debug/likes-local
+
+## openapi.yaml against the running product (installs schemathesis in a venv).
+schemathesis:
+	$(CARGO) build --locked --quiet -p likes-local --bin likes-local
+	scripts/schemathesis.sh target/debug/likes-local
+
+## A bounded fuzz run of request parsing; FUZZ_SECONDS=3600 make fuzz for longer.
+fuzz: check-cargo
+	scripts/fuzz.sh
+
+## The shard-sizing planner: make plan ARGS='--peak 14000 --cap 1000 --units 1 --shards 20'
+ARGS ?= --peak 14000 --cap 1000 --headroom 0.3
+plan: check-cargo
+	$(CARGO) run --locked --quiet -p likes-local --bin likes-local -- plan $(ARGS)
+
+## The viral-load benchmark (release build; BENCH_* variables, see README).
+bench: check-cargo
+	$(CARGO) run --locked --quiet --release -p likes-local --bin likes-local -- bench
+
+## Every figure of BENCHMARKS.md, regenerated.
+benchmarks: check-cargo
+	scripts/benchmarks.sh
 
 fmt:
 	$(CARGO) fmt --all
