@@ -5,7 +5,7 @@
 # crash; the input that crashed is left in fuzz/artifacts/request/.
 #
 #   scripts/fuzz.sh                        # 60 s of fuzzing after the build
-#   FUZZ_SECONDS=3600 scripts/fuzz.sh      # an hour
+#   FUZZ_SECONDS=3600 FUZZ_PROFILE=release scripts/fuzz.sh   # an hour, optimised
 #   FUZZ_JOBS=2 FUZZ_SECONDS=3600 scripts/fuzz.sh   # both cores
 #   scripts/fuzz.sh -only_ascii=1          # extra arguments go to libFuzzer
 #
@@ -34,6 +34,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_JOBS=${FUZZ_JOBS:-1}
 FUZZ_SANITIZER=${FUZZ_SANITIZER:-none}
 FUZZ_TOOLCHAIN=${FUZZ_TOOLCHAIN:-}
+FUZZ_PROFILE=${FUZZ_PROFILE:-dev}
 TARGET=request
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,6 +63,14 @@ fi
 "${cargo_cmd[@]}" fetch --locked --quiet
 
 fuzz_args=(--sanitizer "$FUZZ_SANITIZER" --target-dir "$root/fuzz/target")
+# The bounded run of `make test` builds without optimisation (--dev): a clean
+# optimised build of the SDK the `likes` library links takes ~20 CPU minutes
+# here, an unoptimised one a fraction of that, and a minute of fuzzing needs
+# executions less than it needs the build to finish. FUZZ_PROFILE=release
+# for long runs (several times more executions a second).
+if [ "$FUZZ_PROFILE" = dev ]; then
+    fuzz_args+=(--dev)
+fi
 work_corpus="$root/fuzz/target/corpus/$TARGET"
 mkdir -p "$work_corpus" "$root/fuzz/corpus/$TARGET"
 
