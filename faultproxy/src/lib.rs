@@ -195,9 +195,12 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Dr
         return Err(Dropped);
     };
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    shared.learn_tables(&parsed, &op, &headers).await;
+    // The items the request touches, worked out once for both the schema
+    // lookup and the plan.
+    let touches = protocol::touches(&op, &parsed);
+    shared.learn_tables(&touches, &headers).await;
 
-    let plan = shared.plan(&op, &parsed, &body);
+    let plan = shared.plan(&op, &parsed, &touches);
     if !plan.delay.is_zero() {
         tokio::time::sleep(plan.delay).await;
     }

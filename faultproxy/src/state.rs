@@ -272,14 +272,14 @@ impl Shared {
         s
     }
 
-    /// Learns the hash key of every table `body` touches, with a
+    /// Learns the hash key of every table in `touches`, with a
     /// DescribeTable to the emulator the first time a table is seen.
-    pub(crate) async fn learn_tables(&self, body: &Value, op: &str, headers: &HeaderMap) {
+    pub(crate) async fn learn_tables(&self, touches: &[Touch], headers: &HeaderMap) {
         let tables: Vec<String> = {
             let g = self.lock();
-            let mut t: Vec<String> = protocol::touches(op, body)
-                .into_iter()
-                .map(|t| t.table)
+            let mut t: Vec<String> = touches
+                .iter()
+                .map(|t| t.table.clone())
                 .filter(|t| !g.hash_keys.contains_key(t) && !g.unknown_tables.contains(t))
                 .collect();
             t.sort();
@@ -335,7 +335,7 @@ impl Shared {
 
     /// Decides what happens to one request: the fault draw, then the
     /// capacity model; charges the capacity of what will be forwarded.
-    pub(crate) fn plan(&self, op: &str, body: &Value, _raw: &Bytes) -> Planned {
+    pub(crate) fn plan(&self, op: &str, body: &Value, touches: &[Touch]) -> Planned {
         let mut g = self.lock();
         let g = &mut *g;
         bump(&mut g.stats.requests, op);
@@ -410,7 +410,6 @@ impl Shared {
         });
 
         // The capacity model.
-        let touches = protocol::touches(op, body);
         let second = g.started.elapsed().as_secs();
         let partitions: Vec<String> = touches
             .iter()
@@ -514,7 +513,7 @@ impl Shared {
         let (body, unprocessed) = if unread.is_empty() {
             (None, None)
         } else {
-            let (b, u) = split_batch(body, &touches, &unread);
+            let (b, u) = split_batch(body, touches, &unread);
             (Some(b), Some(u))
         };
         Planned {

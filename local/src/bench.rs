@@ -221,13 +221,16 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
     }
     let stack = Stack::start(so).await.context("starting the stack")?;
     let proxy = stack.proxy.clone().context("the stack has a proxy")?;
-    let settings_key = |reel: &str| format!("reel#{reel}#settings");
+    let viral_id = likes::keys::ReelId::parse(VIRAL).map_err(|e| anyhow!(e.0))?;
     if variant.starts_with("fixed") {
         stack
             .client
             .put_item()
             .table_name(&stack.config.counters_table)
-            .item("pk", AttributeValue::S(settings_key(VIRAL)))
+            .item(
+                "pk",
+                AttributeValue::S(likes::keys::settings_key(&viral_id)),
+            )
             .item(
                 "write_shards",
                 AttributeValue::N(opts.fixed_shards.to_string()),
@@ -378,11 +381,10 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
             .unwrap_or(0);
         (n, 1)
     } else {
-        let reel = likes::keys::ReelId::parse(VIRAL).map_err(|e| anyhow!(e.0))?;
         let settings = stack
             .app
             .service
-            .settings(&reel)
+            .settings(&viral_id)
             .await
             .map_err(|e| anyhow!("{e}"))?;
         let rows = count_rows(&stack, VIRAL).await?;
