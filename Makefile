@@ -6,10 +6,10 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: check-cargo serve test demo resize reconcile plan bench benchmarks unit lint-template smoke schemathesis fuzz fmt clippy lambda-build sam-build deploy invoke help
+.PHONY: check-cargo serve test demo resize reconcile plan bench lambda-figures benchmarks unit lint-template smoke schemathesis fuzz fmt clippy lambda-build sam-build deploy invoke help
 
 help:
-	@echo "make serve | test | demo | resize | reconcile | plan | bench | benchmarks | fuzz | lambda-build | sam-build | deploy | invoke"
+	@echo "make serve | test | demo | resize | reconcile | plan | bench | lambda-figures | benchmarks | fuzz | lambda-build | sam-build | deploy | invoke"
 
 check-cargo:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
@@ -68,8 +68,14 @@ plan: check-cargo
 	$(CARGO) run --locked --quiet -p likes-local --bin likes-local -- plan $(ARGS)
 
 ## The viral-load benchmark (release build; BENCH_* variables, see README).
+## Release builds of the benchmarks share target/bench-release, not target/.
 bench: check-cargo
-	$(CARGO) run --locked --quiet --release -p likes-local --bin likes-local -- bench
+	CARGO_TARGET_DIR=target/bench-release $(CARGO) run --locked --quiet --release -p likes-local --bin likes-local -- bench
+
+## The Lambda figures alone: bootstrap size, cold start, peak memory and warm
+## overhead against a lambda_runtime hello-world (RUNS=, SKIP_BUILD=1).
+lambda-figures: check-cargo
+	scripts/lambda-figures.sh
 
 ## Every figure of BENCHMARKS.md, regenerated.
 benchmarks: check-cargo

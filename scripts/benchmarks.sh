@@ -24,11 +24,16 @@ machine() {
   echo "- $(rustc -V)"
   echo "- $(uname -sr)"
   echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "- source: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' with uncommitted changes')"
 }
 
+# Every release build of the benchmarks goes to one target directory (the
+# Lambda figures build there too), not target/: a test run can go on while
+# it builds.
+export CARGO_TARGET_DIR="$root/target/bench-release"
 echo "benchmarks: building (release)" >&2
 $cargo build --locked --quiet --release -p likes-local --bin likes-local
-bin=target/release/likes-local
+bin=target/bench-release/release/likes-local
 
 plan() {
   echo '```'
@@ -45,12 +50,15 @@ echo "benchmarks: planner" >&2
 } > "$work/plan.md"
 
 echo "benchmarks: viral load" >&2
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 RUST_LOG=${RUST_LOG:-off} BENCH_OUT=target/bench/viral.json "$bin" bench > "$work/bench.md"
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 if [ "${SKIP_LAMBDA:-0}" != 1 ]; then
   echo "benchmarks: Lambda figures" >&2
   scripts/lambda-figures.sh > /dev/null
-  cp target/lambda-figures.md "$work/lambda.md"
+  # Its own title is this file's section heading.
+  sed '1{/^## Lambda figures$/d}' target/lambda-figures.md > "$work/lambda.md"
 else
   echo "(not regenerated in this run: SKIP_LAMBDA=1)" > "$work/lambda.md"
 fi
@@ -95,45 +103,58 @@ units; `BENCH_WRU_PRICE`, `BENCH_RRU_PRICE`), from the units the proxy
 counted. Latency is local (loopback, an emulator on SQLite), not DynamoDB's.
 
 EOF
+  echo "Command: \`RUST_LOG=off BENCH_OUT=target/bench/viral.json $bin bench\`$(env | grep -q '^BENCH_' && printf ', with %s' "$(env | grep '^BENCH_' | sort | tr '\n' ' ' | sed 's/ $//')")."
+  echo
   cat "$work/bench.md"
   cat <<'EOF'
 
-How to read it:
+How to read it (the figures are in the table above; nothing below is
+copied from a run):
 
 - **Sustained rate.** The sharded variants must sustain the offered rate.
-  - `fixed` takes all 150 likes/s with none refused, at half its ceiling
-    (10 shards × 60 ÷ 2). Its busiest shard peaked at 46–50 of 60 units a
-    second.
-  - `naive` is capped at exactly its ceiling (60 likes/s, 1 unit each) and
-    refuses 60% of the likes.
-  - `auto` starts at 1 shard (ceiling 30 likes/s). It is grown by the read
-    path's rate observer and the contention observer, then by the scheduled
-    runs. Each resize step waits the settings cache, the request bound and a
-    margin (scaled down here to about 5 s). It refuses 38% over the whole
-    run and about 10% in the second half, and ends at 13 shards:
-    `ceil(150 × 2.0 / 24)`, the sizing rule with the cap scaled.
-- **Exactness.** "stored − offered" is 0 in every run. The naive counter is
-  also exact here, because the proxy's capacity model refuses before writing
-  and the bench injects no lost answers. Under lost answers a naive retry
-  double counts; see `tests/tests/faults.rs` for the product under those.
-- **WCU per like** is an average over all likes. The viral reel's likes carry
-  an `Idempotency-Key`: 6 units (like row, shard, key record, each 2 in a
-  transaction). The background likes have none: 4 units. For `naive`, its
-  1-unit `UpdateItem`s are averaged with the product's background likes.
-  Dollars per million likes follow from these averages: $0.625 × 4 = $2.50
-  for an unkeyed like, $3.75 for a keyed one, $0.625 for the naive counter's
-  bare increment (which has no like row, so no unlike, no dedup, no truth
-  to reconcile from).
-- **RCU per feed read** divides every read unit by the number of feed reads.
-  With the cache off (`fixed-nocache`) that includes the count every like
-  reads back (10 shards each), hence 96. "Shard reads/s without a cache
-  (equiv.)" is the feed reads alone, computed: feed reads/s × the shards
-  they sum. The cache turns 380 of them into about 12 a second.
-- **Noise.** Latency is loopback to an emulator on SQLite, not DynamoDB's. The
-  p99 of `auto` is the function's own backoff on throttled transactions
-  before growth. Another engineer's release build was paused while this
-  ran; the min–max over 3 runs shows the spread.
-
+  - `fixed` offers half its ceiling (10 shards × the cap ÷ 2 units a like).
+    "refused %" says whether it took every like; "busiest key WCU/s" is its
+    busiest shard's busiest second against the cap: random shard choice
+    loads some shards above the mean, as the planner above predicts.
+  - `naive` has one key: its ceiling is the cap ÷ 1 unit, and every like
+    over it is refused.
+  - `auto` starts at 1 shard (a ceiling of the cap ÷ 2 likes a second). The
+    read path's rate observer and the contention observer start a grow,
+    then the scheduled runs finish it; each resize step waits the settings
+    cache, the request bound and a margin (scaled down here to about 5 s).
+    The refusals happen before it reaches its size, so compare the whole
+    run with its second half. Its final size is the sizing rule with the
+    cap scaled, `ceil(rate × SHARD_HEADROOM ÷ SHARD_WRITES_PER_SEC)`: with
+    the default load, `ceil(150 × 2 ÷ 24)` = 13.
+- **Exactness.** "stored − offered" counts every like once its client has
+  retried it. The naive counter is exact here too, because the proxy's
+  capacity model refuses before writing and the bench injects no lost
+  answers; under lost answers a naive retry double counts (see
+  `tests/tests/faults.rs` for the product under those faults).
+- **Write units per like** are attributed by partition key from the proxy's
+  per-key counts: a viral like's units are those of the viral reel's
+  shards, settings and like rows, and of the `Idempotency-Key` records
+  (only viral likes carry a key); a background like's are those of the
+  background reels and their users' like rows. A keyed like is one
+  transaction of three items at 2 units each (like row, shard, key
+  record): 6 units; an unkeyed like is 4. The naive counter's bare
+  increment is 1 unit, with no like row: no unlike, no deduplication, no
+  truth to reconcile from. `auto` pays a little more per viral like for its
+  settings writes while it resizes. Dollars per million follow from the
+  units and the price.
+- **Read units per feed read** divide every read unit by the number of feed
+  reads, so with the cache off (`fixed-nocache`) they include the count
+  every like reads back (10 shards each). "Shard reads/s" is what the
+  product's batch reads fetched; "without a cache (equiv.)" is computed,
+  the feed reads alone: feed reads a second × the shards they sum.
+- **Noise.** Latency is loopback to an emulator on SQLite, not DynamoDB's;
+  the p99 of `auto` is the function's own backoff on throttled
+  transactions before it has grown. Each variant runs BENCH_RUNS times,
+  interleaved; the table gives the median and the min–max over the runs.
+EOF
+  echo "  The machine's load average (1, 5, 15 min) was $load_start when the"
+  echo "  benchmark started and $load_end when it ended."
+  cat <<'EOF'
 
 ## Lambda figures
 

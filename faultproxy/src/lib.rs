@@ -122,6 +122,12 @@ impl Proxy {
         self.shared.stats()
     }
 
+    /// Every partition key's load since the last reset (`stats()` keeps
+    /// only the 20 hottest).
+    pub fn key_loads(&self) -> Vec<KeyLoad> {
+        self.shared.key_loads()
+    }
+
     /// Replaces the fault configuration; the counters stay.
     pub fn set_faults(&self, faults: Faults) {
         self.shared.set_faults(faults);

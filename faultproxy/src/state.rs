@@ -207,6 +207,10 @@ impl Inner {
         }
     }
 
+    fn loads(&self) -> Vec<KeyLoad> {
+        self.windows.values().map(|w| w.load.clone()).collect()
+    }
+
     fn inject(&mut self, class: &str, op: &str) {
         bump(self.stats.injected.entry(class.to_owned()).or_default(), op);
     }
@@ -257,7 +261,7 @@ impl Shared {
             .filter(|(class, _)| class.as_str() != "latency")
             .flat_map(|(_, m)| m.values())
             .sum();
-        let mut keys: Vec<KeyLoad> = g.windows.values().map(|w| w.load.clone()).collect();
+        let mut keys = g.loads();
         keys.sort_by(|a, b| {
             b.max_write_units_per_sec
                 .total_cmp(&a.max_write_units_per_sec)
@@ -270,6 +274,13 @@ impl Shared {
         keys.truncate(20);
         s.hot_keys = keys;
         s
+    }
+
+    /// Every partition key's load since the last reset, in no order: for
+    /// callers that attribute units to their own traffic (the benchmark's
+    /// units per like), which the 20 hottest keys of [`Stats`] cannot.
+    pub(crate) fn key_loads(&self) -> Vec<KeyLoad> {
+        self.lock().loads()
     }
 
     /// Learns the hash key of every table in `touches`, with a

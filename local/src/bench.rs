@@ -124,8 +124,16 @@ pub struct RunResult {
     /// shards × cap ÷ write units per like on the hot key.
     pub ceiling_likes_per_sec: f64,
     pub offered_to_ceiling: f64,
-    /// Write units per accepted like (all likes, viral and background).
-    pub wcu_per_like: f64,
+    /// Write units on the viral reel's keys (its shards, settings and like
+    /// rows, and the `Idempotency-Key` records, which only viral likes
+    /// carry) per accepted viral like; for `naive`, its counter item's.
+    pub wcu_per_viral_like: f64,
+    /// Write units on the background reels' keys per accepted background
+    /// like (the product's like without an `Idempotency-Key`, in every
+    /// variant).
+    pub wcu_per_background_like: f64,
+    /// Write units on keys neither of the above (expected 0).
+    pub wcu_unattributed: f64,
     /// Read units per answered feed read (of 1 + background reels).
     pub rcu_per_read: f64,
     /// Shard items read a second (by the product's reads).
@@ -138,7 +146,10 @@ pub struct RunResult {
     pub final_count: i64,
     pub acknowledged: i64,
     pub exact: bool,
+    /// From `wcu_per_viral_like`.
     pub dollars_per_million_likes: f64,
+    /// From `wcu_per_background_like`.
+    pub dollars_per_million_background_likes: f64,
     pub dollars_per_million_reads: f64,
 }
 
@@ -328,6 +339,12 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
     let (viral, background, reads) = tokio::join!(viral, background, reads);
     let elapsed = t0.elapsed().as_secs_f64();
     let stats = proxy.stats();
+    let units = attribute(
+        &proxy.key_loads(),
+        &counters,
+        &stack.config.likes_table,
+        &prefix,
+    );
     // Every refused like is retried after the load (as its client would),
     // until acknowledged: then every offered like must be counted exactly
     // once. Not part of the rates above.
@@ -411,9 +428,10 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
         }
     };
     let all: Vec<&Sample> = viral.iter().collect();
-    let likes_accepted = accepted + background.iter().filter(|ok| **ok).count();
+    let background_accepted = background.iter().filter(|ok| **ok).count();
     let reads_ok = reads.iter().filter(|ok| **ok).count().max(1);
-    let wcu_per_like = stats.total_write_units() / likes_accepted.max(1) as f64;
+    let wcu_per_viral_like = units.viral / accepted.max(1) as f64;
+    let wcu_per_background_like = units.background / background_accepted.max(1) as f64;
     let rcu_per_read = stats.total_read_units() / reads_ok as f64;
     let units_per_like_on_hot_key = if variant == "naive" { 1.0 } else { 2.0 };
     let ceiling = shards as f64 * opts.write_cap / units_per_like_on_hot_key;
@@ -437,18 +455,66 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
         shards,
         ceiling_likes_per_sec: ceiling,
         offered_to_ceiling: opts.viral_rate / ceiling,
-        wcu_per_like,
+        wcu_per_viral_like,
+        wcu_per_background_like,
+        wcu_unattributed: units.other,
         rcu_per_read,
         shard_reads_per_sec: shard_reads as f64 / elapsed,
         shard_reads_per_sec_uncached_equiv: uncached,
         final_count,
         acknowledged,
         exact: final_count == acknowledged,
-        dollars_per_million_likes: wcu_per_like * opts.wru_price,
+        dollars_per_million_likes: wcu_per_viral_like * opts.wru_price,
+        dollars_per_million_background_likes: wcu_per_background_like * opts.wru_price,
         dollars_per_million_reads: rcu_per_read * opts.rru_price,
     };
     stack.shutdown().await;
     Ok(result)
+}
+
+/// Write units the proxy counted, by whose likes they served.
+#[derive(Debug, Default, PartialEq)]
+struct Units {
+    viral: f64,
+    background: f64,
+    other: f64,
+}
+
+/// Attributes every partition key's write units (`table/key` as the proxy
+/// names them) to the viral reel's likes or the background likes: counter
+/// items by the reel they belong to, like rows by their user (viral users
+/// are `{prefix}v…`, background users `{prefix}b…`), `Idempotency-Key`
+/// records to the viral likes (the only ones that carry a key), and the
+/// naive counter item to the viral likes.
+fn attribute(loads: &[faultproxy::KeyLoad], counters: &str, likes: &str, prefix: &str) -> Units {
+    let mut u = Units::default();
+    for load in loads {
+        let (table, key) = load
+            .partition
+            .split_once('/')
+            .unwrap_or(("", &load.partition));
+        let viral = if table == counters {
+            if key == format!("naive#{VIRAL}") || key.starts_with("idem#") {
+                Some(true)
+            } else {
+                likes::keys::reel_of_counter_key(key).map(|r| r.as_str() == VIRAL)
+            }
+        } else if table == likes {
+            match key.strip_prefix(prefix).and_then(|k| k.chars().next()) {
+                Some('v') => Some(true),
+                Some('b') => Some(false),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        match viral {
+            Some(true) => u.viral += load.write_units,
+            Some(false) => u.background += load.write_units,
+            None => u.other += load.write_units,
+        }
+    }
+    u
 }
 
 type Item = std::collections::HashMap<String, AttributeValue>;
@@ -576,7 +642,7 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
 
 fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> String {
     type Get = fn(&RunResult) -> f64;
-    let rows: [(&str, Get, usize); 16] = [
+    let rows: [(&str, Get, usize); 18] = [
         (
             "accepted likes/s (offered)",
             |r| r.accepted_likes_per_sec,
@@ -594,7 +660,12 @@ fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> 
             0,
         ),
         ("offered ÷ ceiling", |r| r.offered_to_ceiling, 2),
-        ("WCU per like", |r| r.wcu_per_like, 2),
+        ("WCU per viral like", |r| r.wcu_per_viral_like, 2),
+        (
+            "WCU per background like (no key)",
+            |r| r.wcu_per_background_like,
+            2,
+        ),
         ("RCU per feed read (10 reels)", |r| r.rcu_per_read, 2),
         ("shard reads/s", |r| r.shard_reads_per_sec, 0),
         (
@@ -607,7 +678,16 @@ fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> 
             |r| (r.final_count - r.acknowledged) as f64,
             0,
         ),
-        ("$ per million likes", |r| r.dollars_per_million_likes, 3),
+        (
+            "$ per million viral likes",
+            |r| r.dollars_per_million_likes,
+            3,
+        ),
+        (
+            "$ per million background likes",
+            |r| r.dollars_per_million_background_likes,
+            3,
+        ),
         (
             "$ per million feed reads",
             |r| r.dollars_per_million_reads,
@@ -659,4 +739,44 @@ fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> 
         if exact { "yes" } else { "NO" }
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(partition: &str, write_units: f64) -> faultproxy::KeyLoad {
+        faultproxy::KeyLoad {
+            partition: partition.into(),
+            write_units,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn units_are_attributed_by_whose_like_they_served() {
+        let loads = [
+            load("C/004#reel#viral#likes", 2.0),
+            load("C/reel#viral#settings", 1.0),
+            load("C/idem#abc", 2.0),
+            load("C/naive#viral", 1.0),
+            load("L/r1v17", 2.0),
+            load("C/003#reel#bg4#likes", 2.0),
+            load("C/reel#bg4#settings", 1.0),
+            load("L/r1b3", 2.0),
+            // A user of another run (r10 is not r1's), another table, a
+            // bookkeeping key: none of the two.
+            load("L/r10v1", 2.0),
+            load("X/r1v1", 4.0),
+            load("C/recon#run", 1.0),
+        ];
+        assert_eq!(
+            attribute(&loads, "C", "L", "r1"),
+            Units {
+                viral: 8.0,
+                background: 5.0,
+                other: 7.0
+            }
+        );
+    }
 }

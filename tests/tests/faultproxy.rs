@@ -265,6 +265,22 @@ async fn the_capacity_model_throttles_one_hot_key_at_its_cap() {
     assert_eq!(hot.write_units, 2.0 * ok as f64);
     assert_eq!(hot.throttled, throttled);
     assert_eq!(s.injected_of("capacity_throttle"), throttled);
+    // Every key's load, not only the hottest (the benchmark attributes
+    // units with it): the two keys, with what each took.
+    let mut loads: Vec<(String, f64)> = r
+        .proxy
+        .key_loads()
+        .into_iter()
+        .map(|k| (k.partition, k.write_units))
+        .collect();
+    loads.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        loads,
+        vec![
+            (format!("{}/cool", r.table), 1.0),
+            (format!("{}/hot", r.table), 2.0 * ok as f64)
+        ]
+    );
     r.t.stop().await;
 }
 
