@@ -645,7 +645,7 @@ impl<S: ResizeStore> Resharder<S> {
         if let Some(rate) = rate {
             if rate >= self.resize.hot_per_sec {
                 next.cool_since_ms = None;
-                let want = self.resize.shards_for_rate(rate);
+                let want = self.resize.grow_target(cur.write_shards, Some(rate), false);
                 if want > cur.write_shards {
                     target = Some(want);
                 }

@@ -655,7 +655,9 @@ impl<S: CounterStore> LikeService<S> {
         o.samples.insert(reel.clone(), (sum.w, at)).await;
         let Some(rate) = rate else { return };
         if rate >= o.resize.hot_per_sec {
-            let want = o.resize.shards_for_rate(rate);
+            let want = o
+                .resize
+                .grow_target(settings.write_shards, Some(rate), false);
             if want > settings.write_shards {
                 self.ask_grow(o, reel, want, "write_rate").await;
             }
@@ -663,7 +665,10 @@ impl<S: CounterStore> LikeService<S> {
     }
 
     /// Counts a throttled or conflicting like transaction on `reel`; enough
-    /// of them within [`CONTENTION_WINDOW`] double the reel's shards.
+    /// of them within [`CONTENTION_WINDOW`] grow the reel as a saturated
+    /// one ([`ResizeConfig::grow_target`]).
+    ///
+    /// [`ResizeConfig::grow_target`]: crate::config::ResizeConfig::grow_target
     async fn observe_contention(&self, reel: &ReelId, settings: &Settings) {
         let Some(o) = &self.observer else { return };
         if o.resize.contention_events == 0 {
@@ -684,7 +689,7 @@ impl<S: CounterStore> LikeService<S> {
             .await
             .into_value();
         if count >= o.resize.contention_events {
-            let want = (settings.write_shards * 2).clamp(2, o.resize.max_shards);
+            let want = o.resize.grow_target(settings.write_shards, None, true);
             if want > settings.write_shards {
                 o.contention.invalidate(reel).await;
                 self.ask_grow(o, reel, want, "contention").await;
@@ -893,7 +898,8 @@ mod tests {
         }
         let puts = svc.store().puts.lock().unwrap().clone();
         assert_eq!(puts.len(), 1, "{puts:?}");
-        // The first step of a grow 1 -> 2: readers first.
+        // The first step of a grow 1 -> 4 (a contended reel is saturated:
+        // SATURATED_GROWTH): readers first.
         assert_eq!(
             (
                 puts[0].phase,
@@ -901,7 +907,7 @@ mod tests {
                 puts[0].write_shards,
                 puts[0].target
             ),
-            (crate::store::Phase::Growing, 2, 1, 2)
+            (crate::store::Phase::Growing, 4, 1, 4)
         );
 
         // Two contended attempts stay below the threshold; AUTO_RESHARD=off
