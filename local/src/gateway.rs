@@ -87,11 +87,20 @@ impl Gateway {
         let bytes = match to_bytes(body, GATEWAY_BODY_LIMIT).await {
             Ok(b) => b,
             Err(_) => {
-                return plain_error(
+                let mut r = plain_error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "payload_too_large",
                     "request body too large",
                 );
+                // The rest of the body is left unread, so the server closes
+                // the connection after this answer; saying so keeps a
+                // client from reusing it for its next request (which would
+                // fail with the connection half closed under it).
+                r.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+                return r;
             }
         };
         let path = parts.uri.path().to_owned();
