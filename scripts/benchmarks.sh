@@ -128,10 +128,12 @@ copied from a run):
     cache, the request bound and a margin (scaled down here to about 5 s).
     The refusals happen before it reaches its size, so compare the whole
     run with its second half. While saturated (at or above its safe rate,
-    or throttled) it grows `SATURATED_GROWTH` (4) times, 1 → 4 → 16 with
-    the default load; the sizing rule with the cap scaled,
+    or throttled) each grow is at least ×`SATURATED_GROWTH` (4), since the
+    rate it sees is only what got through; once all of the 150 likes/s get
+    through, the sizing rule with the cap scaled,
     `ceil(rate × SHARD_HEADROOM ÷ SHARD_WRITES_PER_SEC)`, asks for
-    `ceil(150 × 2 ÷ 24)` = 13 once all of the 150 likes/s get through.
+    `ceil(150 × 2 ÷ 24)` = 13. "Shards when the load ends" is read before
+    the refused likes are retried (their burst may grow the reel again).
 - **Exactness.** "stored − offered" counts every like once its client has
   retried it. The naive counter is exact here too, because the proxy's
   capacity model refuses before writing and the bench injects no lost
