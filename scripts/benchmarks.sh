@@ -132,8 +132,10 @@ copied from a run):
     rate it sees is only what got through; once all of the 150 likes/s get
     through, the sizing rule with the cap scaled,
     `ceil(rate × SHARD_HEADROOM ÷ SHARD_WRITES_PER_SEC)`, asks for
-    `ceil(150 × 2 ÷ 24)` = 13. "Shards when the load ends" is read before
-    the refused likes are retried (their burst may grow the reel again).
+    `ceil(150 × 2 ÷ 24)` = 13. It can end above that: a grow started while
+    the reel is still contended is ×4 again (16 → 64). "Shards when the
+    load ends" is read before the refused likes are retried (their burst
+    may grow the reel again).
 - **Exactness.** "stored − offered" counts every like once its client has
   retried it. The naive counter is exact here too, because the proxy's
   capacity model refuses before writing and the bench injects no lost
