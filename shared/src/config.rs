@@ -266,7 +266,7 @@ impl Config {
             max_wait: ms("RESHARD_MAX_WAIT_MS", 0, 0, 600_000)?,
         };
         let reconcile = ReconcileConfig {
-            segments: num("RECONCILE_SEGMENTS", 8, 1, 1_000)? as u32,
+            segments: num("RECONCILE_SEGMENTS", 8, 1, 200)? as u32,
             page_items: num("RECONCILE_PAGE_ITEMS", 0, 0, 100_000)? as u32,
             checkpoint_pages: num("RECONCILE_CHECKPOINT_PAGES", 10, 1, 100_000)? as u32,
             max_read_units: rate("RECONCILE_MAX_READ_UNITS", 500.0)?,

@@ -126,6 +126,12 @@ pub fn base_key(reel: &ReelId) -> String {
     format!("base#reel#{reel}#likes")
 }
 
+/// Inverse of [`base_key`].
+pub fn parse_base_key(pk: &str) -> Option<ReelId> {
+    let reel = pk.strip_prefix("base#reel#")?.strip_suffix("#likes")?;
+    ReelId::parse(reel).ok()
+}
+
 /// `reel#{reel_id}#reconcile`: the reel's correction ledger (how many
 /// corrections reconciliation applied, by which run). A correction is
 /// conditioned on it, so two runs never both apply one.
@@ -142,14 +148,32 @@ pub fn reconcile_chunk_key(run_id: &str, part: &str, index: u32) -> String {
     format!("recon#{run_id}#{part}#{index}")
 }
 
+/// `recon#{run_id}#reel#{reel_id}`: a run's count item for one reel: the
+/// like rows each likes-scan segment counted for it, with the checkpoint
+/// that added them. Expires through TTL.
+pub fn reconcile_count_key(run_id: &str, reel: &ReelId) -> String {
+    format!("recon#{run_id}#reel#{reel}")
+}
+
+/// Inverse of [`reconcile_count_key`]: (run id, reel). Run ids never hold
+/// `#`, so the split is unambiguous.
+pub fn parse_reconcile_count_key(pk: &str) -> Option<(&str, ReelId)> {
+    let rest = pk.strip_prefix("recon#")?;
+    let (run, reel) = rest.split_once("#reel#")?;
+    if run.contains('#') {
+        return None;
+    }
+    Some((run, ReelId::parse(reel).ok()?))
+}
+
 /// The reel a counters-table key belongs to: shard, base, settings and
 /// ledger items (not key records or reconciliation bookkeeping).
 pub fn reel_of_counter_key(pk: &str) -> Option<ReelId> {
     if let Some((_, reel)) = parse_shard_key(pk) {
         return Some(reel);
     }
-    if let Some(rest) = pk.strip_prefix("base#reel#") {
-        return ReelId::parse(rest.strip_suffix("#likes")?).ok();
+    if let Some(reel) = parse_base_key(pk) {
+        return Some(reel);
     }
     let rest = pk.strip_prefix("reel#")?;
     let reel = rest
@@ -246,6 +270,14 @@ mod tests {
         ] {
             assert_eq!(reel_of_counter_key(pk), None, "{pk}");
         }
+        assert_eq!(reconcile_count_key("17-ab", &r), "recon#17-ab#reel#8841");
+        assert_eq!(reel_of_counter_key("recon#17-ab#reel#8841"), None);
+        assert_eq!(
+            parse_reconcile_count_key("recon#17-ab#reel#8841"),
+            Some(("17-ab", r.clone()))
+        );
+        assert_eq!(parse_reconcile_count_key("recon#run"), None);
+        assert_eq!(parse_reconcile_count_key("recon#a#b#reel#8841"), None);
         assert_eq!(parse_settings_key("reel#8841#settings"), Some(r.clone()));
         assert_eq!(parse_settings_key("000#reel#8841#likes"), None);
         assert_eq!(parse_shard_key("007#reel#8841#likes"), Some((7, r)));

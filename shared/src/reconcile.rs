@@ -23,32 +23,64 @@
 //!    Two runs, or a retried one, can therefore never both apply a
 //!    correction computed from the same state.
 //!
-//! Reels only in the counters table (every like removed, or shards written
-//! without rows) are found by a second parallel scan, of the counters
-//! table, and reconciled against zero rows.
+//! The rows counted for a reel live in the run's count item of that reel
+//! (`recon#{run}#reel#{reel}`), so the check phase is one parallel scan of
+//! the counters table: a count item is checked against its rows; a reel
+//! met through any other item (shards written without rows, every like
+//! removed) is checked against zero rows once it is claimed, unless it has
+//! a count item.
 //!
 //! It converges: a deferred reel is one written during the run, which
 //! likes/unlikes cannot make drift; the first run during which it stays
 //! quiet corrects it.
 //!
+//! # Items outside the read range
+//!
+//! A shard item at or beyond a stable reel's `shards_to_sum()` (or a base
+//! item before the reel's first shrink) is read by no reader, so it is not
+//! part of the count; but a later grow would start reading it. The check
+//! phase deletes every such item that is not empty, in one transaction
+//! conditioned on the settings version it read and on the item still
+//! holding what it read: the count shown does not change, and a resize
+//! never adopts it. Resizing reels are left to the resize (a grow clears
+//! the items it is about to read, under the same conditions).
+//!
 //! # At any size
 //!
-//! The run's state (phase, per-segment cursors, partial counts in chunk
-//! items, the reel cursor of the check phase, statistics) is checkpointed in
-//! the counters table under a lease, so a run spans as many invocations as
-//! it needs; a crashed invocation resumes from its last checkpoint, and a
-//! finished segment is never scanned again.
+//! The run's state (phase, per-segment cursors and checkpoint numbers, the
+//! one checkpoint per segment not yet added to the count items, statistics
+//! with bounded samples) is checkpointed in the counters table under a
+//! lease, so a run spans as many invocations as it needs; a crashed
+//! invocation resumes from its last checkpoint, and nothing a committed
+//! checkpoint covers is done again. Its size depends on the segment count
+//! only ([`state_bytes_bound`]), never on rows or checkpoints:
+//!
+//! 1. a segment's checkpoint `k` writes the rows counted since `k − 1` as
+//!    chunk items under this invocation's name (never overwriting another
+//!    invocation's), then commits the cursor with "checkpoint `k` pending"
+//!    in one conditional write of the state;
+//! 2. it then adds each reel's rows to the reel's count item as segment
+//!    `s`, checkpoint `k` (a conditional update that applies once per
+//!    checkpoint), and the next commit drops the pending mark. A crash in
+//!    between leaves the mark: the next invocation reads the chunks back and
+//!    adds them again, which changes nothing that was already added. How far
+//!    it got is committed at a deadline, so no invocation repeats it.
+//!
+//! Every write of a run (chunks, count items, claims, corrections, stray
+//! removals and the state itself) is paced by `RECONCILE_MAX_WRITE_UNITS`,
+//! and every read by `RECONCILE_MAX_READ_UNITS`.
 
 use crate::config::{Config, ReconcileConfig};
 use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::reshard::now_ms;
 use crate::retry::Backoff;
-use crate::store::{CorrectResult, Phase, ReconcileStore, ScanPage, ScanTable};
+use crate::store::{
+    CorrectResult, CountItem, FoldResult, Phase, ReconcileStore, ScanPage, ScanTable, ShardValue,
+};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
@@ -64,8 +96,16 @@ const CHUNK_TTL_SECS: i64 = 7 * 86_400;
 const MAX_RUN_AGE_MS: i64 = 2 * 86_400_000;
 /// Largest chunk item (DynamoDB's item limit is 400 KB).
 const CHUNK_BYTES: usize = 350_000;
-/// Reels checked between two checkpoints of the check phase.
+/// The run state is never written larger than this (far above
+/// [`state_bytes_bound`] for the largest segment count allowed).
+const STATE_BYTES_MAX: usize = 350_000;
+/// The state format this code writes. A run in progress in another format
+/// (an older release's, which listed every checkpoint) is started afresh.
+const STATE_FORMAT: u32 = 2;
+/// Reels checked between two checkpoints of a dry run's check phase.
 const CHECK_BATCH: usize = 200;
+/// Count-item updates sent at once, and between two deadline checks.
+const APPLY_BATCH: usize = 64;
 /// Reels checked at once.
 const CHECK_CONCURRENCY: usize = 8;
 /// Reels listed by name in a summary.
@@ -99,11 +139,26 @@ pub struct Options {
     pub stop_after_pages: Option<u32>,
 }
 
+/// The largest run state (JSON bytes) a run with `segments` segments
+/// writes, whatever the table's size: fixed fields and bounded statistics,
+/// and per segment of each scan a cursor (a like row's key: a user id of at
+/// most 256 bytes and a reel id of at most 64, escaped) and its checkpoint
+/// bookkeeping.
+pub const fn state_bytes_bound(segments: u32) -> usize {
+    // 1.5 KiB a segment: a cursor escaped twice (it is JSON inside JSON)
+    // at worst doubles each of its quotes and backslashes. At the largest
+    // RECONCILE_SEGMENTS (200) that is 308 KiB, under DynamoDB's 400 KB.
+    8 * 1024 + 1536 * segments as usize
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum RunPhase {
     ScanLikes,
+    /// Dry runs only: the reels counted in memory, in order.
     CheckReels,
+    /// The check phase of a real run (and the rowless reels of a dry run):
+    /// a parallel scan of the counters table.
     ScanCounters,
     Done,
 }
@@ -113,16 +168,24 @@ struct Segment {
     cursor: Option<String>,
     done: bool,
     rows: u64,
-    /// The committed checkpoints: each the rows per reel counted since the
-    /// one before, in chunks written by `owner`.
+    /// Likes scan: checkpoints committed (the number of the last).
     #[serde(default)]
-    parts: Vec<Part>,
+    seq: u64,
+    /// Likes scan: the last checkpoint, while its counts may not all be in
+    /// the count items yet.
+    #[serde(default)]
+    pending: Option<Pending>,
 }
 
+/// A committed checkpoint whose counts are being added to the count items.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct Part {
+struct Pending {
+    seq: u64,
+    /// The invocation that wrote its chunks (part of their keys).
     owner: String,
     chunks: u32,
+    /// Reels (lines of its chunks, in order) already added.
+    applied: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -139,16 +202,34 @@ struct Stats {
     largest_drift_reel: Option<String>,
     corrected_reels: Vec<String>,
     deferred_reels: Vec<String>,
+    #[serde(default)]
+    checkpoints: u64,
+    /// Count-item updates sent (including repeats after a crash).
+    #[serde(default)]
+    count_writes: u64,
+    /// Items outside their reel's read range that were not empty, deleted
+    /// (dry run: found).
+    #[serde(default)]
+    strays_cleared: u64,
+    #[serde(default)]
+    stray_reels: Vec<String>,
+    /// The largest item the run wrote (state or chunk), in bytes.
+    #[serde(default)]
+    largest_item_bytes: u64,
+    #[serde(default)]
+    largest_state_bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct RunState {
+    #[serde(default)]
+    format: u32,
     run_id: String,
     dry_run: bool,
     started_ms: i64,
     phase: RunPhase,
     segments: Vec<Segment>,
-    /// Check phase: the last reel (in sorted order) done and checkpointed.
+    /// Dry runs' check phase: the last reel (in sorted order) done.
     reel_cursor: Option<String>,
     counter_segments: Vec<Segment>,
     lease_owner: String,
@@ -186,6 +267,18 @@ pub struct Summary {
     /// Likes-scan segments this invocation scanned (part of).
     pub segments_scanned: usize,
     pub invocations: u32,
+    /// Likes-scan checkpoints the run committed.
+    pub checkpoints: u64,
+    /// Count-item updates the run sent.
+    pub count_writes: u64,
+    /// Non-empty items outside their reel's read range deleted (a dry run:
+    /// found), and some of their reels.
+    pub strays_cleared: u64,
+    pub stray_reels: Vec<String>,
+    /// The largest item the run wrote (its state or a chunk), and its
+    /// largest state, in bytes.
+    pub largest_item_bytes: u64,
+    pub largest_state_bytes: u64,
     pub duration_ms: u64,
     pub run_duration_ms: u64,
 }
@@ -240,8 +333,23 @@ pub struct Reconciler<S> {
     backoff: Backoff,
 }
 
-/// The run state and its version, shared by an invocation's tasks.
-type Shared = Arc<Mutex<(RunState, u64)>>;
+/// The run state as this invocation last committed it (or is about to),
+/// and the version it was committed at.
+struct Committed {
+    state: RunState,
+    version: u64,
+}
+
+/// One invocation: the run state its tasks share, its options, and the
+/// limiters that pace every call it makes.
+struct Inv<'a> {
+    run: Mutex<Committed>,
+    opts: &'a Options,
+    reads: Limiter,
+    writes: Limiter,
+    /// A dry run keeps its counts here: it writes nothing.
+    dry_counts: Mutex<HashMap<ReelId, u64>>,
+}
 
 /// A task of an invocation, boxed so that it is `Send` for the lifetimes it
 /// borrows (rustc cannot prove that through nested closures otherwise).
@@ -250,6 +358,16 @@ type Task<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send 
 /// Whether the (already safety-adjusted) deadline has come.
 fn near(deadline: Option<Instant>) -> bool {
     deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+/// Write units of an item of `bytes` (one per KB started).
+fn write_units(bytes: usize) -> f64 {
+    bytes.div_ceil(1024).max(1) as f64
+}
+
+/// Read units of a consistent read of an item of `bytes` (one per 4 KB).
+fn read_units(bytes: usize) -> f64 {
+    bytes.div_ceil(4096).max(1) as f64
 }
 
 impl<S: ReconcileStore> Reconciler<S> {
@@ -284,17 +402,24 @@ impl<S: ReconcileStore> Reconciler<S> {
             ..opts.clone()
         };
         let me = format!("{:016x}", fastrand::u64(..));
-        let (state, ver, invocation) = match self.claim(opts, &me).await? {
+        let writes = Limiter::new(self.cfg.max_write_units);
+        let (state, version, invocation) = match self.claim(opts, &me, &writes).await? {
             Claim::Go(state, ver, how) => (state, ver, how),
             Claim::Busy(state) => return Ok(self.summary(state.as_ref(), "busy", began, 0)),
             Claim::Idle(state) => return Ok(self.summary(state.as_ref(), "idle", began, 0)),
         };
-        let shared: Shared = Arc::new(Mutex::new((state, ver)));
-        let scanned = match self.drive(&shared, opts).await {
+        let inv = Inv {
+            run: Mutex::new(Committed { state, version }),
+            opts,
+            reads: Limiter::new(self.cfg.max_read_units),
+            writes,
+            dry_counts: Mutex::new(HashMap::new()),
+        };
+        let scanned = match self.drive(&inv).await {
             Ok(n) => n,
             Err(Error::Conflict { .. }) => {
                 // Lost the lease to another invocation: it carries on.
-                let (state, _) = shared.lock().await.clone();
+                let state = inv.run.lock().await.state.clone();
                 return Ok(self.summary(Some(&state), "busy", began, 0));
             }
             Err(e) => {
@@ -302,19 +427,17 @@ impl<S: ReconcileStore> Reconciler<S> {
                 // when the lease expires. Only the lease of the committed
                 // state changes; what was not checkpointed is redone, as
                 // after a crash.
-                self.release(&me).await;
+                self.release(&me, &inv.writes).await;
                 return Err(e);
             }
         };
         // Stopping on purpose (done, or at the deadline) hands the run over
         // at once; only a crash leaves the lease to expire.
-        if !shared.lock().await.0.dry_run {
-            match self.commit_with(&shared, None, true).await {
-                Ok(()) | Err(Error::Conflict { .. }) => {}
-                Err(e) => return Err(e),
-            }
+        match self.commit_with(&inv, true).await {
+            Ok(()) | Err(Error::Conflict { .. }) => {}
+            Err(e) => return Err(e),
         }
-        let (state, _) = shared.lock().await.clone();
+        let state = inv.run.lock().await.state.clone();
         let summary = self.summary(Some(&state), invocation, began, scanned);
         tracing::info!(
             run_id = %state.run_id,
@@ -328,15 +451,19 @@ impl<S: ReconcileStore> Reconciler<S> {
             reels_deferred = summary.reels_deferred,
             total_abs_drift = summary.total_abs_drift,
             largest_drift = summary.largest_drift,
+            strays_cleared = summary.strays_cleared,
+            checkpoints = summary.checkpoints,
+            largest_item_bytes = summary.largest_item_bytes,
             duration_ms = summary.duration_ms,
             "reconcile"
         );
         Ok(summary)
     }
 
-    async fn claim(&self, opts: &Options, me: &str) -> Result<Claim, Error> {
+    async fn claim(&self, opts: &Options, me: &str, writes: &Limiter) -> Result<Claim, Error> {
         let now = now_ms();
         let fresh = |ver_hint: u32| RunState {
+            format: STATE_FORMAT,
             run_id: format!("{now}-{:08x}", fastrand::u32(..)),
             dry_run: opts.dry_run,
             started_ms: now,
@@ -364,20 +491,24 @@ impl<S: ReconcileStore> Reconciler<S> {
                 }
             },
         };
-        let (state, how) = match current {
-            // A run older than this is abandoned (its chunks may be expiring):
-            // the next start begins afresh.
-            Some(s) if s.phase != RunPhase::Done && now - s.started_ms > MAX_RUN_AGE_MS => {
-                tracing::warn!(run_id = %s.run_id, "abandoning a reconcile run older than two days");
+        let (mut state, how) = match current {
+            Some(s) if s.phase != RunPhase::Done && s.lease_until_ms > now && s.lease_owner != me => {
+                return Ok(Claim::Busy(Some(s)));
+            }
+            // A run older than this is abandoned (its chunks may be
+            // expiring), and so is one in another state format: the next
+            // start begins afresh.
+            Some(s)
+                if s.phase != RunPhase::Done
+                    && (now - s.started_ms > MAX_RUN_AGE_MS || s.format != STATE_FORMAT) =>
+            {
+                tracing::warn!(run_id = %s.run_id, format = s.format, "abandoning a reconcile run that is too old or in another state format");
                 if opts.mode == Mode::Resume {
                     return Ok(Claim::Idle(Some(s)));
                 }
                 (fresh(1), "started")
             }
             Some(mut s) if s.phase != RunPhase::Done => {
-                if s.lease_until_ms > now && s.lease_owner != me {
-                    return Ok(Claim::Busy(Some(s)));
-                }
                 s.lease_owner = me.to_owned();
                 s.lease_until_ms = lease_until(opts.deadline);
                 s.invocations += 1;
@@ -386,7 +517,8 @@ impl<S: ReconcileStore> Reconciler<S> {
             other if opts.mode == Mode::Resume => return Ok(Claim::Idle(other)),
             _ => (fresh(1), "started"),
         };
-        let json = serde_json::to_string(&state).map_err(|_| Error::Internal)?;
+        let json = encode_state(&mut state)?;
+        writes.take(write_units(json.len())).await;
         if !self.store.save_run(&json, ver).await? {
             return Ok(Claim::Busy(Some(state)));
         }
@@ -395,7 +527,7 @@ impl<S: ReconcileStore> Reconciler<S> {
 
     /// Best effort: clears the lease in the stored run state if `me` still
     /// holds it. On any failure the lease simply expires.
-    async fn release(&self, me: &str) {
+    async fn release(&self, me: &str, writes: &Limiter) {
         let Ok(Some((json, ver))) = self.store.load_run().await else {
             return;
         };
@@ -406,32 +538,33 @@ impl<S: ReconcileStore> Reconciler<S> {
             return;
         }
         state.lease_until_ms = 0;
-        if let Ok(json) = serde_json::to_string(&state) {
+        if let Ok(json) = encode_state(&mut state) {
+            writes.take(write_units(json.len())).await;
             let _ = self.store.save_run(&json, ver).await;
         }
     }
 
     /// Writes the state (renewing the lease). A version conflict means
     /// another invocation took the run over: `Error::Conflict`.
-    async fn commit(&self, shared: &Shared, deadline: Option<Instant>) -> Result<(), Error> {
-        self.commit_with(shared, deadline, false).await
+    async fn commit(&self, inv: &Inv<'_>) -> Result<(), Error> {
+        self.commit_with(inv, false).await
     }
 
-    async fn commit_with(
-        &self,
-        shared: &Shared,
-        deadline: Option<Instant>,
-        release: bool,
-    ) -> Result<(), Error> {
-        let mut guard = shared.lock().await;
-        let (state, ver) = &mut *guard;
+    async fn commit_with(&self, inv: &Inv<'_>, release: bool) -> Result<(), Error> {
+        let mut guard = inv.run.lock().await;
+        let Committed { state, version } = &mut *guard;
         if state.dry_run {
             return Ok(());
         }
-        state.lease_until_ms = if release { 0 } else { lease_until(deadline) };
-        let json = serde_json::to_string(state).map_err(|_| Error::Internal)?;
-        if self.store.save_run(&json, *ver).await? {
-            *ver += 1;
+        state.lease_until_ms = if release {
+            0
+        } else {
+            lease_until(inv.opts.deadline)
+        };
+        let json = encode_state(state)?;
+        inv.writes.take(write_units(json.len())).await;
+        if self.store.save_run(&json, *version).await? {
+            *version += 1;
             Ok(())
         } else {
             tracing::warn!(run_id = %state.run_id, "reconcile run taken over by another invocation");
@@ -443,63 +576,44 @@ impl<S: ReconcileStore> Reconciler<S> {
     }
 
     /// Runs the phases; returns how many likes segments it scanned.
-    async fn drive(&self, shared: &Shared, opts: &Options) -> Result<usize, Error> {
-        let reads = Limiter::new(self.cfg.max_read_units);
-        let writes = Limiter::new(self.cfg.max_write_units);
-        // A dry run keeps its counts here (it writes no chunks); a real run
-        // reads them back from its checkpoints when the scan is done.
-        let dry_counts: Mutex<HashMap<ReelId, u64>> = Mutex::new(HashMap::new());
-        let mut counts: Option<HashMap<ReelId, u64>> = None;
+    async fn drive(&self, inv: &Inv<'_>) -> Result<usize, Error> {
         let mut scanned = 0;
         loop {
             let (phase, dry) = {
-                let g = shared.lock().await;
-                (g.0.phase, g.0.dry_run)
+                let g = inv.run.lock().await;
+                (g.state.phase, g.state.dry_run)
             };
-            if matches!(phase, RunPhase::CheckReels | RunPhase::ScanCounters) && counts.is_none() {
-                counts = Some(if dry {
-                    std::mem::take(&mut *dry_counts.lock().await)
-                } else {
-                    self.load_all(shared, &reads).await?
-                });
-            }
-            let empty = HashMap::new();
-            let counted = counts.as_ref().unwrap_or(&empty);
             match phase {
                 RunPhase::ScanLikes => {
-                    let (done, n) = self
-                        .scan_likes(shared, opts, &reads, &writes, &dry_counts)
-                        .await?;
+                    let (done, n) = self.scan_likes(inv).await?;
                     scanned += n;
                     if !done {
                         return Ok(scanned);
                     }
-                    shared.lock().await.0.phase = RunPhase::CheckReels;
-                    self.commit(shared, opts.deadline).await?;
+                    inv.run.lock().await.state.phase = if dry {
+                        RunPhase::CheckReels
+                    } else {
+                        RunPhase::ScanCounters
+                    };
+                    self.commit(inv).await?;
                 }
                 RunPhase::CheckReels => {
-                    if !self
-                        .check_counted(shared, opts, counted, &reads, &writes)
-                        .await?
-                    {
+                    if !self.check_counted(inv).await? {
                         return Ok(scanned);
                     }
-                    shared.lock().await.0.phase = RunPhase::ScanCounters;
-                    self.commit(shared, opts.deadline).await?;
+                    inv.run.lock().await.state.phase = RunPhase::ScanCounters;
+                    self.commit(inv).await?;
                 }
                 RunPhase::ScanCounters => {
-                    if !self
-                        .scan_counters(shared, opts, counted, &reads, &writes)
-                        .await?
-                    {
+                    if !self.scan_counters(inv).await? {
                         return Ok(scanned);
                     }
                     {
-                        let mut g = shared.lock().await;
-                        g.0.phase = RunPhase::Done;
-                        g.0.finished_ms = Some(now_ms());
+                        let mut g = inv.run.lock().await;
+                        g.state.phase = RunPhase::Done;
+                        g.state.finished_ms = Some(now_ms());
                     }
-                    self.commit(shared, opts.deadline).await?;
+                    self.commit(inv).await?;
                 }
                 RunPhase::Done => return Ok(scanned),
             }
@@ -507,34 +621,26 @@ impl<S: ReconcileStore> Reconciler<S> {
     }
 
     /// The likes scan: every unfinished segment at once. Returns whether
-    /// all segments are done, and how many it scanned (part of).
-    async fn scan_likes(
-        &self,
-        shared: &Shared,
-        opts: &Options,
-        reads: &Limiter,
-        writes: &Limiter,
-        dry_counts: &Mutex<HashMap<ReelId, u64>>,
-    ) -> Result<(bool, usize), Error> {
+    /// all segments are done (with their counts in the count items), and
+    /// how many it scanned (part of).
+    async fn scan_likes(&self, inv: &Inv<'_>) -> Result<(bool, usize), Error> {
         let mut todo: Vec<(usize, Segment)> = {
-            let g = shared.lock().await;
-            g.0.segments
+            let g = inv.run.lock().await;
+            g.state
+                .segments
                 .iter()
                 .cloned()
                 .enumerate()
-                .filter(|(_, s)| !s.done)
+                .filter(|(_, s)| !s.done || s.pending.is_some())
                 .collect()
         };
-        if let Some(k) = opts.stop_after_segments {
+        if let Some(k) = inv.opts.stop_after_segments {
             todo.truncate(k);
         }
         let n = todo.len();
         let tasks: Vec<Task<'_, Result<(), Error>>> = todo
             .into_iter()
-            .map(|(i, seg)| {
-                Box::pin(self.scan_segment(shared, opts, reads, writes, dry_counts, i, seg))
-                    as Task<'_, _>
-            })
+            .map(|(i, seg)| Box::pin(self.scan_segment(inv, i, seg)) as Task<'_, _>)
             .collect();
         let results: Vec<Result<(), Error>> = futures::stream::iter(tasks)
             .buffer_unordered(self.cfg.segments as usize)
@@ -543,42 +649,42 @@ impl<S: ReconcileStore> Reconciler<S> {
         for r in results {
             r?;
         }
-        let all_done = shared.lock().await.0.segments.iter().all(|s| s.done);
+        let all_done = inv
+            .run
+            .lock()
+            .await
+            .state
+            .segments
+            .iter()
+            .all(|s| s.done && s.pending.is_none());
         Ok((all_done, n))
     }
 
-    /// Scans one segment from its cursor. The rows counted since the last
-    /// checkpoint are all it holds; each checkpoint stores them as a new,
-    /// immutable part, so memory and checkpoint writes stay proportional to
-    /// what was scanned, not to the run so far.
-    #[allow(clippy::too_many_arguments)]
-    async fn scan_segment(
-        &self,
-        shared: &Shared,
-        opts: &Options,
-        reads: &Limiter,
-        writes: &Limiter,
-        dry_counts: &Mutex<HashMap<ReelId, u64>>,
-        index: usize,
-        mut seg: Segment,
-    ) -> Result<(), Error> {
+    /// Scans one segment from its cursor, first finishing the checkpoint a
+    /// previous invocation left pending. The rows counted since the last
+    /// checkpoint are all it holds in memory.
+    async fn scan_segment(&self, inv: &Inv<'_>, index: usize, mut seg: Segment) -> Result<(), Error> {
+        if seg.pending.is_some() && !self.apply_pending(inv, index, &mut seg, None).await? {
+            return Ok(());
+        }
+        if seg.done {
+            return Ok(());
+        }
         let mut delta: HashMap<ReelId, u64> = HashMap::new();
         let mut pages = 0u32;
-        let mut pending = 0u32;
+        let mut unsaved = 0u32;
         loop {
-            let page_limit = opts.stop_after_pages.is_some_and(|max| pages >= max);
-            if page_limit || near(opts.deadline) {
-                if pending > 0 {
-                    self.checkpoint_segment(
-                        shared, opts, writes, dry_counts, index, &mut seg, &mut delta,
-                    )
-                    .await?;
+            let page_limit = inv.opts.stop_after_pages.is_some_and(|max| pages >= max);
+            // At least one page per invocation, however near its deadline:
+            // every invocation moves the run on.
+            if page_limit || (pages > 0 && near(inv.opts.deadline)) {
+                if unsaved > 0 {
+                    self.checkpoint_segment(inv, index, &mut seg, &mut delta)
+                        .await?;
                 }
                 return Ok(());
             }
-            let page = self
-                .next_page(shared, reads, ScanTable::Likes, index, &seg)
-                .await?;
+            let page = self.next_page(inv, ScanTable::Likes, index, &seg).await?;
             for r in page.reels {
                 *delta.entry(r).or_default() += 1;
             }
@@ -586,13 +692,15 @@ impl<S: ReconcileStore> Reconciler<S> {
             seg.cursor = page.next;
             seg.done = seg.cursor.is_none();
             pages += 1;
-            pending += 1;
-            if seg.done || pending >= self.cfg.checkpoint_pages {
-                self.checkpoint_segment(
-                    shared, opts, writes, dry_counts, index, &mut seg, &mut delta,
-                )
-                .await?;
-                pending = 0;
+            unsaved += 1;
+            if seg.done || unsaved >= self.cfg.checkpoint_pages {
+                if !self
+                    .checkpoint_segment(inv, index, &mut seg, &mut delta)
+                    .await?
+                {
+                    return Ok(());
+                }
+                unsaved = 0;
             }
             if seg.done {
                 return Ok(());
@@ -604,8 +712,7 @@ impl<S: ReconcileStore> Reconciler<S> {
     /// limiter and the run's statistics.
     async fn next_page(
         &self,
-        shared: &Shared,
-        reads: &Limiter,
+        inv: &Inv<'_>,
         table: ScanTable,
         index: usize,
         seg: &Segment,
@@ -613,10 +720,10 @@ impl<S: ReconcileStore> Reconciler<S> {
         // The run's own segment count: RECONCILE_SEGMENTS may have changed
         // since the run started.
         let total = {
-            let g = shared.lock().await;
+            let g = inv.run.lock().await;
             match table {
-                ScanTable::Likes => g.0.segments.len(),
-                ScanTable::Counters => g.0.counter_segments.len(),
+                ScanTable::Likes => g.state.segments.len(),
+                ScanTable::Counters => g.state.counter_segments.len(),
             }
         } as u32;
         let page = self
@@ -629,137 +736,191 @@ impl<S: ReconcileStore> Reconciler<S> {
                 self.cfg.page_items,
             )
             .await?;
-        reads.take(page.read_units).await;
-        shared.lock().await.0.stats.scan_read_units += page.read_units;
+        inv.reads.take(page.read_units).await;
+        inv.run.lock().await.state.stats.scan_read_units += page.read_units;
         Ok(page)
     }
 
-    /// Stores the rows counted since the last checkpoint as a new part
-    /// (chunks keyed by this invocation, so no other invocation's committed
-    /// chunks are ever overwritten), then commits the part with the cursor
-    /// in one conditional write of the run state: a crash in between leaves
-    /// the previous checkpoint whole, and the uncommitted part is ignored.
-    #[allow(clippy::too_many_arguments)]
+    /// Checkpoint `seq + 1` of a segment: the rows counted since the last
+    /// one go to chunk items keyed by this invocation (no other
+    /// invocation's chunks are ever overwritten), then the cursor and the
+    /// pending mark are committed in one conditional write of the run state
+    /// (a crash in between leaves the previous checkpoint whole), then the
+    /// counts are added to the count items. Returns `false` if the deadline
+    /// came while adding them (what was added is committed).
     async fn checkpoint_segment(
         &self,
-        shared: &Shared,
-        opts: &Options,
-        writes: &Limiter,
-        dry_counts: &Mutex<HashMap<ReelId, u64>>,
+        inv: &Inv<'_>,
         index: usize,
         seg: &mut Segment,
         delta: &mut HashMap<ReelId, u64>,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
         let (run_id, owner, dry) = {
-            let g = shared.lock().await;
-            (g.0.run_id.clone(), g.0.lease_owner.clone(), g.0.dry_run)
+            let g = inv.run.lock().await;
+            (
+                g.state.run_id.clone(),
+                g.state.lease_owner.clone(),
+                g.state.dry_run,
+            )
         };
+        let mut written = None;
         if dry {
-            let mut all = dry_counts.lock().await;
+            let mut all = inv.dry_counts.lock().await;
             for (r, n) in delta.drain() {
                 *all.entry(r).or_default() += n;
             }
         } else if !delta.is_empty() {
+            let seq = seg.seq + 1;
             let chunks = encode_counts(delta);
             let expires = now_ms() / 1000 + CHUNK_TTL_SECS;
-            let name = part_name(index, seg.parts.len(), &owner);
+            let name = part_name(index, seq, &owner);
             for (i, data) in chunks.iter().enumerate() {
-                writes.take(data.len() as f64 / 1024.0).await;
+                inv.writes.take(write_units(data.len())).await;
                 let key = keys::reconcile_chunk_key(&run_id, &name, i as u32);
                 self.store.put_chunk(&key, data, expires).await?;
+                let stats = &mut inv.run.lock().await.state.stats;
+                stats.largest_item_bytes = stats.largest_item_bytes.max(data.len() as u64);
             }
-            seg.parts.push(Part {
+            seg.seq = seq;
+            seg.pending = Some(Pending {
+                seq,
                 owner,
                 chunks: chunks.len() as u32,
+                applied: 0,
             });
             delta.clear();
+            written = Some(chunks);
         }
         {
-            let mut g = shared.lock().await;
-            g.0.segments[index] = seg.clone();
-            g.0.stats.rows_scanned = g.0.segments.iter().map(|s| s.rows).sum();
+            let mut g = inv.run.lock().await;
+            g.state.segments[index] = seg.clone();
+            g.state.stats.rows_scanned = g.state.segments.iter().map(|s| s.rows).sum();
+            g.state.stats.checkpoints += 1;
         }
-        self.commit(shared, opts.deadline).await
+        self.commit(inv).await?;
+        match written {
+            Some(chunks) => self.apply_pending(inv, index, seg, Some(chunks)).await,
+            None => Ok(true),
+        }
     }
 
-    /// Every committed part of every segment, summed per reel.
-    async fn load_all(
+    /// Adds the segment's pending checkpoint to the count items, from
+    /// `chunks` (as just written) or from its stored chunks, skipping what
+    /// was already recorded as added. At the deadline it commits how far it
+    /// got and returns `false`; done, it clears the mark (committed with the
+    /// next commit) and returns `true`.
+    async fn apply_pending(
         &self,
-        shared: &Shared,
-        reads: &Limiter,
-    ) -> Result<HashMap<ReelId, u64>, Error> {
-        let (run_id, segments) = {
-            let g = shared.lock().await;
-            (g.0.run_id.clone(), g.0.segments.clone())
+        inv: &Inv<'_>,
+        index: usize,
+        seg: &mut Segment,
+        chunks: Option<Vec<Vec<u8>>>,
+    ) -> Result<bool, Error> {
+        let Some(pending) = seg.pending.clone() else {
+            return Ok(true);
         };
-        let mut counts = HashMap::new();
-        for (s, seg) in segments.iter().enumerate() {
-            for (k, part) in seg.parts.iter().enumerate() {
-                let name = part_name(s, k, &part.owner);
-                for i in 0..part.chunks {
+        let run_id = inv.run.lock().await.state.run_id.clone();
+        let chunks = match chunks {
+            Some(c) => c,
+            None => {
+                let name = part_name(index, pending.seq, &pending.owner);
+                let mut out = Vec::with_capacity(pending.chunks as usize);
+                for i in 0..pending.chunks {
                     let key = keys::reconcile_chunk_key(&run_id, &name, i);
                     let data = self.store.get_chunk(&key).await?.ok_or_else(|| {
                         tracing::error!(key, "a committed checkpoint chunk is missing");
                         Error::Internal
                     })?;
-                    reads.take(data.len() as f64 / 4096.0).await;
-                    decode_counts(&data, &mut counts)?;
+                    inv.reads.take(read_units(data.len())).await;
+                    out.push(data);
                 }
+                out
             }
+        };
+        let mut lines = Vec::new();
+        for c in &chunks {
+            decode_counts(c, &mut lines)?;
         }
-        Ok(counts)
+        let expires = now_ms() / 1000 + CHUNK_TTL_SECS;
+        // A count item holds two small numbers per segment.
+        let units = write_units(64 + 24 * inv.run.lock().await.state.segments.len());
+        let mut applied = (pending.applied as usize).min(lines.len());
+        let mut first = true;
+        while applied < lines.len() {
+            if !first && near(inv.opts.deadline) {
+                if let Some(p) = seg.pending.as_mut() {
+                    p.applied = applied as u64;
+                }
+                inv.run.lock().await.state.segments[index] = seg.clone();
+                self.commit(inv).await?;
+                return Ok(false);
+            }
+            first = false;
+            let batch = &lines[applied..(applied + APPLY_BATCH).min(lines.len())];
+            let run_id = &run_id;
+            let tasks: Vec<Task<'_, Result<(), Error>>> = batch
+                .iter()
+                .map(|(reel, rows)| {
+                    Box::pin(async move {
+                        inv.writes.take(units).await;
+                        self.store
+                            .add_run_count(run_id, reel, index as u32, pending.seq, *rows, expires)
+                            .await
+                    }) as Task<'_, _>
+                })
+                .collect();
+            let results: Vec<Result<(), Error>> = futures::stream::iter(tasks)
+                .buffer_unordered(CHECK_CONCURRENCY)
+                .collect()
+                .await;
+            for r in results {
+                r?;
+            }
+            applied += batch.len();
+            inv.run.lock().await.state.stats.count_writes += batch.len() as u64;
+        }
+        seg.pending = None;
+        inv.run.lock().await.state.segments[index] = seg.clone();
+        Ok(true)
     }
 
-    /// Checks every counted reel, in order, from the checkpointed cursor.
-    /// Returns whether it got through all of them.
-    async fn check_counted(
-        &self,
-        shared: &Shared,
-        opts: &Options,
-        counts: &HashMap<ReelId, u64>,
-        reads: &Limiter,
-        writes: &Limiter,
-    ) -> Result<bool, Error> {
-        let cursor = shared.lock().await.0.reel_cursor.clone();
-        let mut reels: Vec<&ReelId> = counts
-            .keys()
-            .filter(|r| cursor.as_deref().is_none_or(|c| r.as_str() > c))
+    /// A dry run's check of every reel it counted, in order, from its
+    /// cursor. Returns whether it got through all of them.
+    async fn check_counted(&self, inv: &Inv<'_>) -> Result<bool, Error> {
+        let cursor = inv.run.lock().await.state.reel_cursor.clone();
+        let mut reels: Vec<(ReelId, u64)> = inv
+            .dry_counts
+            .lock()
+            .await
+            .iter()
+            .filter(|(r, _)| cursor.as_deref().is_none_or(|c| r.as_str() > c))
+            .map(|(r, n)| (r.clone(), *n))
             .collect();
         reels.sort();
         for batch in reels.chunks(CHECK_BATCH) {
-            if near(opts.deadline) {
+            if near(inv.opts.deadline) {
                 return Ok(false);
             }
-            let outcomes = self
-                .check_all(
-                    shared,
-                    batch.iter().map(|r| (*r).clone()).collect(),
-                    counts,
-                    reads,
-                    writes,
-                )
-                .await;
-            self.record(shared, outcomes).await?;
-            if let Some(last) = batch.last() {
-                shared.lock().await.0.reel_cursor = Some(last.as_str().to_owned());
+            let outcomes = self.check_all(inv, batch.to_vec()).await;
+            self.record(inv, outcomes).await;
+            if let Some((last, _)) = batch.last() {
+                inv.run.lock().await.state.reel_cursor = Some(last.as_str().to_owned());
             }
-            self.commit(shared, opts.deadline).await?;
+            self.commit(inv).await?;
         }
         Ok(true)
     }
 
-    /// The counters scan: reels with shards (or settings) but no like rows.
-    async fn scan_counters(
-        &self,
-        shared: &Shared,
-        opts: &Options,
-        counts: &HashMap<ReelId, u64>,
-        reads: &Limiter,
-        writes: &Limiter,
-    ) -> Result<bool, Error> {
+    /// The check phase: a parallel scan of the counters table. Each count
+    /// item of this run is checked against its rows; a reel met through its
+    /// other items, without a count item, against zero rows (once: a claim
+    /// marker, or a dry run's memory, says it was taken); items outside a
+    /// reel's read range are cleared.
+    async fn scan_counters(&self, inv: &Inv<'_>) -> Result<bool, Error> {
         let todo: Vec<(usize, Segment)> = {
-            let g = shared.lock().await;
-            g.0.counter_segments
+            let g = inv.run.lock().await;
+            g.state
+                .counter_segments
                 .iter()
                 .cloned()
                 .enumerate()
@@ -772,39 +933,32 @@ impl<S: ReconcileStore> Reconciler<S> {
             .map(|(i, mut seg)| {
                 let seen = &seen;
                 Box::pin(async move {
-                    let mut pending = 0u32;
+                    let mut pages = 0u32;
+                    let mut unsaved = 0u32;
                     loop {
-                        if near(opts.deadline) {
+                        if pages > 0 && near(inv.opts.deadline) {
                             // Keep the pages done: the next invocation goes on
                             // from here.
-                            if pending > 0 {
-                                shared.lock().await.0.counter_segments[i] = seg.clone();
-                                self.commit(shared, opts.deadline).await?;
+                            if unsaved > 0 {
+                                inv.run.lock().await.state.counter_segments[i] = seg.clone();
+                                self.commit(inv).await?;
                             }
                             return Ok(false);
                         }
-                        let page = self
-                            .next_page(shared, reads, ScanTable::Counters, i, &seg)
-                            .await?;
-                        let mut fresh = Vec::new();
-                        {
-                            let mut seen = seen.lock().await;
-                            for r in page.reels {
-                                if !counts.contains_key(&r) && seen.insert(r.clone()) {
-                                    fresh.push(r);
-                                }
-                            }
-                        }
-                        let outcomes = self.check_all(shared, fresh, counts, reads, writes).await;
-                        self.record(shared, outcomes).await?;
+                        let page = self.next_page(inv, ScanTable::Counters, i, &seg).await?;
+                        pages += 1;
+                        let reels = self.reels_to_check(inv, &page, seen).await?;
+                        let outcomes = self.check_all(inv, reels).await;
+                        self.record(inv, outcomes).await;
+                        self.clear_strays(inv, page.count_items).await;
                         seg.rows += page.items;
                         seg.cursor = page.next;
                         seg.done = seg.cursor.is_none();
-                        pending += 1;
-                        if seg.done || pending >= self.cfg.checkpoint_pages {
-                            shared.lock().await.0.counter_segments[i] = seg.clone();
-                            self.commit(shared, opts.deadline).await?;
-                            pending = 0;
+                        unsaved += 1;
+                        if seg.done || unsaved >= self.cfg.checkpoint_pages {
+                            inv.run.lock().await.state.counter_segments[i] = seg.clone();
+                            self.commit(inv).await?;
+                            unsaved = 0;
                         }
                         if seg.done {
                             return Ok(true);
@@ -824,22 +978,127 @@ impl<S: ReconcileStore> Reconciler<S> {
         Ok(all)
     }
 
-    /// Checks `reels` (a few at a time) against their counted rows (0 when
-    /// not counted).
+    /// The reels a counters page asks to check, with their counted rows.
+    async fn reels_to_check(
+        &self,
+        inv: &Inv<'_>,
+        page: &ScanPage,
+        seen: &Mutex<HashSet<ReelId>>,
+    ) -> Result<Vec<(ReelId, u64)>, Error> {
+        let (run_id, dry) = {
+            let g = inv.run.lock().await;
+            (g.state.run_id.clone(), g.state.dry_run)
+        };
+        let mut out: Vec<(ReelId, u64)> = page
+            .run_counts
+            .iter()
+            .filter(|c| !dry && c.run_id == run_id && !c.claimed)
+            .map(|c| (c.reel.clone(), c.rows))
+            .collect();
+        let mut candidates: Vec<ReelId> = page
+            .reels
+            .iter()
+            .filter(|r| !out.iter().any(|(o, _)| o == *r))
+            .cloned()
+            .collect();
+        candidates.sort();
+        candidates.dedup();
+        if dry {
+            let counted = inv.dry_counts.lock().await;
+            let mut seen = seen.lock().await;
+            for r in candidates {
+                if !counted.contains_key(&r) && seen.insert(r.clone()) {
+                    out.push((r, 0));
+                }
+            }
+        } else if !candidates.is_empty() {
+            inv.reads.take(candidates.len() as f64).await;
+            let counted = self.store.run_counts(&run_id, &candidates).await?;
+            let expires = now_ms() / 1000 + CHUNK_TTL_SECS;
+            for r in candidates {
+                // A reel with rows is checked at its own count item; a
+                // claimed one by whoever claimed it.
+                if counted.contains_key(&r) {
+                    continue;
+                }
+                inv.writes.take(1.0).await;
+                if self.store.claim_rowless(&run_id, &r, expires).await? {
+                    out.push((r, 0));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes the non-empty items outside their stable reel's read range
+    /// (a dry run only counts them). A failure leaves the item to the next
+    /// run; the run goes on.
+    async fn clear_strays(&self, inv: &Inv<'_>, items: Vec<(ReelId, CountItem, ShardValue)>) {
+        if items.is_empty() {
+            return;
+        }
+        let dry = inv.run.lock().await.state.dry_run;
+        let mut reels: Vec<ReelId> = items.iter().map(|(r, _, _)| r.clone()).collect();
+        reels.sort();
+        reels.dedup();
+        inv.reads.take(reels.len() as f64).await;
+        let settings = match self.store.settings(&reels).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = e.code(), "reconcile could not read settings for stray items");
+                return;
+            }
+        };
+        for (reel, item, seen) in items {
+            let st = settings.get(&reel).copied().unwrap_or_default();
+            // A resize owns its reel's items until it is stable again.
+            if st.phase != Phase::Stable {
+                continue;
+            }
+            let outside = match item {
+                CountItem::Shard(s) => s >= st.shards_to_sum(),
+                CountItem::Base => !st.has_base,
+            };
+            if !outside {
+                continue;
+            }
+            let cleared = dry || {
+                // A transaction: two units per item.
+                inv.writes.take(4.0).await;
+                match self.store.clear_stray(&reel, item, seen, st.version).await {
+                    Ok(FoldResult::Folded) => true,
+                    Ok(other) => {
+                        tracing::info!(reel = %reel, ?item, result = ?other, "a stray item changed meanwhile; left for the next run");
+                        false
+                    }
+                    Err(e) => {
+                        tracing::warn!(reel = %reel, ?item, error = e.code(), "reconcile could not clear a stray item");
+                        false
+                    }
+                }
+            };
+            if cleared {
+                tracing::warn!(reel = %reel, ?item, n = seen.n, w = seen.w, dry, "a non-empty item outside the reel's read range");
+                let stats = &mut inv.run.lock().await.state.stats;
+                stats.strays_cleared += 1;
+                if stats.stray_reels.len() < SAMPLE && !stats.stray_reels.contains(&reel.to_string()) {
+                    stats.stray_reels.push(reel.to_string());
+                }
+            }
+        }
+    }
+
+    /// Checks `reels` (a few at a time) against their counted rows.
     async fn check_all(
         &self,
-        shared: &Shared,
-        reels: Vec<ReelId>,
-        counts: &HashMap<ReelId, u64>,
-        reads: &Limiter,
-        writes: &Limiter,
+        inv: &Inv<'_>,
+        reels: Vec<(ReelId, u64)>,
     ) -> Vec<(ReelId, Result<Outcome, Error>)> {
         let tasks: Vec<Task<'_, (ReelId, Result<Outcome, Error>)>> = reels
             .into_iter()
-            .map(|r| {
+            .map(|(r, rows)| {
                 Box::pin(async move {
-                    let rows = counts.get(&r).copied().unwrap_or(0);
-                    let outcome = self.check(shared, &r, rows, reads, writes).await;
+                    let outcome = self.check(inv, &r, rows).await;
                     (r, outcome)
                 }) as Task<'_, _>
             })
@@ -851,13 +1110,9 @@ impl<S: ReconcileStore> Reconciler<S> {
     }
 
     /// Adds checked reels to the run's statistics.
-    async fn record(
-        &self,
-        shared: &Shared,
-        outcomes: Vec<(ReelId, Result<Outcome, Error>)>,
-    ) -> Result<(), Error> {
-        let mut g = shared.lock().await;
-        let stats = &mut g.0.stats;
+    async fn record(&self, inv: &Inv<'_>, outcomes: Vec<(ReelId, Result<Outcome, Error>)>) {
+        let mut g = inv.run.lock().await;
+        let stats = &mut g.state.stats;
         for (reel, outcome) in outcomes {
             stats.reels_checked += 1;
             let drift = match outcome {
@@ -897,24 +1152,16 @@ impl<S: ReconcileStore> Reconciler<S> {
                 }
             }
         }
-        Ok(())
     }
 
     /// Checks one reel against `rows` counted rows, and corrects it.
-    async fn check(
-        &self,
-        shared: &Shared,
-        reel: &ReelId,
-        rows: u64,
-        reads: &Limiter,
-        writes: &Limiter,
-    ) -> Result<Outcome, Error> {
+    async fn check(&self, inv: &Inv<'_>, reel: &ReelId, rows: u64) -> Result<Outcome, Error> {
         let (run_id, started_ms, dry) = {
-            let g = shared.lock().await;
-            (g.0.run_id.clone(), g.0.started_ms, g.0.dry_run)
+            let g = inv.run.lock().await;
+            (g.state.run_id.clone(), g.state.started_ms, g.state.dry_run)
         };
         let view = self.store.reel_view(reel).await?;
-        reads
+        inv.reads
             .take(2.0 + f64::from(view.settings.shards_to_sum()))
             .await;
         if view.ledger.last_run.as_deref() == Some(run_id.as_str()) {
@@ -941,7 +1188,7 @@ impl<S: ReconcileStore> Reconciler<S> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            writes.take(4.0).await;
+            inv.writes.take(4.0).await;
             match self
                 .store
                 .correct(reel, drift, view.ledger.corrections, &run_id)
@@ -997,6 +1244,12 @@ impl<S: ReconcileStore> Reconciler<S> {
             segments_done: state.map_or(0, |s| s.segments.iter().filter(|g| g.done).count()),
             segments_scanned,
             invocations: state.map_or(0, |s| s.invocations),
+            checkpoints: stats.checkpoints,
+            count_writes: stats.count_writes,
+            strays_cleared: stats.strays_cleared,
+            stray_reels: stats.stray_reels,
+            largest_item_bytes: stats.largest_item_bytes,
+            largest_state_bytes: stats.largest_state_bytes,
             duration_ms: began.elapsed().as_millis() as u64,
             run_duration_ms: state.map_or(0, |s| {
                 (s.finished_ms.unwrap_or_else(now_ms) - s.started_ms).max(0) as u64
@@ -1019,8 +1272,31 @@ fn lease_until(deadline: Option<Instant>) -> i64 {
     now_ms() + left.as_millis() as i64
 }
 
-fn part_name(segment: usize, part: usize, owner: &str) -> String {
-    format!("likes{segment}p{part}w{owner}")
+/// The chunk name of a segment's checkpoint `seq`, written by `owner`.
+fn part_name(segment: usize, seq: u64, owner: &str) -> String {
+    format!("likes{segment}q{seq}w{owner}")
+}
+
+/// The state as stored: its JSON, after recording its own size in its
+/// statistics. Refused (never written) past [`STATE_BYTES_MAX`].
+fn encode_state(state: &mut RunState) -> Result<String, Error> {
+    let mut json = serde_json::to_string(state).map_err(|_| Error::Internal)?;
+    // Recording the size may lengthen it by a digit or two: settle it.
+    for _ in 0..3 {
+        let len = json.len() as u64;
+        let stats = &mut state.stats;
+        if stats.largest_state_bytes >= len && stats.largest_item_bytes >= len {
+            break;
+        }
+        stats.largest_state_bytes = stats.largest_state_bytes.max(len);
+        stats.largest_item_bytes = stats.largest_item_bytes.max(len);
+        json = serde_json::to_string(state).map_err(|_| Error::Internal)?;
+    }
+    if json.len() > STATE_BYTES_MAX {
+        tracing::error!(bytes = json.len(), "reconcile run state too large to store");
+        return Err(Error::Internal);
+    }
+    Ok(json)
 }
 
 /// `reel count` lines, split into chunks of at most [`CHUNK_BYTES`].
@@ -1041,13 +1317,14 @@ fn encode_counts(counts: &HashMap<ReelId, u64>) -> Vec<Vec<u8>> {
     chunks
 }
 
-fn decode_counts(data: &[u8], into: &mut HashMap<ReelId, u64>) -> Result<(), Error> {
+/// The `reel count` lines of a chunk, in order.
+fn decode_counts(data: &[u8], into: &mut Vec<(ReelId, u64)>) -> Result<(), Error> {
     let text = std::str::from_utf8(data).map_err(|_| Error::Internal)?;
     for line in text.lines().filter(|l| !l.is_empty()) {
         let (reel, n) = line.split_once(' ').ok_or(Error::Internal)?;
         let reel = ReelId::parse(reel).map_err(|_| Error::Internal)?;
         let n: u64 = n.parse().map_err(|_| Error::Internal)?;
-        *into.entry(reel).or_default() += n;
+        into.push((reel, n));
     }
     Ok(())
 }
@@ -1065,12 +1342,14 @@ mod tests {
         let chunks = encode_counts(&counts);
         assert!(chunks.len() > 1, "large counts split");
         assert!(chunks.iter().all(|c| c.len() <= CHUNK_BYTES));
-        let mut back = HashMap::new();
+        let mut lines = Vec::new();
         for c in &chunks {
-            decode_counts(c, &mut back).unwrap();
+            decode_counts(c, &mut lines).unwrap();
         }
+        assert_eq!(lines.len(), counts.len(), "each reel once");
+        let back: HashMap<ReelId, u64> = lines.into_iter().collect();
         assert_eq!(back, counts);
-        assert!(decode_counts(b"bad line", &mut back).is_err());
+        assert!(decode_counts(b"bad line", &mut Vec::new()).is_err());
     }
 
     #[tokio::test]

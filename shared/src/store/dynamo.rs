@@ -5,7 +5,7 @@
 //! leaves the module.
 
 use super::{
-    CorrectResult, CounterStore, FoldResult, KeyRecord, KeyRecordSpec, Ledger, LikeRow, LikeTx,
+    CorrectResult, CountItem, CounterStore, FoldResult, RunCount, KeyRecord, KeyRecordSpec, Ledger, LikeRow, LikeTx,
     Phase, ReconcileStore, ReelView, ResizeStore, RetryReason, ScanPage, ScanTable, Settings,
     ShardSum, ShardValue, TxResult, WriteSample,
 };
@@ -281,6 +281,25 @@ impl DynamoStore {
 }
 
 impl DynamoStore {
+    /// The `ConditionCheck` that a reel's settings item is still at
+    /// `version` (0: there is none), for the transactions that move or
+    /// remove counts only under the settings they were planned with.
+    fn settings_at(&self, reel: &ReelId, version: u64) -> Result<TransactWriteItem, Error> {
+        let check = ConditionCheck::builder()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::settings_key(reel)));
+        let check = if version == 0 {
+            check.condition_expression("attribute_not_exists(ver)")
+        } else {
+            check
+                .condition_expression("ver = :ver")
+                .expression_attribute_values(":ver", AttributeValue::N(version.to_string()))
+        };
+        Ok(TransactWriteItem::builder()
+            .condition_check(check.build().map_err(|e| internal("ConditionCheck", &e))?)
+            .build())
+    }
+
     /// Puts `item` (which carries `ver = expected + 1`) if the stored item's
     /// `ver` is still `expected` (0: no item, or one without a version).
     /// `Ok(false)`: another writer was first.
@@ -647,31 +666,7 @@ impl ResizeStore for DynamoStore {
             return Ok(FoldResult::Folded);
         }
         let n = |v: i64| AttributeValue::N(v.to_string());
-        // "Still exactly what was read", treating a missing attribute as 0.
-        let mut conditions = Vec::new();
-        for (attr, v) in [("#n", seen.n), ("#w", seen.w)] {
-            conditions.push(if v == 0 {
-                format!("(attribute_not_exists({attr}) OR {attr} = :zero)")
-            } else if attr == "#n" {
-                format!("{attr} = :seen_n")
-            } else {
-                format!("{attr} = :seen_w")
-            });
-        }
-        let check = TransactWriteItem::builder()
-            .condition_check(
-                ConditionCheck::builder()
-                    .table_name(&self.counters_table)
-                    .key("pk", AttributeValue::S(keys::settings_key(reel)))
-                    .condition_expression("ver = :ver")
-                    .expression_attribute_values(
-                        ":ver",
-                        AttributeValue::N(settings_version.to_string()),
-                    )
-                    .build()
-                    .map_err(|e| internal("ConditionCheck", &e))?,
-            )
-            .build();
+        let check = self.settings_at(reel, settings_version)?;
         let into = TransactWriteItem::builder()
             .update(
                 Update::builder()
@@ -686,24 +681,20 @@ impl ResizeStore for DynamoStore {
                     .map_err(|e| internal("Update", &e))?,
             )
             .build();
-        let mut from = Update::builder()
+        let (condition, values) = holds_exactly(seen);
+        let from = Update::builder()
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(keys::shard_key(reel, shard)))
             .update_expression("ADD #n :neg_n, #w :neg_w")
-            .condition_expression(conditions.join(" AND "))
+            .condition_expression(condition)
             .expression_attribute_names("#n", "n")
             .expression_attribute_names("#w", "w")
-            .expression_attribute_values(":neg_n", n(-seen.n))
-            .expression_attribute_values(":neg_w", n(-seen.w));
-        if seen.n != 0 {
-            from = from.expression_attribute_values(":seen_n", n(seen.n));
-        }
-        if seen.w != 0 {
-            from = from.expression_attribute_values(":seen_w", n(seen.w));
-        }
-        if seen.n == 0 || seen.w == 0 {
-            from = from.expression_attribute_values(":zero", n(0));
-        }
+            .set_expression_attribute_values(Some(
+                values
+                    .into_iter()
+                    .chain([(":neg_n".to_owned(), n(-seen.n)), (":neg_w".to_owned(), n(-seen.w))])
+                    .collect(),
+            ));
         let from = TransactWriteItem::builder()
             .update(from.build().map_err(|e| internal("Update", &e))?)
             .build();
@@ -770,6 +761,61 @@ impl ResizeStore for DynamoStore {
         }
     }
 
+    async fn clear_stray(
+        &self,
+        reel: &ReelId,
+        item: CountItem,
+        seen: ShardValue,
+        settings_version: u64,
+    ) -> Result<FoldResult, Error> {
+        let pk = match item {
+            CountItem::Shard(s) => keys::shard_key(reel, s),
+            CountItem::Base => keys::base_key(reel),
+        };
+        let (condition, values) = holds_exactly(seen);
+        let delete = TransactWriteItem::builder()
+            .delete(
+                Delete::builder()
+                    .table_name(&self.counters_table)
+                    .key("pk", AttributeValue::S(pk.clone()))
+                    .condition_expression(condition)
+                    .expression_attribute_names("#n", "n")
+                    .expression_attribute_names("#w", "w")
+                    .set_expression_attribute_values(Some(values))
+                    .build()
+                    .map_err(|e| internal("Delete", &e))?,
+            )
+            .build();
+        // A fresh token per attempt: the value and settings conditions make a
+        // repeat harmless, and the SDK's own retries of this call reuse it.
+        let token = RequestToken::for_fields(
+            "stray",
+            &[
+                &pk,
+                &seen.n.to_string(),
+                &seen.w.to_string(),
+                &settings_version.to_string(),
+                &fastrand::u64(..).to_string(),
+            ],
+        );
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(self.settings_at(reel, settings_version)?)
+            .transact_items(delete)
+            .client_request_token(token.as_str())
+            .send()
+            .await;
+        match result.map_err(|e| internal_tx_failure("stray item removal", e)) {
+            Ok(_) => Ok(FoldResult::Folded),
+            Err(failure) => match failure? {
+                TxFailure::Condition(0) => Ok(FoldResult::SettingsChanged),
+                TxFailure::Condition(_) | TxFailure::Mismatch => Ok(FoldResult::ShardChanged),
+                TxFailure::Retry(reason) => Ok(FoldResult::Retry(reason)),
+            },
+        }
+    }
+
     async fn indexed_reels(&self) -> Result<Vec<ReelId>, Error> {
         let mut out = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
@@ -818,9 +864,12 @@ impl ReconcileStore for DynamoStore {
         start: Option<&str>,
         limit: u32,
     ) -> Result<ScanPage, Error> {
+        // The counters scan reads whole items (a scan costs the same read
+        // units whatever it projects): it needs the count items' counts and
+        // the values of shard and base items.
         let (name, projection) = match table {
-            ScanTable::Likes => (&self.likes_table, "reel_id"),
-            ScanTable::Counters => (&self.counters_table, "pk"),
+            ScanTable::Likes => (&self.likes_table, Some("reel_id")),
+            ScanTable::Counters => (&self.counters_table, None),
         };
         let start_key = match start {
             None => None,
@@ -832,7 +881,7 @@ impl ReconcileStore for DynamoStore {
             .table_name(name)
             .segment(segment as i32)
             .total_segments(total as i32)
-            .projection_expression(projection)
+            .set_projection_expression(projection.map(str::to_owned))
             // The like rows are counted with consistent reads: an eventually
             // consistent page could miss a row committed just before.
             .consistent_read(table == ScanTable::Likes)
@@ -856,10 +905,25 @@ impl ReconcileStore for DynamoStore {
                     .get("reel_id")
                     .and_then(|v| v.as_s().ok())
                     .and_then(|r| ReelId::parse(r).ok()),
-                ScanTable::Counters => item
-                    .get("pk")
-                    .and_then(|v| v.as_s().ok())
-                    .and_then(|pk| keys::reel_of_counter_key(pk)),
+                ScanTable::Counters => {
+                    let pk = item.get("pk").and_then(|v| v.as_s().ok());
+                    if let Some((run, reel)) = pk.and_then(|pk| keys::parse_reconcile_count_key(pk))
+                    {
+                        page.run_counts.push(run_count(run, reel, item));
+                        continue;
+                    }
+                    let slot = pk.and_then(|pk| match keys::parse_shard_key(pk) {
+                        Some((s, reel)) => Some((reel, CountItem::Shard(s))),
+                        None => keys::parse_base_key(pk).map(|reel| (reel, CountItem::Base)),
+                    });
+                    if let Some((reel, slot)) = slot.filter(|(_, s)| *s != CountItem::Shard(0)) {
+                        let value = shard_value(item)?;
+                        if value != ShardValue::default() {
+                            page.count_items.push((reel, slot, value));
+                        }
+                    }
+                    pk.and_then(|pk| keys::reel_of_counter_key(pk))
+                }
             };
             match reel {
                 Some(r) => page.reels.push(r),
@@ -985,6 +1049,87 @@ impl ReconcileStore for DynamoStore {
                 // used before, so the ledger has moved on.
                 TxFailure::Mismatch => Ok(CorrectResult::LedgerChanged),
             },
+        }
+    }
+
+    async fn add_run_count(
+        &self,
+        run_id: &str,
+        reel: &ReelId,
+        segment: u32,
+        seq: u64,
+        rows: u64,
+        expires_at: i64,
+    ) -> Result<(), Error> {
+        let (count, check) = segment_attrs(segment);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::reconcile_count_key(run_id, reel)))
+            .update_expression("SET #c = if_not_exists(#c, :zero) + :rows, #q = :seq, #exp = :exp")
+            .condition_expression("attribute_not_exists(#q) OR #q < :seq")
+            .expression_attribute_names("#c", count)
+            .expression_attribute_names("#q", check)
+            .expression_attribute_names("#exp", "expires_at")
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .expression_attribute_values(":rows", AttributeValue::N(rows.to_string()))
+            .expression_attribute_values(":seq", AttributeValue::N(seq.to_string()))
+            .expression_attribute_values(":exp", AttributeValue::N(expires_at.to_string()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // This checkpoint (or a later one) of the segment is in already.
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                Ok(())
+            }
+            Err(e) => Err(translate("UpdateItem", e)),
+        }
+    }
+
+    async fn run_counts(
+        &self,
+        run_id: &str,
+        reels: &[ReelId],
+    ) -> Result<HashMap<ReelId, RunCount>, Error> {
+        let keys: Vec<String> = reels
+            .iter()
+            .map(|r| keys::reconcile_count_key(run_id, r))
+            .collect();
+        let items = self.batch_get_counters(keys, None, &[]).await?;
+        Ok(items
+            .iter()
+            .filter_map(|item| {
+                let pk = item.get("pk")?.as_s().ok()?;
+                let (run, reel) = keys::parse_reconcile_count_key(pk)?;
+                Some((reel.clone(), run_count(run, reel, item)))
+            })
+            .collect())
+    }
+
+    async fn claim_rowless(
+        &self,
+        run_id: &str,
+        reel: &ReelId,
+        expires_at: i64,
+    ) -> Result<bool, Error> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.counters_table)
+            .item("pk", AttributeValue::S(keys::reconcile_count_key(run_id, reel)))
+            .item("claimed", AttributeValue::Bool(true))
+            .item("expires_at", AttributeValue::N(expires_at.to_string()))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(translate("PutItem", e)),
         }
     }
 
@@ -1172,6 +1317,53 @@ fn settings_item(reel: &ReelId, s: &Settings, version: u64) -> HashMap<String, A
         );
     }
     item
+}
+
+/// The condition "the item still holds exactly `seen`" (a missing
+/// attribute counts 0, so does a missing item) on `#n` and `#w`, with its
+/// values.
+fn holds_exactly(seen: ShardValue) -> (String, HashMap<String, AttributeValue>) {
+    let mut conditions = Vec::new();
+    let mut values = HashMap::new();
+    for (attr, placeholder, v) in [("#n", ":seen_n", seen.n), ("#w", ":seen_w", seen.w)] {
+        if v == 0 {
+            conditions.push(format!("(attribute_not_exists({attr}) OR {attr} = :zero)"));
+            values.insert(":zero".to_owned(), AttributeValue::N("0".into()));
+        } else {
+            conditions.push(format!("{attr} = {placeholder}"));
+            values.insert(placeholder.to_owned(), AttributeValue::N(v.to_string()));
+        }
+    }
+    (conditions.join(" AND "), values)
+}
+
+/// The count attribute of likes-scan segment `segment` in a run's count
+/// item, and the checkpoint that last added to it.
+fn segment_attrs(segment: u32) -> (String, String) {
+    (format!("c{segment}"), format!("q{segment}"))
+}
+
+/// A run's count item: the rows of every segment summed.
+fn run_count(run_id: &str, reel: ReelId, item: &HashMap<String, AttributeValue>) -> RunCount {
+    let rows = item
+        .iter()
+        .filter(|(k, _)| {
+            k.strip_prefix('c')
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|(_, v)| number(v))
+        .map(|n| n.max(0) as u64)
+        .sum();
+    RunCount {
+        run_id: run_id.to_owned(),
+        reel,
+        rows,
+        claimed: item
+            .get("claimed")
+            .and_then(|v| v.as_bool().ok())
+            .copied()
+            .unwrap_or(false),
+    }
 }
 
 /// A shard item's `n` and `w` (missing attributes count 0).

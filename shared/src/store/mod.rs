@@ -349,6 +349,18 @@ pub trait ResizeStore: CounterStore {
         shard: u32,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
+    /// One transaction: deletes `item` of `reel` if it still holds exactly
+    /// `seen` and the settings item is still at `settings_version` (0: no
+    /// settings item). For items outside the reel's read range: no reader
+    /// counts them, so removing them changes no count.
+    fn clear_stray(
+        &self,
+        reel: &ReelId,
+        item: CountItem,
+        seen: ShardValue,
+        settings_version: u64,
+    ) -> impl Future<Output = Result<FoldResult, Error>> + Send;
+
     /// Every reel whose settings are [`Settings::indexed`], from the sparse
     /// index (eventually consistent: read each reel's settings after).
     fn indexed_reels(&self) -> impl Future<Output = Result<Vec<ReelId>, Error>> + Send;
@@ -364,12 +376,39 @@ pub enum ScanTable {
     Counters,
 }
 
+/// An item of a reel that holds part of its count: a shard, or the base
+/// item that shrinking folds into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CountItem {
+    Shard(u32),
+    Base,
+}
+
+/// A run's count item as a counters scan found it: the rows the likes scan
+/// counted for one reel (summed over segments), or the marker of a reel
+/// without rows that the check phase claimed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunCount {
+    pub run_id: String,
+    pub reel: ReelId,
+    pub rows: u64,
+    /// A claim marker ([`ReconcileStore::claim_rowless`]), not counted rows.
+    pub claimed: bool,
+}
+
 /// One page of a parallel scan.
 #[derive(Clone, Debug, Default)]
 pub struct ScanPage {
     /// Likes: the reel of each row (repeated per row). Counters: the reels
-    /// the page's items belong to (repeats possible).
+    /// the page's shard, base, settings and ledger items belong to
+    /// (repeats possible).
     pub reels: Vec<ReelId>,
+    /// Counters: the runs' count items on the page.
+    pub run_counts: Vec<RunCount>,
+    /// Counters: the page's non-empty base items and shard items other
+    /// than shard 0, with what they hold: the ones a reel's read range may
+    /// not cover ([`ResizeStore::clear_stray`]).
+    pub count_items: Vec<(ReelId, CountItem, ShardValue)>,
     /// Rows (items) the page held.
     pub items: u64,
     /// Where the next page starts, serialised (`None`: segment done).
@@ -406,8 +445,9 @@ pub enum CorrectResult {
     Retry(RetryReason),
 }
 
-/// What reconciliation needs beyond [`CounterStore`].
-pub trait ReconcileStore: CounterStore {
+/// What reconciliation needs beyond [`ResizeStore`] (it repairs items
+/// outside a reel's read range the way a resize would).
+pub trait ReconcileStore: ResizeStore {
     /// One page of segment `segment` of `total`, from `start`.
     fn scan_page(
         &self,
@@ -430,6 +470,37 @@ pub trait ReconcileStore: CounterStore {
         expected: u64,
         run_id: &str,
     ) -> impl Future<Output = Result<CorrectResult, Error>> + Send;
+
+    /// Adds `rows` to segment `segment`'s count in the run's count item of
+    /// `reel`, as that segment's checkpoint `seq`: applied only if the item
+    /// holds no checkpoint of the segment at or after `seq`, so applying a
+    /// committed checkpoint again (after a crash) changes nothing.
+    fn add_run_count(
+        &self,
+        run_id: &str,
+        reel: &ReelId,
+        segment: u32,
+        seq: u64,
+        rows: u64,
+        expires_at: i64,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// The rows counted for each of `reels` by the run (from their count
+    /// items; a reel without one is absent), read consistently.
+    fn run_counts(
+        &self,
+        run_id: &str,
+        reels: &[ReelId],
+    ) -> impl Future<Output = Result<HashMap<ReelId, RunCount>, Error>> + Send;
+
+    /// Writes the run's claim marker for a reel without counted rows, unless
+    /// the reel has a count item. `Ok(true)`: this caller checks it.
+    fn claim_rowless(
+        &self,
+        run_id: &str,
+        reel: &ReelId,
+        expires_at: i64,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
 
     /// The run state document and its version (0: none).
     fn load_run(&self) -> impl Future<Output = Result<Option<(String, u64)>, Error>> + Send;
