@@ -32,12 +32,27 @@
 //! # Crash-safe and resumable
 //!
 //! The whole state lives in the settings item (phase, target, `fold_from`,
-//! when the phase began, a version). Every write of it is conditioned on the
+//! when the phase was first seen in place, a version). Every write of it is conditioned on the
 //! version it read, every fold on the settings version and the shard's value,
 //! and every step is idempotent, so any later invocation (the next scheduled
 //! run, a retried request, a concurrent run) finishes a resize from wherever
 //! the last one stopped, and two runs on one reel cannot both act on one
 //! state.
+//!
+//! # Waits are measured from a phase seen in place
+//!
+//! A write of the settings item may land long after it was computed: the
+//! automatic grow is started by a background task, which Lambda freezes
+//! with the sandbox after the response, so its `PutItem` may be sent
+//! seconds or minutes late. A phase that must wait (`Growing`, `Draining`)
+//! is therefore written with `phase_at_ms` = [`UNOBSERVED`], and stamped
+//! only by whoever next knows it to be in place: the writer once its put
+//! has returned, or any advancer (the scheduled run) that reads it
+//! unstamped, with a clock reading taken after that read. Either way the
+//! stamp is no earlier than the moment the phase became visible, and the
+//! stamp's own write is conditioned on the version it saw; if it is delayed
+//! too, it only makes the wait longer. So no delay of any write can shorten
+//! a wait.
 
 use crate::config::{Config, ResizeConfig};
 use crate::error::Error;
@@ -68,6 +83,15 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// `phase_at_ms` of a phase that must wait but that nobody has yet seen in
+/// place (see the module docs): its wait has not started.
+pub const UNOBSERVED: i64 = 0;
+
+/// Whether the phase's next step waits [`Config::resize_wait`] after it.
+fn waits(phase: Phase) -> bool {
+    matches!(phase, Phase::Growing | Phase::Draining)
+}
+
 /// What a request to resize did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -86,7 +110,9 @@ enum Plan {
 }
 
 /// The first step of a resize of `cur` to `target`, as a new settings item.
-/// A resize in progress to another target refuses (409).
+/// A resize in progress to another target refuses (409). The step it
+/// returns is not stamped ([`UNOBSERVED`]): its wait starts when it is seen
+/// in place ([`stamp`]), never when it was computed.
 fn plan(cur: &Settings, target: u32, now: i64) -> Result<Plan, Error> {
     if cur.phase != Phase::Stable {
         return if cur.target == target {
@@ -126,7 +152,7 @@ fn plan(cur: &Settings, target: u32, now: i64) -> Result<Plan, Error> {
     }
     let mut next = Settings {
         target,
-        phase_at_ms: now,
+        phase_at_ms: UNOBSERVED,
         cool_since_ms: None,
         ..*cur
     };
@@ -149,6 +175,33 @@ async fn read_settings<S: CounterStore>(store: &S, reel: &ReelId) -> Result<Sett
     Ok(m.remove(reel).unwrap_or_default())
 }
 
+/// Stamps `seen` (a phase that waits, unstamped, at version `seen.version`,
+/// known to be in place: just read, or just written) with the time now,
+/// which is no earlier than when it became visible. Best effort: on a lost
+/// race (someone else stamped or moved it) or an error, the next advancer
+/// stamps it. Returns the settings now in place if this call stamped them.
+async fn stamp<S: CounterStore>(store: &S, reel: &ReelId, seen: &Settings) -> Option<Settings> {
+    if !waits(seen.phase) || seen.phase_at_ms != UNOBSERVED {
+        return None;
+    }
+    // Read after the phase was known to be in place.
+    let next = Settings {
+        phase_at_ms: now_ms().max(UNOBSERVED + 1),
+        ..*seen
+    };
+    match store.put_settings(reel, seen.version, &next).await {
+        Ok(true) => Some(Settings {
+            version: seen.version + 1,
+            ..next
+        }),
+        Ok(false) => None,
+        Err(e) => {
+            tracing::warn!(reel = %reel, error = e.code(), "could not stamp a resize phase; the next run will");
+            None
+        }
+    }
+}
+
 /// Starts resizing `reel` to `target` shards (the admin route). Returns what
 /// happened and the settings now in place.
 pub async fn begin<S: CounterStore>(
@@ -160,7 +213,12 @@ pub async fn begin<S: CounterStore>(
     for _ in 0..5 {
         let cur = read_settings(store, reel).await?;
         match plan(&cur, target, now_ms())? {
-            Plan::Keep(b) => return Ok((b, cur)),
+            // Joining a step nobody has stamped yet (our own earlier attempt
+            // whose answer was lost, say): it is in place, so stamp it.
+            Plan::Keep(b) => {
+                let now = stamp(store, reel, &cur).await;
+                return Ok((b, now.unwrap_or(cur)));
+            }
             Plan::Put(next) => {
                 if store.put_settings(reel, cur.version, &next).await? {
                     // A stable put only registers a hand-written item.
@@ -170,13 +228,12 @@ pub async fn begin<S: CounterStore>(
                         tracing::info!(reel = %reel, target, phase = next.phase.as_str(), "resize started");
                         Begin::Started
                     };
-                    return Ok((
-                        outcome,
-                        Settings {
-                            version: cur.version + 1,
-                            ..next
-                        },
-                    ));
+                    let written = Settings {
+                        version: cur.version + 1,
+                        ..next
+                    };
+                    let now = stamp(store, reel, &written).await;
+                    return Ok((outcome, now.unwrap_or(written)));
                 }
             }
         }
@@ -203,6 +260,16 @@ pub async fn request_grow<S: CounterStore>(
         };
         if store.put_settings(reel, cur.version, &next).await? {
             tracing::info!(reel = %reel, from = cur.write_shards, target, reason, "automatic grow started");
+            // However late the put above was sent, the wait starts now.
+            stamp(
+                store,
+                reel,
+                &Settings {
+                    version: cur.version + 1,
+                    ..next
+                },
+            )
+            .await;
             return Ok(true);
         }
     }
@@ -374,7 +441,22 @@ impl<S: ResizeStore> Resharder<S> {
                 return Err(Stop::Failed(Error::Contended));
             }
             let cur = read_settings(&self.store, reel).await?;
+            // Read after the settings were: see the module docs.
             let now = now_ms();
+            if waits(cur.phase) && cur.phase_at_ms == UNOBSERVED {
+                // Nobody has seen this phase in place yet (its writer's put
+                // came late, or it stopped before stamping): its wait starts
+                // now. Stamped or not (someone else was first), read again.
+                spend(limit)?;
+                let next = Settings {
+                    phase_at_ms: now.max(UNOBSERVED + 1),
+                    ..cur
+                };
+                if self.store.put_settings(reel, cur.version, &next).await? {
+                    tracing::info!(reel = %reel, phase = cur.phase.as_str(), "resize phase seen in place; its wait starts");
+                }
+                continue;
+            }
             let due_ms = cur.phase_at_ms.saturating_add(wait_ms);
             let next = match cur.phase {
                 Phase::Stable => return Ok(Progress::Stable(cur)),
@@ -580,6 +662,7 @@ impl<S: ResizeStore> Resharder<S> {
                     // A resize that keeps failing is the one to alarm on.
                     if let Ok(s) = read_settings(&self.store, reel).await
                         && s.phase != Phase::Stable
+                        && s.phase_at_ms != UNOBSERVED
                     {
                         report.phase_age_ms = now_ms().saturating_sub(s.phase_at_ms).max(0) as u64;
                     }
@@ -723,7 +806,13 @@ mod tests {
             (s.phase, s.read_shards, s.write_shards, s.target),
             (Phase::Growing, 20, 1, 20)
         );
-        assert_eq!(s.phase_at_ms, 7);
+        // Not stamped with the time it was computed: its wait starts when it
+        // is seen in place.
+        assert_eq!(s.phase_at_ms, UNOBSERVED);
+        let Ok(Plan::Put(d)) = plan(&stable(20), 3, 7) else {
+            panic!("no plan")
+        };
+        assert_eq!((d.phase, d.phase_at_ms), (Phase::Draining, UNOBSERVED));
         assert!(s.indexed());
         assert!(s.read_items(&ReelId::parse("r").unwrap()).atomic.is_empty());
     }

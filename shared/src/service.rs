@@ -701,6 +701,18 @@ impl<S: CounterStore> LikeService<S> {
     /// unless this instance asked for as many shards recently. Failures are
     /// logged and left to the next observation: a like or read never fails
     /// because a grow could not be started.
+    ///
+    /// The only `tokio::spawn` on a request path, kept on purpose. On Lambda
+    /// the task may be frozen with the sandbox after the response and resume
+    /// at its next invocation (seconds or minutes later), or never. Neither
+    /// can break the resize rule: the step it writes is not stamped, and its
+    /// wait starts only when it is seen in place ([`reshard`]'s module docs),
+    /// so a late put only starts the grow late. A task that never resumes
+    /// loses the grow until this instance's `asked` entry expires (two
+    /// waits) or another instance, or the scheduled run's own sampling,
+    /// asks again. Awaiting it instead would spend the request's budget (a
+    /// settings read and two conditional puts) on the like or read that
+    /// happened to notice, and the like path notices inside its retry loop.
     async fn ask_grow(&self, o: &Observer, reel: &ReelId, want: u32, reason: &'static str) {
         if o.asked.get(reel).await.is_some_and(|asked| asked >= want) {
             return;
@@ -896,8 +908,19 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // The grow's first step, then its stamp once the put returned
+        // (crate::reshard: a wait starts when its phase is seen in place).
+        for _ in 0..100 {
+            if svc.store().puts.lock().unwrap().len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let puts = svc.store().puts.lock().unwrap().clone();
-        assert_eq!(puts.len(), 1, "{puts:?}");
+        assert_eq!(puts.len(), 2, "{puts:?}");
+        assert_eq!(puts[0].phase_at_ms, crate::reshard::UNOBSERVED);
+        assert_eq!(puts[1].phase, crate::store::Phase::Growing);
+        assert_ne!(puts[1].phase_at_ms, crate::reshard::UNOBSERVED);
         // The first step of a grow 1 -> 4 (a contended reel is saturated:
         // SATURATED_GROWTH): readers first.
         assert_eq!(
