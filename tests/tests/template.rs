@@ -344,3 +344,328 @@ async fn an_existing_endpoint_is_used_and_given_its_tables() {
     guest.shutdown().await;
     host.stop().await;
 }
+
+// ---- IAM: every statement scoped to the keys its function uses ----------
+
+/// A key of every format `likes::keys` defines, by kind (shard 0 apart: the
+/// correction writes it alone).
+fn key_kinds() -> Vec<(&'static str, Vec<String>)> {
+    use likes::keys::*;
+    let r = ReelId::parse("r-1_A").unwrap();
+    vec![
+        ("shard0", vec![shard_key(&r, 0)]),
+        ("shard", vec![shard_key(&r, 7), shard_key(&r, 999)]),
+        ("base", vec![base_key(&r)]),
+        ("settings", vec![settings_key(&r)]),
+        ("ledger", vec![reconcile_key(&r)]),
+        ("idem", vec![idempotency_record_key("tok123")]),
+        ("run", vec![RECONCILE_RUN_KEY.to_owned()]),
+        ("chunk", vec![reconcile_chunk_key("17-ab", "seg3", 4)]),
+        ("count", vec![reconcile_count_key("17-ab", &r)]),
+    ]
+}
+
+/// IAM's `StringLike`: `*` is any run of characters, `?` one character.
+fn string_like(pattern: &str, value: &str) -> bool {
+    fn go(p: &[char], v: &[char]) -> bool {
+        match p.split_first() {
+            None => v.is_empty(),
+            Some(('*', rest)) => (0..=v.len()).any(|i| go(rest, &v[i..])),
+            Some(('?', rest)) => !v.is_empty() && go(rest, &v[1..]),
+            Some((c, rest)) => v.first() == Some(c) && go(rest, &v[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let v: Vec<char> = value.chars().collect();
+    go(&p, &v)
+}
+
+fn strings(v: &serde_yaml::Value) -> Vec<String> {
+    match v {
+        serde_yaml::Value::Sequence(s) => s.iter().flat_map(strings).collect(),
+        serde_yaml::Value::String(s) => vec![s.clone()],
+        serde_yaml::Value::Tagged(t) => strings(&t.value),
+        _ => vec![],
+    }
+}
+
+/// One DynamoDB statement of a function's policy, as the checks need it.
+#[derive(Debug)]
+struct Statement {
+    function: String,
+    sid: String,
+    actions: Vec<String>,
+    /// `!GetAtt X.Arn` → `X`; a `!Sub` of an index stays as written.
+    resources: Vec<String>,
+    /// `ForAllValues:StringLike` `dynamodb:LeadingKeys` patterns.
+    leading_keys: Option<Vec<String>>,
+    /// `ForAnyValue:StringEquals` `dynamodb:EnclosingOperation` values.
+    enclosing: Option<Vec<String>>,
+    /// Every other condition (operator/key), which the checks refuse.
+    other_conditions: Vec<String>,
+}
+
+fn dynamodb_statements() -> Vec<Statement> {
+    let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let mut out = Vec::new();
+    for (id, res) in doc["Resources"].as_mapping().unwrap() {
+        if res["Type"] != "AWS::Serverless::Function" {
+            continue;
+        }
+        let function = id.as_str().unwrap().to_owned();
+        let policies = res["Properties"]["Policies"]
+            .as_sequence()
+            .unwrap_or_else(|| panic!("{function} has inline policies"));
+        for policy in policies {
+            for st in policy["Statement"].as_sequence().expect("statements") {
+                let actions = strings(&st["Action"]);
+                if !actions.iter().any(|a| a.starts_with("dynamodb:")) {
+                    continue;
+                }
+                assert_eq!(st["Effect"], "Allow", "{function}: {st:?}");
+                let resources = strings(&st["Resource"])
+                    .into_iter()
+                    .map(|r| r.strip_suffix(".Arn").map(str::to_owned).unwrap_or(r))
+                    .collect();
+                let (mut leading_keys, mut enclosing, mut other_conditions) =
+                    (None, None, Vec::new());
+                if let Some(cond) = st["Condition"].as_mapping() {
+                    for (op, keys) in cond {
+                        let op = op.as_str().unwrap();
+                        for (key, values) in keys.as_mapping().unwrap() {
+                            let key = key.as_str().unwrap();
+                            match (op, key) {
+                                ("ForAllValues:StringLike", "dynamodb:LeadingKeys") => {
+                                    leading_keys = Some(strings(values))
+                                }
+                                ("ForAnyValue:StringEquals", "dynamodb:EnclosingOperation") => {
+                                    enclosing = Some(strings(values))
+                                }
+                                _ => other_conditions.push(format!("{op} {key}")),
+                            }
+                        }
+                    }
+                }
+                out.push(Statement {
+                    function: function.clone(),
+                    sid: st["Sid"].as_str().unwrap_or("?").to_owned(),
+                    actions,
+                    resources,
+                    leading_keys,
+                    enclosing,
+                    other_conditions,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Actions that name no item key: no key condition can narrow them (a Scan
+/// reads every item; DescribeTable is about the table). They must stand in
+/// statements of their own.
+const KEYLESS: [&str; 2] = ["dynamodb:Scan", "dynamodb:DescribeTable"];
+
+/// Every DynamoDB statement that can touch counters-table items has a
+/// `ForAllValues:StringLike` `dynamodb:LeadingKeys` condition, every
+/// pattern in it is one of the key formats of `likes::keys`, and keyless
+/// actions (which such a condition would let through: `ForAllValues` is
+/// true when the key is absent) are never mixed into it.
+#[test]
+fn every_counters_statement_is_scoped_to_key_formats_of_keys_rs() {
+    let kinds = key_kinds();
+    let statements = dynamodb_statements();
+    assert!(statements.len() >= 12, "{statements:#?}");
+    for st in &statements {
+        let what = format!("{} {}", st.function, st.sid);
+        assert!(
+            st.other_conditions.is_empty(),
+            "{what}: {:?}",
+            st.other_conditions
+        );
+        let keyless = st
+            .actions
+            .iter()
+            .filter(|a| KEYLESS.contains(&a.as_str()))
+            .count();
+        assert!(
+            keyless == 0 || keyless == st.actions.len(),
+            "{what}: keyless actions mixed with item actions: {:?}",
+            st.actions
+        );
+        if !st.resources.iter().any(|r| r == "CountersTable") {
+            continue;
+        }
+        if keyless > 0 {
+            assert!(
+                st.leading_keys.is_none(),
+                "{what}: a key condition on {:?}",
+                st.actions
+            );
+            continue;
+        }
+        assert_eq!(
+            st.resources,
+            ["CountersTable"],
+            "{what}: a key-scoped statement names the counters table alone"
+        );
+        let patterns = st
+            .leading_keys
+            .as_ref()
+            .unwrap_or_else(|| panic!("{what}: no dynamodb:LeadingKeys condition"));
+        assert!(!patterns.is_empty(), "{what}");
+        for p in patterns {
+            let matched: Vec<&str> = kinds
+                .iter()
+                .filter(|(_, keys)| keys.iter().all(|k| string_like(p, k)))
+                .map(|(kind, _)| *kind)
+                .collect();
+            assert!(
+                !matched.is_empty(),
+                "{what}: {p:?} is no key format of keys.rs"
+            );
+        }
+    }
+}
+
+/// Per function and action, the counters-table key kinds the policy allows,
+/// outside and inside a `TransactWriteItems`, are exactly those the code of
+/// that function writes and reads (shared/src/store/dynamo.rs, called from
+/// service.rs for like/read, reshard.rs, reconcile.rs). `???` cannot tell
+/// shard 0 from the others, so both shard kinds go together except where a
+/// pattern names `000` alone.
+#[test]
+fn each_function_may_touch_exactly_the_counters_keys_its_code_uses() {
+    let kinds = key_kinds();
+    let statements = dynamodb_statements();
+    // (function, action, inside TransactWriteItems) → allowed key kinds.
+    let allowed = |function: &str, action: &str, in_tx: bool| -> Vec<&str> {
+        let mut out: Vec<&str> = kinds
+            .iter()
+            .filter(|(_, keys)| {
+                keys.iter().all(|key| {
+                    statements.iter().any(|st| {
+                        st.function == function
+                            && st.actions.iter().any(|a| a == action)
+                            && st.resources.iter().any(|r| r == "CountersTable")
+                            && st.enclosing.as_ref().is_none_or(|ops| {
+                                in_tx && ops.iter().any(|o| o == "TransactWriteItems")
+                            })
+                            // No key condition: every key.
+                            && st
+                                .leading_keys
+                                .as_ref()
+                                .is_none_or(|ps| ps.iter().any(|p| string_like(p, key)))
+                    })
+                })
+            })
+            .map(|(kind, _)| *kind)
+            .collect();
+        out.sort();
+        out
+    };
+    let reads_like = ["base", "idem", "settings", "shard", "shard0"];
+    let reads_sum = ["base", "settings", "shard", "shard0"];
+    let reads_recon = [
+        "base", "chunk", "count", "ledger", "run", "settings", "shard", "shard0",
+    ];
+    let none: [&str; 0] = [];
+    #[rustfmt::skip]
+    let expected: Vec<(&str, &str, bool, Vec<&str>)> = vec![
+        // Like: shard updates and key records inside the like's transaction;
+        // settings (automatic grow) anywhere.
+        ("LikeFunction", "PutItem", false, vec!["settings"]),
+        ("LikeFunction", "PutItem", true, vec!["idem", "settings"]),
+        ("LikeFunction", "UpdateItem", false, none.to_vec()),
+        ("LikeFunction", "UpdateItem", true, vec!["shard", "shard0"]),
+        ("LikeFunction", "DeleteItem", true, none.to_vec()),
+        ("LikeFunction", "ConditionCheckItem", true, none.to_vec()),
+        ("LikeFunction", "GetItem", false, reads_like.to_vec()),
+        ("LikeFunction", "BatchGetItem", false, reads_like.to_vec()),
+        // Read: sums, and settings for the automatic grow.
+        ("ReadFunction", "PutItem", true, vec!["settings"]),
+        ("ReadFunction", "UpdateItem", true, none.to_vec()),
+        ("ReadFunction", "DeleteItem", true, none.to_vec()),
+        ("ReadFunction", "ConditionCheckItem", true, none.to_vec()),
+        ("ReadFunction", "GetItem", false, reads_sum.to_vec()),
+        ("ReadFunction", "BatchGetItem", false, reads_sum.to_vec()),
+        // Reshard: settings puts, empty shard deletes, folds (base and shard
+        // updates checked against the settings) inside transactions.
+        ("ReshardFunction", "PutItem", true, vec!["settings"]),
+        ("ReshardFunction", "DeleteItem", false, vec!["shard", "shard0"]),
+        ("ReshardFunction", "DeleteItem", true, vec!["shard", "shard0"]),
+        ("ReshardFunction", "UpdateItem", false, none.to_vec()),
+        ("ReshardFunction", "UpdateItem", true, vec!["base", "shard", "shard0"]),
+        ("ReshardFunction", "ConditionCheckItem", false, none.to_vec()),
+        ("ReshardFunction", "ConditionCheckItem", true, vec!["settings"]),
+        ("ReshardFunction", "GetItem", false, reads_sum.to_vec()),
+        ("ReshardFunction", "BatchGetItem", false, reads_sum.to_vec()),
+        // Reconcile: its run's items; corrections (shard 0 and the ledger)
+        // and stray-item deletes (checked against the settings) inside
+        // transactions.
+        ("ReconcileFunction", "PutItem", true, vec!["chunk", "count", "run"]),
+        ("ReconcileFunction", "UpdateItem", false, vec!["count"]),
+        ("ReconcileFunction", "UpdateItem", true, vec!["count", "ledger", "shard0"]),
+        ("ReconcileFunction", "DeleteItem", false, none.to_vec()),
+        ("ReconcileFunction", "DeleteItem", true, vec!["base", "shard", "shard0"]),
+        ("ReconcileFunction", "ConditionCheckItem", false, none.to_vec()),
+        ("ReconcileFunction", "ConditionCheckItem", true, vec!["settings"]),
+        ("ReconcileFunction", "GetItem", false, reads_recon.to_vec()),
+        ("ReconcileFunction", "BatchGetItem", false, reads_recon.to_vec()),
+    ];
+    let mut wrong = Vec::new();
+    for (function, action, in_tx, want) in &expected {
+        let got = allowed(function, &format!("dynamodb:{action}"), *in_tx);
+        if &got != want {
+            wrong.push(format!(
+                "{function} {action} (in a transaction: {in_tx}): allows {got:?}, expected {want:?}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
+    // Every function is covered, and no function may BatchWriteItem.
+    for st in &statements {
+        assert!(
+            expected.iter().any(|(f, ..)| *f == st.function),
+            "{}: no expectations",
+            st.function
+        );
+        assert!(
+            !st.actions.iter().any(|a| a == "dynamodb:BatchWriteItem"),
+            "{st:?}"
+        );
+    }
+}
+
+/// The likes table (partition key: the user id, so no key condition can
+/// narrow it) is written only by the like function, and only inside
+/// `TransactWriteItems`.
+#[test]
+fn like_rows_are_written_only_inside_transactions() {
+    for st in dynamodb_statements() {
+        if !st.resources.iter().any(|r| r == "LikesTable") {
+            continue;
+        }
+        let writes: Vec<&String> = st
+            .actions
+            .iter()
+            .filter(|a| {
+                !matches!(
+                    a.as_str(),
+                    "dynamodb:GetItem" | "dynamodb:Scan" | "dynamodb:DescribeTable"
+                )
+            })
+            .collect();
+        if writes.is_empty() {
+            continue;
+        }
+        assert_eq!(st.function, "LikeFunction", "{st:?}");
+        assert_eq!(st.resources, ["LikesTable"], "{st:?}");
+        assert_eq!(
+            st.enclosing.as_deref(),
+            Some(&["TransactWriteItems".to_owned()][..]),
+            "{st:?}"
+        );
+    }
+}
