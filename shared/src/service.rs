@@ -10,6 +10,14 @@
 //!
 //! Both are size-bounded (`CACHE_MAX_REELS`, least recently used evicted) and
 //! coalesce concurrent misses of one reel into one DynamoDB read.
+//!
+//! Every count this instance serves (a read, a batch read, the count in a
+//! like's answer) also passes one guard, [`LikeService::serve`]: per reel it
+//! remembers the last value served and the instant that value is known to
+//! cover, and a sum read sent before that instant never replaces it (a
+//! slow read, a load joined late, a batch read landing after the entry was
+//! dropped). Under likes only, the served count therefore never decreases,
+//! and it never exceeds the truth.
 
 use crate::config::{Config, ResizeConfig};
 use crate::error::Error;
@@ -104,6 +112,64 @@ pub struct WriteOutcome {
     pub shard: u32,
 }
 
+/// A cached sum and its lineage: which read produced it and how many of
+/// this instance's own changes were applied to it since.
+#[derive(Clone, Copy, Debug)]
+struct Cached {
+    /// `count` includes the own changes; `read_at` and `done_at` are the
+    /// read's.
+    count: Count,
+    /// Which read (unique in this instance) the value descends from.
+    load: u64,
+    /// Own changes applied to that read's value, in order.
+    adjusted: u32,
+    /// The value includes no change committed after this instant: the
+    /// read's answer, or the return of the last own change applied.
+    covers: Instant,
+}
+
+impl Cached {
+    fn read(load: u64, count: i64, read_at: Instant, done_at: Instant) -> Self {
+        Cached {
+            count: Count {
+                count,
+                read_at,
+                done_at,
+            },
+            load,
+            adjusted: 0,
+            covers: done_at,
+        }
+    }
+}
+
+/// The last count this instance served for a reel (see
+/// [`LikeService::serve`]).
+#[derive(Clone, Copy, Debug)]
+struct Served {
+    count: i64,
+    load: u64,
+    adjusted: u32,
+    /// No change committed after this instant is in `count`, and the value
+    /// is at least what a read sent at this instant would return (likes
+    /// only): a read sent earlier may return less.
+    covers: Instant,
+}
+
+impl ReadAt for Cached {
+    fn read_at(&self) -> Instant {
+        self.count.read_at
+    }
+}
+
+/// The record is kept for as long as a read sent before it covers may
+/// still be served: see [`LikeService::new`].
+impl ReadAt for Served {
+    fn read_at(&self) -> Instant {
+        self.covers
+    }
+}
+
 /// A reel's settings and when the read that produced them was sent.
 #[derive(Clone, Copy, Debug)]
 struct FreshSettings {
@@ -114,12 +180,6 @@ struct FreshSettings {
 /// A cached value that knows when it was read.
 trait ReadAt {
     fn read_at(&self) -> Instant;
-}
-
-impl ReadAt for Count {
-    fn read_at(&self) -> Instant {
-        self.read_at
-    }
 }
 
 impl ReadAt for FreshSettings {
@@ -147,7 +207,12 @@ const CONTENTION_WINDOW: Duration = Duration::from_secs(10);
 pub struct LikeService<S> {
     /// Shared with the background tasks that start automatic grows.
     store: Arc<S>,
-    counts: Option<Cache<ReelId, Count>>,
+    counts: Option<Cache<ReelId, Cached>>,
+    /// The last count served per reel: survives the count cache's
+    /// invalidations and expiry (see [`LikeService::serve`]).
+    served: Cache<ReelId, Served>,
+    /// Numbers the sum reads, for [`Cached::load`].
+    loads: AtomicU64,
     settings: Option<Cache<ReelId, FreshSettings>>,
     /// `None` when `AUTO_RESHARD=off`.
     observer: Option<Observer>,
@@ -210,6 +275,19 @@ impl<S: CounterStore> LikeService<S> {
         LikeService {
             store: Arc::new(store),
             counts: cache(config.cache_ttl, config.cache_max_reels),
+            // A value may be served until its entry expires (CACHE_TTL_MS
+            // after its read was sent) or, for a load, when it answers
+            // (within the request's hard bound); a read sent before a
+            // record's `covers` cannot be served later than that, so the
+            // record is no longer needed then. The operation timeout is
+            // margin. Bounded like the count cache.
+            served: Cache::builder()
+                .max_capacity(config.cache_max_reels)
+                .expire_after(SinceRead(
+                    config.cache_ttl + config.request_timeout + config.ddb_operation_timeout,
+                ))
+                .build(),
+            loads: AtomicU64::new(0),
             settings: cache(config.settings_ttl, config.cache_max_reels),
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
@@ -305,6 +383,13 @@ impl<S: CounterStore> LikeService<S> {
 
     /// The cached count of one reel (summed from its shards on a miss).
     pub async fn count(&self, reel: &ReelId) -> Result<Count, Error> {
+        let c = self.cached(reel).await?;
+        Ok(self.serve(reel, c).await)
+    }
+
+    /// The count cache's entry for `reel`, or a sum read now (concurrent
+    /// misses share one read); not yet guarded by [`Self::serve`].
+    async fn cached(&self, reel: &ReelId) -> Result<Cached, Error> {
         match &self.counts {
             Some(c) => {
                 if let Some(n) = c.get(reel).await {
@@ -312,6 +397,9 @@ impl<S: CounterStore> LikeService<S> {
                     return Ok(n);
                 }
                 self.cache_misses.fetch_add(1, Ordering::Relaxed);
+                // The load may be joined by callers that come much later
+                // (a slow read under faults): what it answers is guarded
+                // by `serve`, not trusted for being new.
                 c.try_get_with(reel.clone(), self.sum_now(reel))
                     .await
                     .map_err(unshare)
@@ -324,33 +412,117 @@ impl<S: CounterStore> LikeService<S> {
     }
 
     /// Sums the reel's shards now, bypassing the count cache.
-    async fn sum_now(&self, reel: &ReelId) -> Result<Count, Error> {
+    async fn sum_now(&self, reel: &ReelId) -> Result<Cached, Error> {
         let settings = self.settings(reel).await?;
+        let load = self.loads.fetch_add(1, Ordering::Relaxed);
         let read_at = Instant::now();
         let sums = self.store.sum_shards(&[(reel.clone(), settings)]).await?;
         let done_at = Instant::now();
         let sum = sums.get(reel).copied().unwrap_or_default();
         self.observe_rate(reel, &settings, sum, read_at).await;
-        Ok(Count {
-            count: sum.n,
-            read_at,
-            done_at,
-        })
+        Ok(Cached::read(load, sum.n, read_at, done_at))
+    }
+
+    /// Sums the reel's shards now, and caches the result unless the entry
+    /// in place covers changes this read may have missed.
+    async fn sum_fresh(&self, reel: &ReelId) -> Result<Cached, Error> {
+        let fresh = self.sum_now(reel).await?;
+        if let Some(c) = &self.counts {
+            c.entry(reel.clone())
+                .and_compute_with(|e| async move {
+                    match e.map(|e| e.into_value()) {
+                        Some(old) if old.covers > fresh.count.read_at => Op::Nop,
+                        _ => Op::Put(fresh),
+                    }
+                })
+                .await;
+        }
+        Ok(fresh)
+    }
+
+    /// The count to serve for `reel`, given `c`, the value at hand: `c`
+    /// unless this instance already served a value that `c` may predate.
+    ///
+    /// A value served covers the instant recorded with it (a read: when its
+    /// answer arrived; a value adjusted by an own change: when that
+    /// transaction returned). A read sent at or after that instant includes
+    /// everything the served value did, so it replaces it; so does a later
+    /// value of the same lineage (the same read, adjusted by more of this
+    /// instance's own changes). A read sent before it is no newer: under
+    /// likes only both are at most the truth, so the larger of the two is
+    /// served (and recorded), never the smaller. With unlikes, such an
+    /// overlapping pair has no order; the larger is served until a read
+    /// sent after both settles it (within `CACHE_TTL_MS`).
+    async fn serve(&self, reel: &ReelId, c: Cached) -> Count {
+        // The common case, a cache hit on the entry last served (or on an
+        // older copy of it): nothing to record.
+        if let Some(r) = self.served.get(reel).await
+            && r.load == c.load
+            && r.adjusted >= c.adjusted
+        {
+            return Count {
+                count: r.count,
+                ..c.count
+            };
+        }
+        let result = self
+            .served
+            .entry(reel.clone())
+            .and_compute_with(|e| async move {
+                let take = Served {
+                    count: c.count.count,
+                    load: c.load,
+                    adjusted: c.adjusted,
+                    covers: c.covers,
+                };
+                match e.map(|e| e.into_value()) {
+                    None => Op::Put(take),
+                    Some(r) if r.load == c.load => {
+                        if c.adjusted >= r.adjusted {
+                            Op::Put(Served {
+                                covers: r.covers.max(c.covers),
+                                ..take
+                            })
+                        } else {
+                            Op::Nop
+                        }
+                    }
+                    Some(r) if c.count.read_at >= r.covers || c.count.count > r.count => {
+                        Op::Put(Served {
+                            covers: r.covers.max(c.covers),
+                            ..take
+                        })
+                    }
+                    Some(_) => Op::Nop,
+                }
+            })
+            .await;
+        let count = match result {
+            CompResult::Inserted(e) | CompResult::ReplacedWith(e) | CompResult::Unchanged(e) => {
+                e.into_value().count
+            }
+            // Not produced by the closure above.
+            CompResult::Removed(_) | CompResult::StillNone(_) => c.count.count,
+        };
+        if count != c.count.count {
+            tracing::debug!(reel = %reel, had = c.count.count, served = count, "a read older than the count served was not served");
+        }
+        Count { count, ..c.count }
     }
 
     /// The cached counts of many reels; the misses are summed together in
     /// as few BatchGetItem calls as their shards need.
     pub async fn counts(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, Count>, Error> {
-        let mut out = HashMap::with_capacity(reels.len());
+        let mut found = HashMap::with_capacity(reels.len());
         let mut missing = Vec::new();
         for r in reels {
-            if out.contains_key(r) || missing.contains(r) {
+            if found.contains_key(r) || missing.contains(r) {
                 continue;
             }
             match self.counts.as_ref() {
                 Some(c) => match c.get(r).await {
                     Some(n) => {
-                        out.insert(r.clone(), n);
+                        found.insert(r.clone(), n);
                     }
                     None => missing.push(r.clone()),
                 },
@@ -358,7 +530,7 @@ impl<S: CounterStore> LikeService<S> {
             }
         }
         self.cache_hits
-            .fetch_add(out.len() as u64, Ordering::Relaxed);
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
         self.cache_misses
             .fetch_add(missing.len() as u64, Ordering::Relaxed);
         if !missing.is_empty() {
@@ -367,6 +539,7 @@ impl<S: CounterStore> LikeService<S> {
                 .iter()
                 .map(|r| (r.clone(), settings.get(r).copied().unwrap_or_default()))
                 .collect();
+            let load = self.loads.fetch_add(1, Ordering::Relaxed);
             let read_at = Instant::now();
             let sums = self.store.sum_shards(&plan).await?;
             let done_at = Instant::now();
@@ -375,18 +548,21 @@ impl<S: CounterStore> LikeService<S> {
                 self.observe_rate(r, s, sum, read_at).await;
             }
             for r in missing {
-                let mut n = Count {
-                    count: sums.get(&r).map_or(0, |s| s.n),
-                    read_at,
-                    done_at,
-                };
+                let mut n = Cached::read(load, sums.get(&r).map_or(0, |s| s.n), read_at, done_at);
                 if let Some(c) = &self.counts {
                     // An entry that appeared meanwhile (perhaps adjusted for
-                    // this instance's own writes) wins over this read.
+                    // this instance's own writes) wins over this read; one
+                    // removed meanwhile does not make this read new (the
+                    // guard below).
                     n = c.entry(r.clone()).or_insert(n).await.into_value();
                 }
-                out.insert(r, n);
+                found.insert(r, n);
             }
+        }
+        let mut out = HashMap::with_capacity(found.len());
+        for (r, c) in found {
+            let n = self.serve(&r, c).await;
+            out.insert(r, n);
         }
         Ok(out)
     }
@@ -549,12 +725,11 @@ impl<S: CounterStore> LikeService<S> {
             }
             // Committed during this request (the SDK retried after a lost
             // response) or by an earlier one: which, and so whether a cached
-            // sum has it, is unknown. Drop the sum and read afresh.
+            // sum has it, is unknown. Read afresh, sent now: not a load
+            // already in flight, which may have been sent before the commit.
             WritePath::Replayed => {
-                if let Some(c) = &self.counts {
-                    c.invalidate(&req.reel).await;
-                }
-                self.count(&req.reel).await?.count
+                let fresh = self.sum_fresh(&req.reel).await?;
+                self.serve(&req.reel, fresh).await.count
             }
             // Nothing was written now: the cached total stands as it is.
             _ => self.count(&req.reel).await?.count,
@@ -589,7 +764,10 @@ impl<S: CounterStore> LikeService<S> {
     /// to when it was read), so this instance's own likes and unlikes show
     /// in what it serves next. A sum read after the commit includes it as it
     /// is. A read that overlapped the transaction is ambiguous: it is
-    /// dropped and the shards are read again.
+    /// dropped and the shards are read again. So is a cached sum older than
+    /// what this instance already served from another read: adjusted, it
+    /// could still be below that (and the guard would then answer without
+    /// this change).
     async fn count_after_own_change(
         &self,
         reel: &ReelId,
@@ -598,24 +776,36 @@ impl<S: CounterStore> LikeService<S> {
         committed_at: Instant,
     ) -> Result<i64, Error> {
         let Some(c) = &self.counts else {
-            return Ok(self.sum_now(reel).await?.count);
+            let fresh = self.sum_now(reel).await?;
+            return Ok(self.serve(reel, fresh).await.count);
         };
         for _ in 0..3 {
-            let current = self.count(reel).await?;
-            if current.read_at >= committed_at {
-                return Ok(current.count);
+            let current = self.cached(reel).await?;
+            if current.count.read_at >= committed_at {
+                return Ok(self.serve(reel, current).await.count);
             }
-            let excludes_ours = current.done_at < sent_at;
+            if let Some(r) = self.served.get(reel).await
+                && r.load != current.load
+                && current.count.read_at < r.covers
+            {
+                break;
+            }
+            let excludes_ours = current.count.done_at < sent_at;
             let result = c
                 .entry(reel.clone())
                 .and_compute_with(|entry| async move {
                     match entry.map(|e| e.into_value()) {
                         // Still the entry we looked at (other writes of this
                         // instance may have adjusted it meanwhile).
-                        Some(n) if n.read_at == current.read_at && n.done_at == current.done_at => {
+                        Some(n) if n.load == current.load && n.adjusted == current.adjusted => {
                             if excludes_ours {
-                                Op::Put(Count {
-                                    count: n.count + delta,
+                                Op::Put(Cached {
+                                    count: Count {
+                                        count: n.count.count + delta,
+                                        ..n.count
+                                    },
+                                    adjusted: n.adjusted.saturating_add(1),
+                                    covers: n.covers.max(committed_at),
                                     ..n
                                 })
                             } else {
@@ -627,11 +817,13 @@ impl<S: CounterStore> LikeService<S> {
                 })
                 .await;
             if let CompResult::ReplacedWith(e) = result {
-                return Ok(e.into_value().count);
+                return Ok(self.serve(reel, e.into_value()).await.count);
             }
         }
-        // Still racing other loads: a sum read now includes the commit.
-        Ok(self.sum_now(reel).await?.count)
+        // Still racing other loads, or the entry is older than what was
+        // served: a sum read now includes the commit.
+        let fresh = self.sum_fresh(reel).await?;
+        Ok(self.serve(reel, fresh).await.count)
     }
 
     /// Notes the write rate of a reel this instance just summed (the change
@@ -1091,5 +1283,220 @@ mod cache_race_tests {
             1,
             "the cached sum is exact"
         );
+    }
+}
+
+#[cfg(test)]
+mod served_tests {
+    //! What one instance serves never goes back (issue 13, part 8): a sum
+    //! read sent before a newer value was served never replaces it, through
+    //! a store whose reads the test holds and releases, so the races of a
+    //! slow read (retries under faults) are ordered deterministically.
+    use super::*;
+    use crate::store::{KeyRecord, LikeRow};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+    use tokio::sync::Notify;
+
+    /// One counter. Sum read number `hold` (1-based) captures the count
+    /// when it is sent, says so (`held`), and answers it only once released
+    /// (`release`); every other read answers at once. Every like commits
+    /// (+1); `replayed` says, per like in order, whether DynamoDB answered
+    /// it as a replay (an earlier attempt, whose answer was lost, committed).
+    struct Gated {
+        truth: AtomicI64,
+        sums: AtomicU32,
+        hold: u32,
+        held: Notify,
+        release: Notify,
+        replayed: Mutex<Vec<bool>>,
+    }
+
+    impl CounterStore for Gated {
+        async fn settings(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, Settings>, Error> {
+            Ok(reels
+                .iter()
+                .map(|r| (r.clone(), Settings::default()))
+                .collect())
+        }
+        async fn sum_shards(
+            &self,
+            reels: &[(ReelId, Settings)],
+        ) -> Result<HashMap<ReelId, ShardSum>, Error> {
+            let i = self.sums.fetch_add(1, Ordering::SeqCst) + 1;
+            let n = self.truth.load(Ordering::SeqCst);
+            if i == self.hold {
+                self.held.notify_one();
+                self.release.notified().await;
+            }
+            Ok(reels
+                .iter()
+                .map(|(r, _)| {
+                    (
+                        r.clone(),
+                        ShardSum {
+                            n,
+                            w: n,
+                            last_write_ms: 0,
+                        },
+                    )
+                })
+                .collect())
+        }
+        async fn put_settings(&self, _r: &ReelId, _v: u64, _s: &Settings) -> Result<bool, Error> {
+            Ok(true)
+        }
+        async fn write_like(&self, _tx: &LikeTx) -> Result<TxResult, Error> {
+            self.truth.fetch_add(1, Ordering::SeqCst);
+            let mut r = self.replayed.lock().unwrap();
+            let replayed = if r.is_empty() { false } else { r.remove(0) };
+            Ok(TxResult::Committed { replayed })
+        }
+        async fn like_row(&self, _u: &UserId, _r: &ReelId) -> Result<Option<LikeRow>, Error> {
+            Ok(None)
+        }
+        async fn key_record(&self, _t: &RequestToken) -> Result<Option<KeyRecord>, Error> {
+            Ok(None)
+        }
+        async fn record_unchanged(
+            &self,
+            _s: &KeyRecordSpec,
+            action: Action,
+        ) -> Result<KeyRecord, Error> {
+            Ok(KeyRecord {
+                action,
+                changed: false,
+            })
+        }
+        async fn ping(&self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    fn service(
+        truth: i64,
+        hold: u32,
+        replayed: Vec<bool>,
+        ttl_ms: &str,
+    ) -> Arc<LikeService<Gated>> {
+        let config = Config::from_lookup(|k| match k {
+            "COUNTERS_TABLE" | "LIKES_TABLE" => Some("t".into()),
+            "CACHE_TTL_MS" => Some(ttl_ms.into()),
+            "AUTO_RESHARD" => Some("off".into()),
+            _ => None,
+        })
+        .unwrap();
+        Arc::new(LikeService::new(
+            Gated {
+                truth: AtomicI64::new(truth),
+                sums: AtomicU32::new(0),
+                hold,
+                held: Notify::new(),
+                release: Notify::new(),
+                replayed: Mutex::new(replayed),
+            },
+            &config,
+        ))
+    }
+
+    fn like(user: &str) -> WriteRequest {
+        WriteRequest {
+            user: UserId::parse(user).unwrap(),
+            reel: ReelId::parse("r").unwrap(),
+            action: Action::Like,
+            idempotency_key: None,
+            request_id: Some(format!("req-{user}")),
+        }
+    }
+
+    fn truth(svc: &LikeService<Gated>) -> i64 {
+        svc.store().truth.load(Ordering::SeqCst)
+    }
+
+    /// Likes only, so every value served must be at least the one served
+    /// before it, and at most the truth.
+    fn assert_never_back(served: &[(&str, i64)], truth: i64) {
+        for w in served.windows(2) {
+            assert!(w[1].1 >= w[0].1, "served count went back: {served:?}");
+        }
+        for (what, n) in served {
+            assert!(*n <= truth, "{what} served {n} above the truth {truth}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replayed_like_never_serves_a_load_that_began_before_a_newer_value() {
+        // The traced case: a slow load is in flight; batch reads cache 10; a
+        // like adjusts the entry to 11 (served); a replayed like drops the
+        // entry and reads again, which must not end in the slow load's 10.
+        let svc = service(10, 1, vec![false, true, false], "60000");
+        let reel = ReelId::parse("r").unwrap();
+        let slow = tokio::spawn({
+            let (svc, reel) = (svc.clone(), reel.clone());
+            async move { svc.count(&reel).await.unwrap().count }
+        });
+        svc.store().held.notified().await;
+        let mut served = Vec::new();
+        let batch = svc.counts(std::slice::from_ref(&reel)).await.unwrap()[&reel].count;
+        served.push(("batch read", batch));
+        let applied = svc.write(like("a")).await.unwrap();
+        assert_eq!((applied.path, applied.count), (WritePath::Applied, 11));
+        served.push(("applied like", applied.count));
+        let replay = tokio::spawn({
+            let svc = svc.clone();
+            async move { svc.write(like("b")).await.unwrap() }
+        });
+        // Let the replayed like reach its read (today: joining the slow
+        // load), then let the slow load answer the 10 it read.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        svc.store().release.notify_one();
+        let replayed = replay.await.unwrap();
+        assert_eq!(replayed.path, WritePath::Replayed);
+        served.push(("replayed like", replayed.count));
+        served.push(("slow load", slow.await.unwrap()));
+        served.push(("next read", svc.count(&reel).await.unwrap().count));
+        served.push((
+            "next batch read",
+            svc.counts(std::slice::from_ref(&reel)).await.unwrap()[&reel].count,
+        ));
+        assert_never_back(&served, truth(&svc));
+        // The replayed like's answer includes its own like.
+        assert_eq!(replayed.count, 12, "{served:?}");
+        // A like applied to the stale entry the slow load left in the cache
+        // answers with its own like too, not from below what was served.
+        let next = svc.write(like("c")).await.unwrap();
+        assert_eq!(
+            (next.path, next.count),
+            (WritePath::Applied, 13),
+            "{served:?}"
+        );
+        served.push(("last like", next.count));
+        served.push(("last read", svc.count(&reel).await.unwrap().count));
+        assert_never_back(&served, truth(&svc));
+    }
+
+    #[tokio::test]
+    async fn a_batch_read_sent_before_a_newer_value_never_replaces_it() {
+        // A batch read is sent (and held) with the count at 10; a like is
+        // applied and answers 11; the entry expires; then the batch read's
+        // 10 arrives and finds no entry (`or_insert`).
+        let svc = service(10, 1, vec![], "300");
+        let reel = ReelId::parse("r").unwrap();
+        let batch = tokio::spawn({
+            let (svc, reel) = (svc.clone(), reel.clone());
+            async move { svc.counts(std::slice::from_ref(&reel)).await.unwrap()[&reel].count }
+        });
+        svc.store().held.notified().await;
+        let mut served = Vec::new();
+        let applied = svc.write(like("a")).await.unwrap();
+        assert_eq!(applied.count, 11);
+        served.push(("applied like", applied.count));
+        served.push(("read", svc.count(&reel).await.unwrap().count));
+        // Well past CACHE_TTL_MS (300 ms) after the entry's read.
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        svc.store().release.notify_one();
+        served.push(("held batch read", batch.await.unwrap()));
+        served.push(("next read", svc.count(&reel).await.unwrap().count));
+        assert_never_back(&served, truth(&svc));
     }
 }
