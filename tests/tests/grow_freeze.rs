@@ -139,8 +139,8 @@ impl ResizeStore for Delayed {
 /// background task running [`reshard::request_grow`]) through a store that
 /// holds the `growing` put back for `hold`, while the scheduled run's
 /// advancer (through the plain store, recording its own puts) tends the
-/// reel every 20 ms. Returns when the `growing` put was sent and when the
-/// put raising `write_shards` was.
+/// reel every 20 ms; asserts that the put raising `write_shards` was sent a
+/// full wait after the `growing` put was.
 async fn grow_through_a_frozen_task(t: &TestStack, name: &str, frozen_after: bool) {
     let reel = ReelId::parse(name).unwrap();
     let config = &t.stack.config;
@@ -209,7 +209,10 @@ async fn grow_through_a_frozen_task(t: &TestStack, name: &str, frozen_after: boo
     if frozen_after {
         task.abort();
     } else {
-        assert_eq!(task.await.unwrap().unwrap(), true, "{name}");
+        assert!(
+            task.await.unwrap().unwrap(),
+            "{name}: the task started the grow"
+        );
     }
 }
 
