@@ -620,9 +620,9 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     let mut results: BTreeMap<String, Vec<RunResult>> = BTreeMap::new();
     for run in 0..opts.runs {
         for v in &opts.variants {
-            eprintln!("bench: run {}/{} variant {v}", run + 1, opts.runs);
+            crate::errln!("bench: run {}/{} variant {v}", run + 1, opts.runs);
             let r = run_variant(&opts, v, run).await?;
-            eprintln!(
+            crate::errln!(
                 "  accepted {:.1}/s of {:.0}/s, refused {:.1}%, p99 {:.0} ms, busiest key {:.0} WCU/s (cap {:.0}), shards {}, exact {}",
                 r.accepted_likes_per_sec,
                 r.offered_likes_per_sec,

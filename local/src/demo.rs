@@ -73,9 +73,11 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
         .await
         .context("writing the demo reel's settings")?;
 
-    println!(
+    crate::outln!(
         "viral burst: {} users like reel {reel} ({} shards, {} in flight)",
-        opts.users, opts.shards, opts.concurrency
+        opts.users,
+        opts.shards,
+        opts.concurrency
     );
     let started = Instant::now();
     let url = format!("{}/reels/{reel}/like", opts.base_url);
@@ -149,27 +151,27 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
     );
     let mean = shards.iter().sum::<i64>() as f64 / shards.len().max(1) as f64;
 
-    println!(
+    crate::outln!(
         "requests: {} sent in {:.2}s ({:.0}/s)",
         total.sent,
         elapsed.as_secs_f64(),
         total.sent as f64 / elapsed.as_secs_f64().max(1e-9),
     );
-    println!("  likes applied:                 {}", total.applied);
-    println!(
+    crate::outln!("  likes applied:                 {}", total.applied);
+    crate::outln!(
         "  double taps rejected:          {} (answered changed=false)",
         total.duplicates_absorbed
     );
-    println!(
+    crate::outln!(
         "  Idempotency-Key retries:       {} (answered like the original, counted once)",
         total.retries_replayed
     );
-    println!("  errors or unexpected answers:  {}", total.errors);
-    println!("total: {count} (expected {})", opts.users);
-    println!("shard spread: min {min}, max {max}, mean {mean:.1}");
+    crate::outln!("  errors or unexpected answers:  {}", total.errors);
+    crate::outln!("total: {count} (expected {})", opts.users);
+    crate::outln!("shard spread: min {min}, max {max}, mean {mean:.1}");
     for (i, n) in shards.iter().enumerate() {
         let bar = "#".repeat(((*n as f64 / max.max(1) as f64) * 40.0).round() as usize);
-        println!("  {i:03} {n:>6} {bar}");
+        crate::outln!("  {i:03} {n:>6} {bar}");
     }
     if count != opts.users as i64 || total.errors > 0 || shards.iter().sum::<i64>() != count {
         bail!(

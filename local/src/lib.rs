@@ -10,10 +10,12 @@
 //!   events, the real handlers.
 //! * [`demo`]: the viral-burst demo.
 //! * [`bench`]: the viral-load benchmark (naive counter, fixed shards, automatic growth).
+//! * [`out`]: the CLI's stdout and stderr, which a closed pipe cannot fail.
 
 pub mod bench;
 pub mod demo;
 mod gateway;
+pub mod out;
 pub mod plan;
 pub mod stack;
 pub mod template;

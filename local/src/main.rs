@@ -1,11 +1,17 @@
-//! `likes-local`: the local stack (`serve`, the default) and the viral-burst
-//! demo (`demo`). Configuration is by environment variable; see the README.
+//! `likes-local`: the local stack (`serve`, the default), the viral-burst
+//! demo (`demo`), one reconciliation pass (`reconcile`), the shard-sizing
+//! planner (`plan`) and the benchmark (`bench`). Configuration is by
+//! environment variable; see the README.
+//!
+//! A closed stdout (`likes-local reconcile | head -3`) is not an error:
+//! output that cannot be written is dropped and the command finishes with
+//! its own exit status (see `likes_local::out`).
 
 use anyhow::{Context, Result, bail};
 use likes_local::demo::{self, DemoOptions};
 use likes_local::stack::client_for;
 use likes_local::template::Template;
-use likes_local::{Dynamo, Stack, StackOptions};
+use likes_local::{Dynamo, Stack, StackOptions, out, outln};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,42 +31,61 @@ fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
     }
 }
 
+const USAGE: &str = "\
+usage: likes-local [serve|demo|reconcile|plan|bench]
+
+see README.md for the environment variables; likes-local plan --help for the
+shard-sizing planner.
+
+A closed standard output (`likes-local reconcile | head`) is not an error:
+what cannot be written is dropped, the command finishes, and its exit status
+is its own: 0 on success, 1 on a failure (reported on stderr). serve keeps
+serving until SIGINT or SIGTERM. Any other error writing stdout makes the
+status 1.";
+
 #[tokio::main]
 async fn main() -> Result<()> {
+    out::cli();
+    // Log lines go to stderr. A write error there (a closed pipe, as in
+    // `likes-local reconcile 2>&1 | head`) drops the line: tracing-subscriber
+    // reports its own write errors only with `log_internal_errors`, with an
+    // `eprintln!` that would panic on the same closed pipe.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,aws_config=warn,aws_smithy_runtime=warn".into()),
         )
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
+    let result = match args.first().map(String::as_str) {
         None | Some("serve") => serve().await,
         Some("demo") => demo().await,
         Some("reconcile") => reconcile().await,
-        Some("plan") => {
-            print!("{}", likes_local::plan::run_cli(&args[1..])?);
-            Ok(())
-        }
-        Some("bench") => {
-            let opts = likes_local::bench::BenchOptions::from_env(PathBuf::from(env_or(
-                "TEMPLATE",
-                "template.yaml",
-            )))?;
-            print!("{}", likes_local::bench::run(opts).await?);
-            Ok(())
-        }
+        Some("plan") => likes_local::plan::run_cli(&args[1..])
+            .map(|text| out::print(&text))
+            .map_err(Into::into),
+        Some("bench") => bench().await,
         Some("-h" | "--help" | "help") => {
-            println!(
-                "usage: likes-local [serve|demo|reconcile|plan|bench]\n\nsee README.md for the environment variables; likes-local plan --help for the shard-sizing planner"
-            );
+            outln!("{USAGE}");
             Ok(())
         }
-        Some(other) => {
-            bail!("unknown command {other:?}; expected serve, demo, reconcile, plan or bench")
-        }
-    }
+        Some(other) => Err(anyhow::anyhow!(
+            "unknown command {other:?}; expected serve, demo, reconcile, plan or bench"
+        )),
+    };
+    // A command's own failure first; else one of writing its output.
+    result.and_then(|()| out::finish())
+}
+
+async fn bench() -> Result<()> {
+    let opts = likes_local::bench::BenchOptions::from_env(PathBuf::from(env_or(
+        "TEMPLATE",
+        "template.yaml",
+    )))?;
+    out::print(&likes_local::bench::run(opts).await?);
+    Ok(())
 }
 
 async fn serve() -> Result<()> {
@@ -91,12 +116,13 @@ async fn serve() -> Result<()> {
     let stack = Stack::start(opts)
         .await
         .context("starting the local stack")?;
-    println!("likes local stack");
-    println!(
+    outln!("likes local stack");
+    outln!(
         "  API:      {}  (try: curl -X PUT -H 'x-user-id: u1' {}/reels/r1/like)",
-        stack.base_url, stack.base_url
+        stack.base_url,
+        stack.base_url
     );
-    println!(
+    outln!(
         "  DynamoDB: {} ({})",
         stack.dynamo_endpoint,
         if embedded {
@@ -105,33 +131,35 @@ async fn serve() -> Result<()> {
             "AWS_ENDPOINT_URL_DYNAMODB"
         }
     );
-    println!(
+    outln!(
         "  tables:   {}, {}",
-        stack.config.counters_table, stack.config.likes_table
+        stack.config.counters_table,
+        stack.config.likes_table
     );
     if let Some(p) = &stack.proxy {
-        println!(
+        outln!(
             "  faults:   functions reach DynamoDB through the fault proxy {} (FAULTS); stats: curl {}/__proxy/stats",
-            p.url, p.url
+            p.url,
+            p.url
         );
     }
-    println!("  auth:     dev (x-user-id header accepted; admin routes open)");
-    println!(
+    outln!("  auth:     dev (x-user-id header accepted; admin routes open)");
+    outln!(
         "  resize:   curl -X POST -d '{{\"shards\": 20}}' {}/admin/reels/r1/shards  (completed by the schedule)",
         stack.base_url
     );
-    println!(
+    outln!(
         "  schedule: reshard run every {} s (LOCAL_SCHEDULE_SECS; 0 = off)",
         std::env::var("LOCAL_SCHEDULE_SECS")
             .ok()
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| "10".into())
     );
-    println!("ready: {}/healthz", stack.base_url);
+    outln!("ready: {}/healthz", stack.base_url);
     shutdown_signal().await;
-    println!("stopping");
+    outln!("stopping");
     if let Some(p) = &stack.proxy {
-        println!(
+        outln!(
             "fault proxy: {}",
             serde_json::to_string_pretty(&p.stats()).unwrap_or_default()
         );
@@ -242,7 +270,7 @@ async fn reconcile() -> Result<()> {
         .run(&run_opts)
         .await
         .map_err(|e| anyhow::anyhow!("reconcile failed: {e} ({})", e.code()))?;
-    println!("{}", serde_json::to_string_pretty(&summary)?);
+    outln!("{}", serde_json::to_string_pretty(&summary)?);
     if summary.invocation == "busy" {
         bail!("another reconciliation run holds the lease; try again later");
     }
