@@ -107,7 +107,10 @@ units; `BENCH_WRU_PRICE`, `BENCH_RRU_PRICE`), from the units the proxy
 counted. Latency is local (loopback, an emulator on SQLite), not DynamoDB's.
 
 EOF
-  echo "Command: \`RUST_LOG=off BENCH_OUT=target/bench/viral.json $bin bench\`$(env | grep -q '^BENCH_' && printf ', with %s' "$(env | grep '^BENCH_' | sort | tr '\n' ' ' | sed 's/ $//')")."
+  # The BENCH_* settings, captured whole (no `env | grep -q`, whose early exit
+  # can fail `env` under pipefail).
+  bench_vars=$(env | { grep '^BENCH_' || true; } | sort | tr '\n' ' ' | sed 's/ $//')
+  echo "Command: \`RUST_LOG=off BENCH_OUT=target/bench/viral.json $bin bench\`${bench_vars:+, with $bench_vars}."
   echo
   cat "$work/bench.md"
   cat <<'EOF'

@@ -41,13 +41,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root/fuzz"
 
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
-if ! cargo fuzz --version 2>/dev/null | grep -qx "cargo-fuzz $CARGO_FUZZ_VERSION"; then
+# Matched on captured output, never `cmd | grep -q`: grep leaving at its
+# first match can fail the writer (and, under pipefail, the test) by timing.
+if ! grep -qx "cargo-fuzz $CARGO_FUZZ_VERSION" <<<"$(cargo fuzz --version 2>/dev/null || true)"; then
     echo "installing cargo-fuzz $CARGO_FUZZ_VERSION from crates.io" >&2
     cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
 fi
 
 if [ "$FUZZ_SANITIZER" != none ] && [ -z "$FUZZ_TOOLCHAIN" ]; then
-    if command -v rustup >/dev/null && rustup toolchain list | grep -q '^nightly'; then
+    if command -v rustup >/dev/null && grep -q '^nightly' <<<"$(rustup toolchain list)"; then
         FUZZ_TOOLCHAIN=nightly
     else
         # -Zsanitizer on a stable toolchain.
