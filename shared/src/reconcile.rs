@@ -204,7 +204,11 @@ struct Stats {
     deferred_reels: Vec<String>,
     #[serde(default)]
     checkpoints: u64,
-    /// Count-item updates sent (including repeats after a crash).
+    /// Reel counts the committed checkpoints hold (lines of their chunks).
+    #[serde(default)]
+    count_lines: u64,
+    /// Count-item updates sent: `count_lines` plus any repeated after a
+    /// crash.
     #[serde(default)]
     count_writes: u64,
     /// Items outside their reel's read range that were not empty, deleted
@@ -269,7 +273,9 @@ pub struct Summary {
     pub invocations: u32,
     /// Likes-scan checkpoints the run committed.
     pub checkpoints: u64,
-    /// Count-item updates the run sent.
+    /// Reel counts its checkpoints held, and count-item updates the run
+    /// sent to add them (more only if a crash made it repeat some).
+    pub count_lines: u64,
     pub count_writes: u64,
     /// Non-empty items outside their reel's read range deleted (a dry run:
     /// found), and some of their reels.
@@ -764,6 +770,7 @@ impl<S: ReconcileStore> Reconciler<S> {
             )
         };
         let mut written = None;
+        let lines = delta.len() as u64;
         if dry {
             let mut all = inv.dry_counts.lock().await;
             for (r, n) in delta.drain() {
@@ -796,6 +803,7 @@ impl<S: ReconcileStore> Reconciler<S> {
             g.state.segments[index] = seg.clone();
             g.state.stats.rows_scanned = g.state.segments.iter().map(|s| s.rows).sum();
             g.state.stats.checkpoints += 1;
+            g.state.stats.count_lines += written.as_ref().map_or(0, |_| lines);
         }
         self.commit(inv).await?;
         match written {
@@ -1245,6 +1253,7 @@ impl<S: ReconcileStore> Reconciler<S> {
             segments_scanned,
             invocations: state.map_or(0, |s| s.invocations),
             checkpoints: stats.checkpoints,
+            count_lines: stats.count_lines,
             count_writes: stats.count_writes,
             strays_cleared: stats.strays_cleared,
             stray_reels: stats.stray_reels,
