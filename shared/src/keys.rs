@@ -182,6 +182,17 @@ pub fn reel_of_counter_key(pk: &str) -> Option<ReelId> {
     ReelId::parse(reel).ok()
 }
 
+/// The reel whose settings item, and whose like row of [`PROBE_USER`], the
+/// readiness probe reads. The probe only needs the tables to answer; what
+/// the items hold (normally nothing) does not matter, and a read never
+/// changes them.
+pub fn probe_reel() -> ReelId {
+    ReelId("_healthz_probe".to_owned())
+}
+
+/// The user id of the readiness probe's like-row read.
+pub const PROBE_USER: &str = "_healthz_probe";
+
 /// `reel#{reel_id}#settings`: how many shards writers use and readers sum.
 pub fn settings_key(reel: &ReelId) -> String {
     format!("reel#{reel}#settings")

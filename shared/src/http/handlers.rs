@@ -243,7 +243,7 @@ async fn execute(
             Ok((StatusCode::OK, json!({ "counts": map, "age_ms": age_ms })))
         }
         Command::Health => {
-            app.service.ready().await?;
+            app.health.check(app.service.store()).await?;
             Ok((StatusCode::OK, json!({ "status": "ok" })))
         }
         Command::ListResized => {

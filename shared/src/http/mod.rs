@@ -10,11 +10,13 @@
 //! call directly.
 
 mod handlers;
+mod health;
 mod request;
 
 pub use handlers::{
     Function, handle, handle_reconcile_event, handle_reshard_event, lambda_deadline,
 };
+pub use health::HEALTH_TTL;
 pub use request::{Command, MAX_BATCH_REELS, MAX_BODY_BYTES, parse};
 
 use crate::config::Config;
@@ -31,6 +33,8 @@ pub struct App {
     pub service: LikeService<DynamoStore>,
     pub reshard: Resharder<DynamoStore>,
     pub reconcile: Reconciler<DynamoStore>,
+    /// The cached readiness probe of `GET /healthz`.
+    pub(crate) health: health::Health,
 }
 
 impl App {
@@ -43,6 +47,7 @@ impl App {
             service,
             reshard,
             reconcile,
+            health: health::Health::default(),
         }
     }
 

@@ -624,18 +624,29 @@ impl CounterStore for DynamoStore {
     }
 
     async fn ping(&self) -> Result<(), Error> {
+        // Data-plane reads, not DescribeTable: control-plane calls are
+        // rate-limited per account and shared with deployments, and an
+        // unauthenticated probe must not spend them. A GetItem of a key
+        // that is never written (an eventually consistent read of a missing
+        // item: half a read unit) proves the table exists and answers, with
+        // the permissions the read function already has.
         let (a, b) = tokio::join!(
             self.client
-                .describe_table()
+                .get_item()
                 .table_name(&self.counters_table)
+                .key("pk", AttributeValue::S(keys::settings_key(&keys::probe_reel())))
+                .projection_expression("pk")
                 .send(),
             self.client
-                .describe_table()
+                .get_item()
                 .table_name(&self.likes_table)
+                .key("user_id", AttributeValue::S(keys::PROBE_USER.to_owned()))
+                .key("reel_id", AttributeValue::S(keys::probe_reel().as_str().to_owned()))
+                .projection_expression("reel_id")
                 .send(),
         );
-        a.map_err(|e| translate("DescribeTable", e))?;
-        b.map_err(|e| translate("DescribeTable", e))?;
+        a.map_err(|e| translate("GetItem", e))?;
+        b.map_err(|e| translate("GetItem", e))?;
         Ok(())
     }
 }
