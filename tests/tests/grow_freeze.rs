@@ -18,8 +18,8 @@ use likes::keys::{Action, ReelId, UserId};
 use likes::reshard::{self, Progress, Resharder};
 use likes::store::dynamo::DynamoStore;
 use likes::store::{
-    CounterStore, FoldResult, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, Phase, ResizeStore,
-    Settings, ShardSum, ShardValue, TxResult,
+    CountItem, CounterStore, FoldResult, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, Phase,
+    ResizeStore, Settings, ShardSum, ShardValue, TxResult,
 };
 use likes::token::RequestToken;
 use std::collections::HashMap;
@@ -129,6 +129,15 @@ impl ResizeStore for Delayed {
     }
     async fn delete_empty_shard(&self, reel: &ReelId, shard: u32) -> Result<bool, Error> {
         self.inner.delete_empty_shard(reel, shard).await
+    }
+    async fn clear_stray(
+        &self,
+        reel: &ReelId,
+        item: CountItem,
+        seen: ShardValue,
+        version: u64,
+    ) -> Result<FoldResult, Error> {
+        self.inner.clear_stray(reel, item, seen, version).await
     }
     async fn indexed_reels(&self) -> Result<Vec<ReelId>, Error> {
         self.inner.indexed_reels().await
