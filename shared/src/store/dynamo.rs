@@ -54,6 +54,9 @@ pub struct StoreStats {
     /// read (two read units each).
     pub transact_gets: AtomicU64,
     pub shard_reads_transactional: AtomicU64,
+    /// Snapshots of a draining reel's fold group taken without a
+    /// transaction (the base item's fold counter read around its shards).
+    pub fold_group_reads: AtomicU64,
     /// Fold transactions that committed.
     pub folds: AtomicU64,
 }
@@ -205,7 +208,83 @@ impl DynamoStore {
     }
 }
 
+/// Snapshot attempts of a draining reel's fold group before falling back
+/// to `TransactGetItems`.
+const FOLD_READ_ATTEMPTS: u32 = 8;
+
 impl DynamoStore {
+    /// One snapshot of a draining reel's fold group: `keys[0]` is its base
+    /// item, the rest the shards being folded into it
+    /// ([`Settings::read_items`]). Read without a transaction, because a
+    /// `TransactGetItems` is cancelled by any write in flight on its items,
+    /// and writers with older settings may still like those shards for the
+    /// whole wait. Instead: the base item's `folds` counter, then the
+    /// shards, then the counter again (each a consistent single-item read,
+    /// serializable with transactions). Unchanged, no fold committed
+    /// between the two reads, so every fold is either in both the base and
+    /// the shard read or in neither: the sum is what one instant held (likes
+    /// only add to shards, as in any shard read). Changed, a fold moved
+    /// counts meanwhile: read again. Folds are few and short; only if they
+    /// keep landing does it fall back to one `TransactGetItems`.
+    async fn read_fold_group(
+        &self,
+        keys: Vec<String>,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, Error> {
+        let Some((base, shards)) = keys.split_first() else {
+            return Ok(Vec::new());
+        };
+        let names: &'static [(&'static str, &'static str)] =
+            &[("#n", "n"), ("#w", "w"), ("#u", "updated_at"), ("#f", "folds")];
+        for attempt in 1..=FOLD_READ_ATTEMPTS {
+            let before = self.get_counter(base, "pk, #n, #w, #u, #f", names).await?;
+            let mut items = self
+                .batch_get_counters(shards.to_vec(), Some("pk, #n, #w, #u"), &names[..3])
+                .await?;
+            let after = self.get_counter(base, "pk, #f", &names[3..]).await?;
+            let folds = |i: &Option<HashMap<String, AttributeValue>>| {
+                i.as_ref().and_then(|i| i.get("folds")).and_then(number).unwrap_or(0)
+            };
+            if folds(&before) == folds(&after) {
+                self.stats.fold_group_reads.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .shard_reads_batch
+                    .fetch_add(shards.len() as u64, Ordering::Relaxed);
+                items.extend(before);
+                return Ok(items);
+            }
+            tracing::debug!(attempt, "a fold landed during a draining read; reading again");
+            if attempt < FOLD_READ_ATTEMPTS {
+                tokio::time::sleep(self.backoff.delay(attempt)).await;
+            }
+        }
+        tracing::warn!(
+            attempts = FOLD_READ_ATTEMPTS,
+            "folds kept landing during a draining read; reading in one transaction"
+        );
+        self.transact_get_counters(keys).await
+    }
+
+    /// One item of the counters table, read consistently.
+    async fn get_counter(
+        &self,
+        pk: &str,
+        projection: &str,
+        names: &[(&str, &str)],
+    ) -> Result<Option<HashMap<String, AttributeValue>>, Error> {
+        let mut req = self
+            .client
+            .get_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(pk.to_owned()))
+            .consistent_read(true)
+            .projection_expression(projection);
+        for (k, v) in names {
+            req = req.expression_attribute_names(*k, *v);
+        }
+        let out = req.send().await.map_err(|e| translate("GetItem", e))?;
+        Ok(out.item)
+    }
+
     /// `TransactGetItems` of `keys` (at most 100) from the counters table:
     /// one serializable snapshot. A transaction on one of the items in
     /// flight cancels it (`TransactionConflict`); that is retried with
@@ -382,7 +461,7 @@ impl CounterStore for DynamoStore {
         );
         let transactional = futures::stream::iter(atomic)
             .map(|(reel, keys)| async move {
-                let items = self.transact_get_counters(keys).await?;
+                let items = self.read_fold_group(keys).await?;
                 Ok::<_, Error>((reel, items))
             })
             .buffer_unordered(BATCH_GET_PARALLELISM)
@@ -683,11 +762,16 @@ impl ResizeStore for DynamoStore {
                 Update::builder()
                     .table_name(&self.counters_table)
                     .key("pk", AttributeValue::S(keys::base_key(reel)))
-                    .update_expression("ADD #n :seen_n, #w :seen_w")
+                    // `folds` counts the folds the base item took: a reader
+                    // that sees it unchanged before and after reading the
+                    // shards being folded saw no fold half-done.
+                    .update_expression("ADD #n :seen_n, #w :seen_w, #f :one")
                     .expression_attribute_names("#n", "n")
                     .expression_attribute_names("#w", "w")
+                    .expression_attribute_names("#f", "folds")
                     .expression_attribute_values(":seen_n", n(seen.n))
                     .expression_attribute_values(":seen_w", n(seen.w))
+                    .expression_attribute_values(":one", n(1))
                     .build()
                     .map_err(|e| internal("Update", &e))?,
             )

@@ -95,8 +95,10 @@ pub struct ReadItems {
     /// Read with (consistent) `BatchGetItem`: items that only single like
     /// transactions change.
     pub batch: Vec<String>,
-    /// Read together in one `TransactGetItems`: the base item and the shards
-    /// folds may be moving into it right now.
+    /// Read as one snapshot, base item first: the base item and the shards
+    /// folds may be moving into it right now (the DynamoDB store reads the
+    /// base item's fold counter around them, not a transaction, which
+    /// writers still liking those shards would cancel).
     pub atomic: Vec<String>,
 }
 
