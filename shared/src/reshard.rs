@@ -59,7 +59,8 @@ use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::retry::Backoff;
 use crate::store::{
-    CounterStore, FoldResult, Phase, ResizeStore, RetryReason, Settings, WriteSample,
+    CountItem, CounterStore, FoldResult, Phase, ResizeStore, RetryReason, Settings, ShardValue,
+    WriteSample,
 };
 use futures::StreamExt;
 use serde::Serialize;
@@ -169,6 +170,67 @@ fn plan(cur: &Settings, target: u32, now: i64) -> Result<Plan, Error> {
     Ok(Plan::Put(next))
 }
 
+/// The items that `next` adds to what readers sum under `cur`: the shards
+/// a grow starts reading, and the base item a reel's first shrink does.
+fn entering(cur: &Settings, next: &Settings) -> Vec<CountItem> {
+    let mut items: Vec<CountItem> = (cur.shards_to_sum()..next.shards_to_sum())
+        .map(CountItem::Shard)
+        .collect();
+    if next.has_base && !cur.has_base {
+        items.push(CountItem::Base);
+    }
+    items
+}
+
+/// The items `next` would start summing that are not empty. No like writes
+/// outside a stable reel's read range, so such an item is an outside edit,
+/// a restore or a bug's: adopting it would change the count shown by what
+/// it holds. Resizes never do: the reshard function clears it first
+/// ([`clear_strays`]); a grow started on the like or read path, which may
+/// not delete items, is not started ([`request_grow`]).
+async fn strays<S: CounterStore>(
+    store: &S,
+    reel: &ReelId,
+    cur: &Settings,
+    next: &Settings,
+) -> Result<Vec<(CountItem, ShardValue)>, Error> {
+    let items = entering(cur, next);
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(store
+        .count_items(reel, &items)
+        .await?
+        .into_iter()
+        .filter(|(_, v)| *v != ShardValue::default())
+        .collect())
+}
+
+/// Deletes the non-empty items `next` would start summing, each in one
+/// transaction conditioned on the settings still being at `cur.version`
+/// and on the item still holding what was read (the exactness rules of a
+/// fold): no reader sums them under `cur`, so no count changes. `Ok(false)`:
+/// something moved meanwhile; read the settings again.
+async fn clear_strays<S: ResizeStore>(
+    store: &S,
+    reel: &ReelId,
+    cur: &Settings,
+    next: &Settings,
+) -> Result<bool, Error> {
+    for (item, seen) in strays(store, reel, cur, next).await? {
+        match store.clear_stray(reel, item, seen, cur.version).await? {
+            FoldResult::Folded => {
+                tracing::warn!(reel = %reel, ?item, n = seen.n, w = seen.w, "cleared a non-empty item outside the read range before resizing");
+            }
+            other => {
+                tracing::info!(reel = %reel, ?item, result = ?other, "a stray item changed while being cleared; reading again");
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// The reel's settings, read consistently (bypassing every cache).
 async fn read_settings<S: CounterStore>(store: &S, reel: &ReelId) -> Result<Settings, Error> {
     let mut m = store.settings(std::slice::from_ref(reel)).await?;
@@ -204,7 +266,7 @@ async fn stamp<S: CounterStore>(store: &S, reel: &ReelId, seen: &Settings) -> Op
 
 /// Starts resizing `reel` to `target` shards (the admin route). Returns what
 /// happened and the settings now in place.
-pub async fn begin<S: CounterStore>(
+pub async fn begin<S: ResizeStore>(
     store: &S,
     reel: &ReelId,
     target: u32,
@@ -220,6 +282,9 @@ pub async fn begin<S: CounterStore>(
                 return Ok((b, now.unwrap_or(cur)));
             }
             Plan::Put(next) => {
+                if !clear_strays(store, reel, &cur, &next).await? {
+                    continue;
+                }
                 if store.put_settings(reel, cur.version, &next).await? {
                     // A stable put only registers a hand-written item.
                     let outcome = if next.phase == Phase::Stable {
@@ -258,6 +323,13 @@ pub async fn request_grow<S: CounterStore>(
         let Plan::Put(next) = plan(&cur, target, now_ms())? else {
             return Ok(false);
         };
+        let found = strays(store, reel, &cur, &next).await?;
+        if !found.is_empty() {
+            // This path may not delete items (IAM); an admin resize, the
+            // scheduled run or reconciliation clears them.
+            tracing::warn!(reel = %reel, target, strays = ?found, "not growing: items outside the read range are not empty; reconciliation clears them");
+            return Ok(false);
+        }
         if store.put_settings(reel, cur.version, &next).await? {
             tracing::info!(reel = %reel, from = cur.write_shards, target, reason, "automatic grow started");
             // However late the put above was sent, the wait starts now.
@@ -749,6 +821,8 @@ impl<S: ResizeStore> Resharder<S> {
         let mut started = None;
         if let Some(t) = target
             && let Plan::Put(resize) = plan(&next, t, now)?
+            // Something moved while clearing: the next run tries again.
+            && clear_strays(&self.store, reel, cur, &resize).await?
         {
             started = Some(resize.phase);
             next = resize;

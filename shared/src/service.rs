@@ -994,6 +994,14 @@ mod tests {
                 changed: false,
             })
         }
+        async fn count_items(
+            &self,
+            _r: &ReelId,
+            _i: &[crate::store::CountItem],
+        ) -> Result<Vec<(crate::store::CountItem, crate::store::ShardValue)>, Error> {
+            // These stores hold no items outside a reel's read range.
+            Ok(Vec::new())
+        }
         async fn ping(&self) -> Result<(), Error> {
             Ok(())
         }
@@ -1234,6 +1242,14 @@ mod cache_race_tests {
                 changed: false,
             })
         }
+        async fn count_items(
+            &self,
+            _r: &ReelId,
+            _i: &[crate::store::CountItem],
+        ) -> Result<Vec<(crate::store::CountItem, crate::store::ShardValue)>, Error> {
+            // These stores hold no items outside a reel's read range.
+            Ok(Vec::new())
+        }
         async fn ping(&self) -> Result<(), Error> {
             Ok(())
         }
@@ -1367,6 +1383,14 @@ mod served_tests {
                 action,
                 changed: false,
             })
+        }
+        async fn count_items(
+            &self,
+            _r: &ReelId,
+            _i: &[crate::store::CountItem],
+        ) -> Result<Vec<(crate::store::CountItem, crate::store::ShardValue)>, Error> {
+            // These stores hold no items outside a reel's read range.
+            Ok(Vec::new())
         }
         async fn ping(&self) -> Result<(), Error> {
             Ok(())

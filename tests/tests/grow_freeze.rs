@@ -108,6 +108,13 @@ impl CounterStore for Delayed {
     async fn record_unchanged(&self, s: &KeyRecordSpec, a: Action) -> Result<KeyRecord, Error> {
         self.inner.record_unchanged(s, a).await
     }
+    async fn count_items(
+        &self,
+        r: &ReelId,
+        i: &[likes::store::CountItem],
+    ) -> Result<Vec<(likes::store::CountItem, likes::store::ShardValue)>, Error> {
+        self.inner.count_items(r, i).await
+    }
     async fn ping(&self) -> Result<(), Error> {
         self.inner.ping().await
     }

@@ -702,6 +702,36 @@ impl CounterStore for DynamoStore {
         }
     }
 
+    async fn count_items(
+        &self,
+        reel: &ReelId,
+        items: &[CountItem],
+    ) -> Result<Vec<(CountItem, ShardValue)>, Error> {
+        let key = |item: &CountItem| match item {
+            CountItem::Shard(s) => keys::shard_key(reel, *s),
+            CountItem::Base => keys::base_key(reel),
+        };
+        let by_key: HashMap<String, CountItem> = items.iter().map(|i| (key(i), *i)).collect();
+        let found = self
+            .batch_get_counters(
+                by_key.keys().cloned().collect(),
+                Some("pk, #n, #w"),
+                &[("#n", "n"), ("#w", "w")],
+            )
+            .await?;
+        let mut out = Vec::with_capacity(found.len());
+        for item in &found {
+            let which = item
+                .get("pk")
+                .and_then(|v| v.as_s().ok())
+                .and_then(|pk| by_key.get(pk));
+            if let Some(which) = which {
+                out.push((*which, shard_value(item)?));
+            }
+        }
+        Ok(out)
+    }
+
     async fn ping(&self) -> Result<(), Error> {
         // Data-plane reads, not DescribeTable: control-plane calls are
         // rate-limited per account and shared with deployments, and an

@@ -315,6 +315,15 @@ pub trait CounterStore: Send + Sync + 'static {
         action: Action,
     ) -> impl Future<Output = Result<KeyRecord, Error>> + Send;
 
+    /// What each of `items` of `reel` holds, read consistently (missing
+    /// items are left out): a resize reads the items it is about to add to
+    /// the read range, which must be empty.
+    fn count_items(
+        &self,
+        reel: &ReelId,
+        items: &[CountItem],
+    ) -> impl Future<Output = Result<Vec<(CountItem, ShardValue)>, Error>> + Send;
+
     /// Succeeds when both tables can be reached.
     fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send;
 }
