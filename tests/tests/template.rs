@@ -594,7 +594,7 @@ fn each_function_may_touch_exactly_the_counters_keys_its_code_uses() {
         // updates checked against the settings) inside transactions.
         ("ReshardFunction", "PutItem", true, vec!["settings"]),
         ("ReshardFunction", "DeleteItem", false, vec!["shard", "shard0"]),
-        ("ReshardFunction", "DeleteItem", true, vec!["shard", "shard0"]),
+        ("ReshardFunction", "DeleteItem", true, vec!["base", "shard", "shard0"]),
         ("ReshardFunction", "UpdateItem", false, none.to_vec()),
         ("ReshardFunction", "UpdateItem", true, vec!["base", "shard", "shard0"]),
         ("ReshardFunction", "ConditionCheckItem", false, none.to_vec()),
