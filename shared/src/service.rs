@@ -73,6 +73,11 @@ pub enum WritePath {
     /// An earlier attempt with the same token had committed; DynamoDB
     /// replayed its success without writing again.
     Replayed,
+    /// Committed, now or by an earlier attempt with the same token:
+    /// DynamoDB's answer reported no read/write split to tell which
+    /// ([`TxResult::CommittedUnsure`]). Counted once either way; the count
+    /// is read afresh, as after a replay.
+    Committed,
     /// The like row was already in the requested state: nothing written.
     AlreadyInState,
     /// A request with an `Idempotency-Key` that was already used: answered
@@ -89,6 +94,7 @@ impl WritePath {
         match self {
             WritePath::Applied => "applied",
             WritePath::Replayed => "replayed",
+            WritePath::Committed => "committed",
             WritePath::AlreadyInState => "already_in_state",
             WritePath::ResolvedByRecord => "resolved_by_record",
             WritePath::ResolvedByRow => "resolved_by_row",
@@ -642,6 +648,9 @@ impl<S: CounterStore> LikeService<S> {
                 TxResult::Committed { replayed: true } => {
                     break (WritePath::Replayed, wanted, true);
                 }
+                TxResult::CommittedUnsure => {
+                    break (WritePath::Committed, wanted, true);
+                }
                 TxResult::AlreadyInState => match &tx.record {
                     // Record that this key changed nothing, so that a retry
                     // after the user changed state does not act on it then.
@@ -727,7 +736,7 @@ impl<S: CounterStore> LikeService<S> {
             // response) or by an earlier one: which, and so whether a cached
             // sum has it, is unknown. Read afresh, sent now: not a load
             // already in flight, which may have been sent before the commit.
-            WritePath::Replayed => {
+            WritePath::Replayed | WritePath::Committed => {
                 let fresh = self.sum_fresh(&req.reel).await?;
                 self.serve(&req.reel, fresh).await.count
             }

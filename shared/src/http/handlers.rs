@@ -198,10 +198,14 @@ async fn execute(
                 })
                 .await?;
             match out.path {
-                WritePath::Applied | WritePath::Replayed if action == Action::Like => {
+                WritePath::Applied | WritePath::Replayed | WritePath::Committed
+                    if action == Action::Like =>
+                {
                     writes.likes = 1
                 }
-                WritePath::Applied | WritePath::Replayed => writes.unlikes = 1,
+                WritePath::Applied | WritePath::Replayed | WritePath::Committed => {
+                    writes.unlikes = 1
+                }
                 _ => writes.duplicates = 1,
             }
             writes.path = Some(out.path.as_str());

@@ -567,25 +567,13 @@ impl CounterStore for DynamoStore {
         }
         let result = request
             .client_request_token(tx.token.as_str())
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            // INDEXES, not TOTAL: it documents the per-table `Capacity`
+            // (read and write units apart), which is what tells a replay.
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await;
         match result {
-            Ok(out) => {
-                // A replay reports the read units of reading the items back
-                // instead of the write units of writing them.
-                let wrote = out
-                    .consumed_capacity()
-                    .iter()
-                    .any(|c| c.write_capacity_units().unwrap_or(0.0) > 0.0);
-                let read = out
-                    .consumed_capacity()
-                    .iter()
-                    .any(|c| c.read_capacity_units().unwrap_or(0.0) > 0.0);
-                Ok(TxResult::Committed {
-                    replayed: read && !wrote,
-                })
-            }
+            Ok(out) => Ok(commit_kind(out.consumed_capacity())),
             Err(SdkError::ServiceError(se)) => match se.err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
                     classify_cancellation(&cancellation_codes(c))
@@ -1506,6 +1494,43 @@ fn shard_value(item: &HashMap<String, AttributeValue>) -> Result<ShardValue, Err
     })
 }
 
+/// What a committed like transaction's `ConsumedCapacity` says about it.
+///
+/// DynamoDB documents, for `ClientRequestToken` ("TransactWriteItems", API
+/// reference): "If the ReturnConsumedCapacity parameter is set, then the
+/// initial TransactWriteItems call returns the amount of write capacity
+/// units consumed in making the changes. Subsequent TransactWriteItems calls
+/// with the same client token return the number of read capacity units
+/// consumed in reading the item." With `INDEXES` the answer holds a
+/// `Capacity` per table, whose `ReadCapacityUnits` and `WriteCapacityUnits`
+/// are documented ("the total number of read/write capacity units consumed
+/// on a table"); the aggregate's fields of the same names are read too.
+/// Write units anywhere: applied by this call. Read units and no write
+/// units: a replay. Neither (only `CapacityUnits`, or nothing): the two
+/// cannot be told apart, and the answer says so.
+fn commit_kind(capacities: &[aws_sdk_dynamodb::types::ConsumedCapacity]) -> TxResult {
+    let (mut read, mut wrote) = (false, false);
+    for c in capacities {
+        let table = c.table();
+        let units = [
+            (c.read_capacity_units(), c.write_capacity_units()),
+            (
+                table.and_then(|t| t.read_capacity_units()),
+                table.and_then(|t| t.write_capacity_units()),
+            ),
+        ];
+        for (r, w) in units {
+            read |= r.unwrap_or(0.0) > 0.0;
+            wrote |= w.unwrap_or(0.0) > 0.0;
+        }
+    }
+    match (wrote, read) {
+        (true, _) => TxResult::Committed { replayed: false },
+        (false, true) => TxResult::Committed { replayed: true },
+        (false, false) => TxResult::CommittedUnsure,
+    }
+}
+
 /// Why one of the resharder's or reconciler's transactions did not commit.
 enum TxFailure {
     /// The condition of the item at this index failed.
@@ -1662,6 +1687,42 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_commit_is_told_by_the_documented_capacity_fields() {
+        use aws_sdk_dynamodb::types::{Capacity, ConsumedCapacity};
+        let table = |r: Option<f64>, w: Option<f64>| {
+            ConsumedCapacity::builder()
+                .table_name("t")
+                .capacity_units(2.0)
+                .table(
+                    Capacity::builder()
+                        .capacity_units(2.0)
+                        .set_read_capacity_units(r)
+                        .set_write_capacity_units(w)
+                        .build(),
+                )
+                .build()
+        };
+        assert_eq!(
+            commit_kind(&[table(None, Some(2.0))]),
+            TxResult::Committed { replayed: false }
+        );
+        assert_eq!(
+            commit_kind(&[table(Some(2.0), None)]),
+            TxResult::Committed { replayed: true }
+        );
+        // The aggregate's own split counts too.
+        let aggregate = ConsumedCapacity::builder()
+            .capacity_units(2.0)
+            .read_capacity_units(2.0)
+            .build();
+        assert_eq!(commit_kind(&[aggregate]), TxResult::Committed { replayed: true });
+        // Only the total: cannot tell, and says so.
+        let total = ConsumedCapacity::builder().capacity_units(2.0).build();
+        assert_eq!(commit_kind(&[total]), TxResult::CommittedUnsure);
+        assert_eq!(commit_kind(&[]), TxResult::CommittedUnsure);
+    }
 
     #[test]
     fn cancellation_reasons_are_classified() {

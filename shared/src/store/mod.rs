@@ -231,10 +231,16 @@ pub struct KeyRecord {
 /// How one transaction attempt ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TxResult {
-    /// Committed now (`replayed == false`), or an earlier attempt with the
-    /// same token had committed and DynamoDB replayed its success
-    /// (`replayed == true`, recognised by the read capacity it reports).
+    /// Committed now (`replayed == false`: the answer reports write units,
+    /// which DynamoDB documents for the call that makes the changes), or an
+    /// earlier attempt with the same token had committed and DynamoDB
+    /// replayed its success (`replayed == true`: it reports read units only,
+    /// as documented for a repeat of a token).
     Committed { replayed: bool },
+    /// Committed, but the answer reported neither read nor write units, so
+    /// whether now or by an earlier attempt with the same token cannot be
+    /// told apart.
+    CommittedUnsure,
     /// The like row's condition failed: the user had already (un)liked.
     AlreadyInState,
     /// The `Idempotency-Key` record exists: an earlier request with this
