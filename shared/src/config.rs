@@ -175,15 +175,16 @@ impl ResizeConfig {
 }
 
 impl Config {
-    /// How long after a settings change no function instance can still act
-    /// on the settings before it: the write itself may land up to
-    /// `DDB_OPERATION_TIMEOUT_MS` after the phase was stamped, a cached copy
-    /// lives `SETTINGS_TTL_MS` (counted from when it was read), and a
-    /// request that read it may keep writing for up to `REQUEST_TIMEOUT_MS`;
-    /// plus the margin (clock skew between instances).
+    /// How long after a settings change is seen in place (the phase's
+    /// stamp, see [`crate::reshard`]) no function instance can still act on
+    /// the settings before it: a cached copy lives `SETTINGS_TTL_MS`
+    /// (counted from when it was read), and a request that read it may keep
+    /// writing for up to `REQUEST_TIMEOUT_MS`; plus the margin (clock skew
+    /// between instances).
     pub fn resize_wait(&self) -> Duration {
-        // The phase's start is stamped before the settings write is sent,
-        // which may land up to the SDK's operation timeout later.
+        // Stamps are taken only after the phase is known to be in place, so
+        // no delayed write can shorten this; the operation timeout is kept
+        // as a margin for the stamp's own conditional write.
         self.settings_ttl + self.request_timeout + self.ddb_operation_timeout + self.resize.margin
     }
 }
