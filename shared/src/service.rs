@@ -28,6 +28,7 @@ use crate::store::{
     CounterStore, KeyRecordSpec, LikeTx, RetryReason, Settings, ShardSum, TxResult,
 };
 use crate::token::{RequestIdentity, RequestToken};
+use futures::StreamExt;
 use moka::Expiry;
 use moka::future::Cache;
 use moka::ops::compute::{CompResult, Op};
@@ -547,13 +548,28 @@ impl<S: CounterStore> LikeService<S> {
                 .collect();
             let load = self.loads.fetch_add(1, Ordering::Relaxed);
             let read_at = Instant::now();
-            let sums = self.store.sum_shards(&plan).await?;
+            let (sums, failed) = match self.store.sum_shards(&plan).await {
+                Ok(sums) => (sums, Vec::new()),
+                // One reel's sum failing (say, a shrinking reel whose folds
+                // kept landing) must not fail the others: each is summed on
+                // its own, and the ones that still fail are left out (the
+                // answer lists them), unless nothing is left to answer.
+                Err(e) if plan.len() > 1 && e.status() >= 429 => {
+                    let (sums, failed) = self.sum_each(&plan).await;
+                    if sums.is_empty() && found.is_empty() {
+                        return Err(e);
+                    }
+                    (sums, failed)
+                }
+                Err(e) => return Err(e),
+            };
             let done_at = Instant::now();
             for (r, s) in &plan {
-                let sum = sums.get(r).copied().unwrap_or_default();
-                self.observe_rate(r, s, sum, read_at).await;
+                if let Some(sum) = sums.get(r) {
+                    self.observe_rate(r, s, *sum, read_at).await;
+                }
             }
-            for r in missing {
+            for r in missing.into_iter().filter(|r| !failed.contains(r)) {
                 let mut n = Cached::read(load, sums.get(&r).map_or(0, |s| s.n), read_at, done_at);
                 if let Some(c) = &self.counts {
                     // An entry that appeared meanwhile (perhaps adjusted for
@@ -571,6 +587,37 @@ impl<S: CounterStore> LikeService<S> {
             out.insert(r, n);
         }
         Ok(out)
+    }
+
+    /// Sums each reel of `plan` on its own: the sums that succeeded, and the
+    /// reels whose sum failed (logged).
+    async fn sum_each(
+        &self,
+        plan: &[(ReelId, Settings)],
+    ) -> (HashMap<ReelId, ShardSum>, Vec<ReelId>) {
+        let results: Vec<(ReelId, Result<HashMap<ReelId, ShardSum>, Error>)> =
+            futures::stream::iter(plan.iter().cloned())
+                .map(|(r, s)| async move {
+                    let sum = self.store.sum_shards(&[(r.clone(), s)]).await;
+                    (r, sum)
+                })
+                .buffer_unordered(8)
+                .collect()
+                .await;
+        let mut sums = HashMap::with_capacity(results.len());
+        let mut failed = Vec::new();
+        for (r, result) in results {
+            match result {
+                Ok(mut m) => {
+                    sums.insert(r.clone(), m.remove(&r).unwrap_or_default());
+                }
+                Err(e) => {
+                    tracing::warn!(reel = %r, error = e.code(), "a batch read left out a reel whose sum failed");
+                    failed.push(r);
+                }
+            }
+        }
+        (sums, failed)
     }
 
     /// Whether `user` likes `reel` now (a consistent read of the like row).
@@ -964,6 +1011,10 @@ mod tests {
             &self,
             reels: &[(ReelId, Settings)],
         ) -> Result<HashMap<ReelId, ShardSum>, Error> {
+            // A reel whose sum always fails (a read that stays contended).
+            if reels.iter().any(|(r, _)| r.as_str() == "failing") {
+                return Err(Error::Contended);
+            }
             Ok(reels
                 .iter()
                 .map(|(r, _)| {
@@ -1076,6 +1127,25 @@ mod tests {
         svc.count(&ReelId::parse("r").unwrap()).await.unwrap();
         let out = svc.write(like()).await.unwrap();
         assert_eq!((out.changed, out.count), (false, 41));
+    }
+
+    #[tokio::test]
+    async fn a_batch_read_does_not_fail_because_of_one_reel() {
+        let svc = service(vec![TxResult::Committed { replayed: false }], &[]);
+        let reels: Vec<ReelId> = ["a", "failing", "b"]
+            .iter()
+            .map(|r| ReelId::parse(r).unwrap())
+            .collect();
+        let counts = svc.counts(&reels).await.unwrap();
+        let mut got: Vec<(&str, i64)> =
+            counts.iter().map(|(r, c)| (r.as_str(), c.count)).collect();
+        got.sort();
+        assert_eq!(got, [("a", 41), ("b", 41)], "the failing reel is left out");
+        // Alone, it still fails (there is nothing else to answer).
+        assert_eq!(
+            svc.counts(&reels[1..2]).await.unwrap_err(),
+            Error::Contended
+        );
     }
 
     #[tokio::test]

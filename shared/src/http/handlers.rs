@@ -237,14 +237,22 @@ async fn execute(
             let counts = app.service.counts(&reels).await?;
             let mut map = serde_json::Map::with_capacity(reels.len());
             let mut age_ms = 0u64;
+            let mut unavailable: Vec<&str> = Vec::new();
             for r in &reels {
                 if let Some(c) = counts.get(r) {
                     map.insert(r.as_str().to_owned(), json!(c.count));
                     age_ms = age_ms.max(c.age().as_millis() as u64);
+                } else if !unavailable.contains(&r.as_str()) {
+                    // Its sum failed; the others are answered anyway.
+                    unavailable.push(r.as_str());
                 }
             }
             // age_ms is that of the oldest sum in the answer.
-            Ok((StatusCode::OK, json!({ "counts": map, "age_ms": age_ms })))
+            let mut body = json!({ "counts": map, "age_ms": age_ms });
+            if !unavailable.is_empty() {
+                body["unavailable"] = json!(unavailable);
+            }
+            Ok((StatusCode::OK, body))
         }
         Command::Health => {
             app.health.check(app.service.store()).await?;
