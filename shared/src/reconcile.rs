@@ -498,7 +498,9 @@ impl<S: ReconcileStore> Reconciler<S> {
             },
         };
         let (mut state, how) = match current {
-            Some(s) if s.phase != RunPhase::Done && s.lease_until_ms > now && s.lease_owner != me => {
+            Some(s)
+                if s.phase != RunPhase::Done && s.lease_until_ms > now && s.lease_owner != me =>
+            {
                 return Ok(Claim::Busy(Some(s)));
             }
             // A run older than this is abandoned (its chunks may be
@@ -669,7 +671,12 @@ impl<S: ReconcileStore> Reconciler<S> {
     /// Scans one segment from its cursor, first finishing the checkpoint a
     /// previous invocation left pending. The rows counted since the last
     /// checkpoint are all it holds in memory.
-    async fn scan_segment(&self, inv: &Inv<'_>, index: usize, mut seg: Segment) -> Result<(), Error> {
+    async fn scan_segment(
+        &self,
+        inv: &Inv<'_>,
+        index: usize,
+        mut seg: Segment,
+    ) -> Result<(), Error> {
         if seg.pending.is_some() && !self.apply_pending(inv, index, &mut seg, None).await? {
             return Ok(());
         }
@@ -1053,7 +1060,10 @@ impl<S: ReconcileStore> Reconciler<S> {
         let settings = match self.store.settings(&reels).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = e.code(), "reconcile could not read settings for stray items");
+                tracing::warn!(
+                    error = e.code(),
+                    "reconcile could not read settings for stray items"
+                );
                 return;
             }
         };
@@ -1070,26 +1080,29 @@ impl<S: ReconcileStore> Reconciler<S> {
             if !outside {
                 continue;
             }
-            let cleared = dry || {
-                // A transaction: two units per item.
-                inv.writes.take(4.0).await;
-                match self.store.clear_stray(&reel, item, seen, st.version).await {
-                    Ok(FoldResult::Folded) => true,
-                    Ok(other) => {
-                        tracing::info!(reel = %reel, ?item, result = ?other, "a stray item changed meanwhile; left for the next run");
-                        false
+            let cleared = dry
+                || {
+                    // A transaction: two units per item.
+                    inv.writes.take(4.0).await;
+                    match self.store.clear_stray(&reel, item, seen, st.version).await {
+                        Ok(FoldResult::Folded) => true,
+                        Ok(other) => {
+                            tracing::info!(reel = %reel, ?item, result = ?other, "a stray item changed meanwhile; left for the next run");
+                            false
+                        }
+                        Err(e) => {
+                            tracing::warn!(reel = %reel, ?item, error = e.code(), "reconcile could not clear a stray item");
+                            false
+                        }
                     }
-                    Err(e) => {
-                        tracing::warn!(reel = %reel, ?item, error = e.code(), "reconcile could not clear a stray item");
-                        false
-                    }
-                }
-            };
+                };
             if cleared {
                 tracing::warn!(reel = %reel, ?item, n = seen.n, w = seen.w, dry, "a non-empty item outside the reel's read range");
                 let stats = &mut inv.run.lock().await.state.stats;
                 stats.strays_cleared += 1;
-                if stats.stray_reels.len() < SAMPLE && !stats.stray_reels.contains(&reel.to_string()) {
+                if stats.stray_reels.len() < SAMPLE
+                    && !stats.stray_reels.contains(&reel.to_string())
+                {
                     stats.stray_reels.push(reel.to_string());
                 }
             }

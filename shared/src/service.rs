@@ -595,15 +595,15 @@ impl<S: CounterStore> LikeService<S> {
         &self,
         plan: &[(ReelId, Settings)],
     ) -> (HashMap<ReelId, ShardSum>, Vec<ReelId>) {
-        let results: Vec<(ReelId, Result<HashMap<ReelId, ShardSum>, Error>)> =
-            futures::stream::iter(plan.iter().cloned())
-                .map(|(r, s)| async move {
-                    let sum = self.store.sum_shards(&[(r.clone(), s)]).await;
-                    (r, sum)
-                })
-                .buffer_unordered(8)
-                .collect()
-                .await;
+        type Each = (ReelId, Result<HashMap<ReelId, ShardSum>, Error>);
+        let results: Vec<Each> = futures::stream::iter(plan.iter().cloned())
+            .map(|(r, s)| async move {
+                let sum = self.store.sum_shards(&[(r.clone(), s)]).await;
+                (r, sum)
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
         let mut sums = HashMap::with_capacity(results.len());
         let mut failed = Vec::new();
         for (r, result) in results {
@@ -1137,8 +1137,7 @@ mod tests {
             .map(|r| ReelId::parse(r).unwrap())
             .collect();
         let counts = svc.counts(&reels).await.unwrap();
-        let mut got: Vec<(&str, i64)> =
-            counts.iter().map(|(r, c)| (r.as_str(), c.count)).collect();
+        let mut got: Vec<(&str, i64)> = counts.iter().map(|(r, c)| (r.as_str(), c.count)).collect();
         got.sort();
         assert_eq!(got, [("a", 41), ("b", 41)], "the failing reel is left out");
         // Alone, it still fails (there is nothing else to answer).

@@ -10,7 +10,7 @@
 mod common;
 
 use common::TestStack;
-use likes::keys::{ReelId, UserId, Action};
+use likes::keys::{Action, ReelId, UserId};
 use likes::reshard::Progress;
 use likes::service::{LikeService, WriteRequest};
 use likes::store::Phase;
@@ -86,8 +86,14 @@ async fn a_shrink_under_likes_and_batch_reads_answers_every_read() {
     let reader = async {
         while !stop.load(Ordering::SeqCst) {
             let phase = r.state(&reel).await.unwrap().phase;
-            let batch = t.send("GET", "/likes?reel_ids=drain,quiet", None, &[], None).await;
-            assert_eq!(batch.status, 200, "batch read during {phase:?}: {}", batch.body);
+            let batch = t
+                .send("GET", "/likes?reel_ids=drain,quiet", None, &[], None)
+                .await;
+            assert_eq!(
+                batch.status, 200,
+                "batch read during {phase:?}: {}",
+                batch.body
+            );
             assert_eq!(batch.body["counts"]["quiet"], 1, "{}", batch.body);
             let one = t.send("GET", "/reels/drain/likes", None, &[], None).await;
             assert_eq!(one.status, 200, "read during {phase:?}: {}", one.body);
@@ -121,7 +127,10 @@ async fn a_shrink_under_likes_and_batch_reads_answers_every_read() {
         stop.store(true, Ordering::SeqCst);
     };
     tokio::join!(old_writer, new_writer, reader, resize);
-    assert!(draining_reads.load(Ordering::SeqCst) >= 3, "{draining_reads:?} of {reads:?}");
+    assert!(
+        draining_reads.load(Ordering::SeqCst) >= 3,
+        "{draining_reads:?} of {reads:?}"
+    );
     let rows = t.like_rows("drain").await as i64;
     assert_eq!(rows, liked.load(Ordering::SeqCst) as i64);
     assert_eq!(t.shard_sum("drain").await, rows);

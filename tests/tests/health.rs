@@ -26,10 +26,20 @@ async fn readiness_is_a_cached_data_plane_probe_and_throttling_is_503() {
     proxy.reset_stats();
     for _ in 0..50 {
         let r = t.send("GET", "/healthz", None, &[], None).await;
-        assert_eq!((r.status, r.body["status"].as_str()), (200, Some("ok")), "{}", r.body);
+        assert_eq!(
+            (r.status, r.body["status"].as_str()),
+            (200, Some("ok")),
+            "{}",
+            r.body
+        );
     }
     let stats = proxy.stats();
-    assert_eq!(stats.requests.get("DescribeTable"), None, "{:?}", stats.requests);
+    assert_eq!(
+        stats.requests.get("DescribeTable"),
+        None,
+        "{:?}",
+        stats.requests
+    );
     let gets = stats.requests.get("GetItem").copied().unwrap_or(0);
     // One probe (a read of each table) answers checks for HEALTH_TTL; 50
     // checks take far less than that, unless this machine stalls.
@@ -39,7 +49,12 @@ async fn readiness_is_a_cached_data_plane_probe_and_throttling_is_503() {
     proxy.set_faults(Faults::parse("GetItem.throttle=1,DescribeTable.throttle=1").unwrap());
     tokio::time::sleep(HEALTH_TTL + Duration::from_millis(100)).await;
     let r = t.send("GET", "/healthz", None, &[], None).await;
-    assert_eq!((r.status, r.body["error"]["code"].as_str()), (503, Some("unavailable")), "{}", r.body);
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (503, Some("unavailable")),
+        "{}",
+        r.body
+    );
 
     // Answering again: ready once the cached failure has expired.
     proxy.set_faults(Faults::parse("off").unwrap());

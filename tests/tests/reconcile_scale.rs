@@ -62,7 +62,10 @@ async fn seed(
                     .map(|i| {
                         let put = PutRequest::builder()
                             .item("user_id", AttributeValue::S(format!("u{i}")))
-                            .item("reel_id", AttributeValue::S(format!("{prefix}{}", i % reels)))
+                            .item(
+                                "reel_id",
+                                AttributeValue::S(format!("{prefix}{}", i % reels)),
+                            )
                             .item("liked_at", AttributeValue::N("1".into()))
                             .build()
                             .unwrap();
@@ -90,7 +93,9 @@ async fn seed(
         .await;
     let mut per_reel = HashMap::new();
     for i in 0..rows {
-        *per_reel.entry(format!("{prefix}{}", i % reels)).or_insert(0i64) += 1;
+        *per_reel
+            .entry(format!("{prefix}{}", i % reels))
+            .or_insert(0i64) += 1;
     }
     for r in 0..reels {
         let name = format!("{prefix}{r}");
@@ -153,14 +158,22 @@ async fn twenty_thousand_checkpoints_keep_the_run_state_bounded() {
     // The largest item the run wrote, as it reports it and as stored: the
     // state is bounded by its segment count, whatever the checkpoints.
     let bound = state_bytes_bound(4) as u64;
-    assert!(s.largest_item_bytes <= bound, "{} > {bound}", s.largest_item_bytes);
+    assert!(
+        s.largest_item_bytes <= bound,
+        "{} > {bound}",
+        s.largest_item_bytes
+    );
     assert!(s.largest_state_bytes > 0 && s.largest_state_bytes <= s.largest_item_bytes);
     let items = t.scan(&t.stack.config.counters_table).await;
     let largest = items.iter().map(item_bytes).max().unwrap_or(0) as u64;
     assert!(largest <= bound, "an item of {largest} bytes > {bound}");
     let state = items
         .iter()
-        .find(|i| i.get("pk").and_then(|v| v.as_s().ok()).is_some_and(|p| p == "recon#run"))
+        .find(|i| {
+            i.get("pk")
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|p| p == "recon#run")
+        })
         .expect("run state");
     eprintln!(
         "reconcile scale: {} rows, {} checkpoints, {} invocation(s) in {:.1} s ({:.0} rows/s, debug build); \
@@ -186,7 +199,14 @@ async fn a_run_of_many_short_invocations_completes_without_repeating_work() {
         ("RECONCILE_CHECKPOINT_PAGES", "2"),
     ])
     .await;
-    let expected = seed(&t, "short-", 3_000, 600, |r| if r % 50 == 0 { -2 } else { 0 }).await;
+    let expected = seed(
+        &t,
+        "short-",
+        3_000,
+        600,
+        |r| if r % 50 == 0 { -2 } else { 0 },
+    )
+    .await;
     let mut last: Option<Summary> = None;
     let mut invocations = 0u32;
     while !last.as_ref().is_some_and(|s| s.complete) {
@@ -256,7 +276,11 @@ async fn a_stray_shard_outside_the_read_range_is_cleared_and_a_grow_keeps_the_co
         .await
         .expect("reconcile");
     assert!(s.complete, "{s:?}");
-    assert_eq!((s.strays_cleared, s.stray_reels.clone()), (1, vec!["stray".to_owned()]), "{s:?}");
+    assert_eq!(
+        (s.strays_cleared, s.stray_reels.clone()),
+        (1, vec!["stray".to_owned()]),
+        "{s:?}"
+    );
     assert_eq!(s.reels_corrected, 0, "the count itself agreed: {s:?}");
     assert_eq!(t.shards("stray").await, vec![(0, 25)], "shard 1 is gone");
 
@@ -266,7 +290,11 @@ async fn a_stray_shard_outside_the_read_range_is_cleared_and_a_grow_keeps_the_co
     r.begin(&id, 4).await.expect("grow");
     let started = Instant::now();
     loop {
-        assert_eq!(t.http_count("stray").await, 25, "the count shown never changes");
+        assert_eq!(
+            t.http_count("stray").await,
+            25,
+            "the count shown never changes"
+        );
         match r.advance(&id).await.expect("advance") {
             Progress::Stable(s) => {
                 assert_eq!(s.read_shards, 4);

@@ -47,7 +47,11 @@ async fn drive_checking(t: &TestStack, reel: &str, count: i64) {
     let id = ReelId::parse(reel).unwrap();
     let started = Instant::now();
     loop {
-        assert_eq!(t.http_count(reel).await, count, "the count shown never changes");
+        assert_eq!(
+            t.http_count(reel).await,
+            count,
+            "the count shown never changes"
+        );
         match r.advance(&id).await.expect("advance") {
             Progress::Stable(_) => break,
             Progress::Waiting { .. } => tokio::time::sleep(Duration::from_millis(100)).await,
@@ -90,14 +94,20 @@ async fn an_automatic_grow_is_not_started_over_a_stray_shard() {
     let store = t.stack.app.service.store();
     assert!(!reshard::request_grow(store, &id, 4, "test").await.unwrap());
     let s = store.settings(std::slice::from_ref(&id)).await.unwrap()[&id];
-    assert_eq!((s.phase, s.read_shards, s.write_shards), (Phase::Stable, 1, 1));
+    assert_eq!(
+        (s.phase, s.read_shards, s.write_shards),
+        (Phase::Stable, 1, 1)
+    );
     assert_eq!(t.http_count("a").await, 25);
     // Without the stray item the same request grows the reel.
     t.stack
         .client
         .delete_item()
         .table_name(&t.stack.config.counters_table)
-        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("002#reel#a#likes".into()))
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("002#reel#a#likes".into()),
+        )
         .send()
         .await
         .unwrap();
@@ -116,7 +126,10 @@ async fn a_first_shrink_clears_a_stray_base_item_and_keeps_the_count() {
         .client
         .put_item()
         .table_name(&t.stack.config.counters_table)
-        .item("pk", aws_sdk_dynamodb::types::AttributeValue::S("base#reel#s#likes".into()))
+        .item(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("base#reel#s#likes".into()),
+        )
         .item("n", aws_sdk_dynamodb::types::AttributeValue::N("7".into()))
         .send()
         .await

@@ -5,9 +5,9 @@
 //! leaves the module.
 
 use super::{
-    CorrectResult, CountItem, CounterStore, FoldResult, RunCount, KeyRecord, KeyRecordSpec, Ledger, LikeRow, LikeTx,
-    Phase, ReconcileStore, ReelView, ResizeStore, RetryReason, ScanPage, ScanTable, Settings,
-    ShardSum, ShardValue, TxResult, WriteSample,
+    CorrectResult, CountItem, CounterStore, FoldResult, KeyRecord, KeyRecordSpec, Ledger, LikeRow,
+    LikeTx, Phase, ReconcileStore, ReelView, ResizeStore, RetryReason, RunCount, ScanPage,
+    ScanTable, Settings, ShardSum, ShardValue, TxResult, WriteSample,
 };
 use crate::config::Config;
 use crate::error::Error;
@@ -233,8 +233,12 @@ impl DynamoStore {
         let Some((base, shards)) = keys.split_first() else {
             return Ok(Vec::new());
         };
-        let names: &'static [(&'static str, &'static str)] =
-            &[("#n", "n"), ("#w", "w"), ("#u", "updated_at"), ("#f", "folds")];
+        let names: &'static [(&'static str, &'static str)] = &[
+            ("#n", "n"),
+            ("#w", "w"),
+            ("#u", "updated_at"),
+            ("#f", "folds"),
+        ];
         for attempt in 1..=FOLD_READ_ATTEMPTS {
             let before = self.get_counter(base, "pk, #n, #w, #u, #f", names).await?;
             let mut items = self
@@ -242,7 +246,10 @@ impl DynamoStore {
                 .await?;
             let after = self.get_counter(base, "pk, #f", &names[3..]).await?;
             let folds = |i: &Option<HashMap<String, AttributeValue>>| {
-                i.as_ref().and_then(|i| i.get("folds")).and_then(number).unwrap_or(0)
+                i.as_ref()
+                    .and_then(|i| i.get("folds"))
+                    .and_then(number)
+                    .unwrap_or(0)
             };
             if folds(&before) == folds(&after) {
                 self.stats.fold_group_reads.fetch_add(1, Ordering::Relaxed);
@@ -252,7 +259,10 @@ impl DynamoStore {
                 items.extend(before);
                 return Ok(items);
             }
-            tracing::debug!(attempt, "a fold landed during a draining read; reading again");
+            tracing::debug!(
+                attempt,
+                "a fold landed during a draining read; reading again"
+            );
             if attempt < FOLD_READ_ATTEMPTS {
                 tokio::time::sleep(self.backoff.delay(attempt)).await;
             }
@@ -731,14 +741,20 @@ impl CounterStore for DynamoStore {
             self.client
                 .get_item()
                 .table_name(&self.counters_table)
-                .key("pk", AttributeValue::S(keys::settings_key(&keys::probe_reel())))
+                .key(
+                    "pk",
+                    AttributeValue::S(keys::settings_key(&keys::probe_reel()))
+                )
                 .projection_expression("pk")
                 .send(),
             self.client
                 .get_item()
                 .table_name(&self.likes_table)
                 .key("user_id", AttributeValue::S(keys::PROBE_USER.to_owned()))
-                .key("reel_id", AttributeValue::S(keys::probe_reel().as_str().to_owned()))
+                .key(
+                    "reel_id",
+                    AttributeValue::S(keys::probe_reel().as_str().to_owned())
+                )
                 .projection_expression("reel_id")
                 .send(),
         );
@@ -805,7 +821,10 @@ impl ResizeStore for DynamoStore {
             .set_expression_attribute_values(Some(
                 values
                     .into_iter()
-                    .chain([(":neg_n".to_owned(), n(-seen.n)), (":neg_w".to_owned(), n(-seen.w))])
+                    .chain([
+                        (":neg_n".to_owned(), n(-seen.n)),
+                        (":neg_w".to_owned(), n(-seen.w)),
+                    ])
                     .collect(),
             ));
         let from = TransactWriteItem::builder()
@@ -1179,7 +1198,10 @@ impl ReconcileStore for DynamoStore {
             .client
             .update_item()
             .table_name(&self.counters_table)
-            .key("pk", AttributeValue::S(keys::reconcile_count_key(run_id, reel)))
+            .key(
+                "pk",
+                AttributeValue::S(keys::reconcile_count_key(run_id, reel)),
+            )
             .update_expression("SET #c = if_not_exists(#c, :zero) + :rows, #q = :seq, #exp = :exp")
             .condition_expression("attribute_not_exists(#q) OR #q < :seq")
             .expression_attribute_names("#c", count)
@@ -1231,7 +1253,10 @@ impl ReconcileStore for DynamoStore {
             .client
             .put_item()
             .table_name(&self.counters_table)
-            .item("pk", AttributeValue::S(keys::reconcile_count_key(run_id, reel)))
+            .item(
+                "pk",
+                AttributeValue::S(keys::reconcile_count_key(run_id, reel)),
+            )
             .item("claimed", AttributeValue::Bool(true))
             .item("expires_at", AttributeValue::N(expires_at.to_string()))
             .condition_expression("attribute_not_exists(pk)")
@@ -1717,7 +1742,10 @@ mod tests {
             .capacity_units(2.0)
             .read_capacity_units(2.0)
             .build();
-        assert_eq!(commit_kind(&[aggregate]), TxResult::Committed { replayed: true });
+        assert_eq!(
+            commit_kind(&[aggregate]),
+            TxResult::Committed { replayed: true }
+        );
         // Only the total: cannot tell, and says so.
         let total = ConsumedCapacity::builder().capacity_units(2.0).build();
         assert_eq!(commit_kind(&[total]), TxResult::CommittedUnsure);
