@@ -1037,7 +1037,12 @@ impl<S: ReconcileStore> Reconciler<S> {
                     continue;
                 }
                 inv.writes.take(1.0).await;
-                if self.store.claim_rowless(&run_id, &r, expires).await? {
+                let claimer = format!("{:016x}", fastrand::u64(..));
+                if self
+                    .store
+                    .claim_rowless(&run_id, &r, &claimer, expires)
+                    .await?
+                {
                     out.push((r, 0));
                 }
             }

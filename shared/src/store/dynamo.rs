@@ -1247,25 +1247,32 @@ impl ReconcileStore for DynamoStore {
         &self,
         run_id: &str,
         reel: &ReelId,
+        claimer: &str,
         expires_at: i64,
     ) -> Result<bool, Error> {
+        let pk = keys::reconcile_count_key(run_id, reel);
         let result = self
             .client
             .put_item()
             .table_name(&self.counters_table)
-            .item(
-                "pk",
-                AttributeValue::S(keys::reconcile_count_key(run_id, reel)),
-            )
+            .item("pk", AttributeValue::S(pk.clone()))
             .item("claimed", AttributeValue::Bool(true))
+            .item("claimed_by", AttributeValue::S(claimer.to_owned()))
             .item("expires_at", AttributeValue::N(expires_at.to_string()))
             .condition_expression("attribute_not_exists(pk)")
             .send()
             .await;
         match result {
             Ok(_) => Ok(true),
+            // Someone's item is there; it may be this caller's own, if the
+            // SDK resent the put after a lost answer.
             Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
-                Ok(false)
+                let item = self.get_counter(&pk, "claimed_by", &[]).await?;
+                Ok(item
+                    .as_ref()
+                    .and_then(|i| i.get("claimed_by"))
+                    .and_then(|v| v.as_s().ok())
+                    .is_some_and(|c| c == claimer))
             }
             Err(e) => Err(translate("PutItem", e)),
         }

@@ -510,12 +510,15 @@ pub trait ReconcileStore: ResizeStore {
         reels: &[ReelId],
     ) -> impl Future<Output = Result<HashMap<ReelId, RunCount>, Error>> + Send;
 
-    /// Writes the run's claim marker for a reel without counted rows, unless
-    /// the reel has a count item. `Ok(true)`: this caller checks it.
+    /// Writes the run's claim marker for a reel without counted rows, as
+    /// `claimer` (unique per call), unless the reel has a count item or a
+    /// marker. `Ok(true)`: this caller checks it (also when its own write
+    /// had landed and only the answer was lost).
     fn claim_rowless(
         &self,
         run_id: &str,
         reel: &ReelId,
+        claimer: &str,
         expires_at: i64,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
