@@ -244,10 +244,16 @@ impl<'a> Clients<'a> {
                     let r = self
                         .until_ok("GET", &format!("/likes?reel_ids={ids}"), Some(&name), None)
                         .await;
-                    assert_eq!(
-                        r.body["counts"].as_object().map(|m| m.len()),
-                        Some(reels.len())
-                    );
+                    // Every reel answered, or listed as unavailable (its
+                    // sum kept failing under the faults): never both,
+                    // never neither.
+                    let counts = r.body["counts"].as_object().expect("counts");
+                    let unavailable: Vec<&str> = r.body["unavailable"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+                        .unwrap_or_default();
+                    assert_eq!(counts.len() + unavailable.len(), reels.len(), "{}", r.body);
+                    assert!(unavailable.iter().all(|u| !counts.contains_key(*u)), "{}", r.body);
                     let r = self
                         .until_ok("GET", &format!("/reels/{reel}/likes"), Some(&name), None)
                         .await;
