@@ -1,7 +1,9 @@
 //! Reads of a reel being shrunk while writers with older settings still like
 //! its retired shards. In DynamoDB a `TransactGetItems` is cancelled by any
 //! write in flight on its items; the emulator never cancels, so the fault
-//! proxy cancels every `TransactGetItems` of the functions for a conflict.
+//! proxy cancels every `TransactGetItems` of the functions for a conflict
+//! for the whole wait (while such writers may land), and a fifth of them
+//! once the folds run (only folds in flight contend then).
 //! Proves: single and batch reads of the draining reel (and of a quiet reel
 //! in the same batch) all answer 200 through the whole shrink, folds
 //! included; the counts never exceed the truth; and the final count is
@@ -109,6 +111,7 @@ async fn a_shrink_under_likes_and_batch_reads_answers_every_read() {
             }
         }
     };
+    let proxy = t.stack.proxy.clone().expect("a proxy");
     let resize = async {
         let started = Instant::now();
         loop {
@@ -117,7 +120,27 @@ async fn a_shrink_under_likes_and_batch_reads_answers_every_read() {
                     assert_eq!(s.read_shards, 2);
                     break;
                 }
-                Progress::Waiting { .. } => tokio::time::sleep(Duration::from_millis(50)).await,
+                Progress::Waiting { settings, due_ms } => {
+                    // The folds start with the next advance (after the sleep
+                    // below) once the wait is over: from then on no writer with older settings is
+                    // left, and only the folds in flight cancel a
+                    // transactional read (a reader falls back to one while
+                    // folds land back to back), a fifth of them here.
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis() as i64;
+                    if settings.phase == Phase::Draining
+                        && settings.phase_at_ms > 0
+                        && now + 60 >= due_ms
+                    {
+                        proxy.set_faults(
+                            faultproxy::Faults::parse("seed=4,TransactGetItems.conflict=0.2")
+                                .unwrap(),
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
                 Progress::Interrupted => unreachable!(),
             }
             assert!(started.elapsed() < Duration::from_secs(60), "shrink stuck");

@@ -253,7 +253,11 @@ impl<'a> Clients<'a> {
                         .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
                         .unwrap_or_default();
                     assert_eq!(counts.len() + unavailable.len(), reels.len(), "{}", r.body);
-                    assert!(unavailable.iter().all(|u| !counts.contains_key(*u)), "{}", r.body);
+                    assert!(
+                        unavailable.iter().all(|u| !counts.contains_key(*u)),
+                        "{}",
+                        r.body
+                    );
                     let r = self
                         .until_ok("GET", &format!("/reels/{reel}/likes"), Some(&name), None)
                         .await;

@@ -209,8 +209,10 @@ impl DynamoStore {
 }
 
 /// Snapshot attempts of a draining reel's fold group before falling back
-/// to `TransactGetItems`.
-const FOLD_READ_ATTEMPTS: u32 = 8;
+/// to `TransactGetItems`. The counter moves only while folds run, which
+/// begin a full wait after `draining` began: by then no writer with older
+/// settings is left, so the transaction contends with the folds alone.
+const FOLD_READ_ATTEMPTS: u32 = 2;
 
 impl DynamoStore {
     /// One snapshot of a draining reel's fold group: `keys[0]` is its base
@@ -224,8 +226,8 @@ impl DynamoStore {
     /// between the two reads, so every fold is either in both the base and
     /// the shard read or in neither: the sum is what one instant held (likes
     /// only add to shards, as in any shard read). Changed, a fold moved
-    /// counts meanwhile: read again. Folds are few and short; only if they
-    /// keep landing does it fall back to one `TransactGetItems`.
+    /// counts meanwhile: read again, and if a fold lands again, read in one
+    /// `TransactGetItems` (see [`FOLD_READ_ATTEMPTS`]).
     async fn read_fold_group(
         &self,
         keys: Vec<String>,
@@ -259,18 +261,13 @@ impl DynamoStore {
                 items.extend(before);
                 return Ok(items);
             }
-            tracing::debug!(
-                attempt,
-                "a fold landed during a draining read; reading again"
-            );
-            if attempt < FOLD_READ_ATTEMPTS {
-                tokio::time::sleep(self.backoff.delay(attempt)).await;
-            }
+            tracing::debug!(attempt, "a fold landed during a draining read");
         }
-        tracing::warn!(
-            attempts = FOLD_READ_ATTEMPTS,
-            "folds kept landing during a draining read; reading in one transaction"
-        );
+        // Folds are landing now, one after another: a snapshot would keep
+        // missing the gaps between them. A transaction is cancelled only by
+        // a fold in flight on its items (no like writes them any more), and
+        // retries that with backoff.
+        tracing::debug!("folds landing during a draining read; reading in one transaction");
         self.transact_get_counters(keys).await
     }
 
