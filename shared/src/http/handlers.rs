@@ -15,7 +15,7 @@ use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::request::LambdaRequest;
 use lambda_http::{Body, Request, Response};
 use serde_json::{Value, json};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// Which Lambda function is answering: each serves only its own routes, as
@@ -94,7 +94,9 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     // All validation happens here, before any I/O and in the same function
     // the fuzz target and property tests call: from here on the handler
     // acts only on the ids the command carries.
-    let result = match request::parse(&req, app.config.auth_mode, function) {
+    let parsed = request::parse(&req, app.config.auth_mode, function);
+    let cacheable = parsed.as_ref().ok().and_then(Cacheable::of);
+    let result = match parsed {
         Err(e) => Err(e),
         Ok(command) => match tokio::time::timeout(
             app.config.request_timeout,
@@ -121,7 +123,15 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     };
     let result_error = result.as_ref().err().cloned();
     let response = match result {
-        Ok((status, body)) => json_response(status, &body),
+        Ok((status, body)) => {
+            let mut resp = json_response(status, &body);
+            if let Some(c) = cacheable.filter(|_| status == StatusCode::OK)
+                && let Some(v) = c.header(&body, app.config.cache_ttl)
+            {
+                resp.headers_mut().insert(header::CACHE_CONTROL, v);
+            }
+            resp
+        }
         Err(e) => error_response(&e),
     };
     let status = response.status().as_u16();
@@ -436,6 +446,44 @@ fn shards_json(reel: &ReelId, s: &Settings, outcome: Option<Begin>) -> Value {
     body
 }
 
+/// A count answer that a browser or CDN in front of the API may keep for as
+/// long as this instance would serve the same sum from its cache: a viral
+/// reel's views can then be absorbed before they reach a function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cacheable {
+    /// The body depends on nobody: `public`.
+    Shared,
+    /// The body depends on the caller (`liked_by_me`): `private`.
+    Caller,
+}
+
+impl Cacheable {
+    fn of(command: &Command) -> Option<Self> {
+        match command {
+            Command::Count { user: Some(_), .. } => Some(Cacheable::Caller),
+            Command::Count { user: None, .. } | Command::Counts { .. } => Some(Cacheable::Shared),
+            _ => None,
+        }
+    }
+
+    /// `public|private, max-age=N`: N is what is left of the cache lifetime
+    /// of the oldest sum in `body` (its `age_ms`), in whole seconds rounded
+    /// down, so no cache keeps it past when this instance would read again.
+    /// A partial batch (`unavailable`) is not cached (`None`: `no-store`).
+    fn header(self, body: &Value, ttl: Duration) -> Option<HeaderValue> {
+        if body.get("unavailable").is_some() {
+            return None;
+        }
+        let age = Duration::from_millis(body.get("age_ms")?.as_u64()?);
+        let left = ttl.saturating_sub(age).as_secs();
+        let scope = match self {
+            Cacheable::Shared => "public",
+            Cacheable::Caller => "private",
+        };
+        HeaderValue::from_str(&format!("{scope}, max-age={left}")).ok()
+    }
+}
+
 fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
     let mut resp = Response::new(Body::Text(body.to_string()));
     *resp.status_mut() = status;
@@ -444,7 +492,8 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    // Counts are per-user (liked_by_me) and short-lived: no shared caching.
+    // Writes, errors, readiness and admin answers are never cached; count
+    // answers replace this with their lifetime (`Cacheable`).
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }
