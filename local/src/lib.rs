@@ -9,7 +9,10 @@
 //! * `gateway`: the local API Gateway: route matching, payload-format-2.0
 //!   events, the real handlers.
 //! * [`demo`]: the viral-burst demo.
-//! * [`bench`]: the viral-load benchmark (naive counter, fixed shards, automatic growth).
+//! * [`bench`](mod@bench): the viral-load benchmark (naive counter, fixed
+//!   shards, automatic growth).
+//! * [`plan`]: the shard-sizing planner behind `likes-local plan`: shards for
+//!   a planned peak, checked by simulation, and the cost of reading the count.
 //! * [`out`]: the CLI's stdout and stderr, which a closed pipe cannot fail.
 
 pub mod bench;

@@ -15,6 +15,8 @@ pub enum AuthMode {
     Dev,
 }
 
+/// Everything a function reads from its environment, once per cold start
+/// (see [`Config::from_env`]); each field names its variable and default.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// `COUNTERS_TABLE`: shard items and per-reel settings items.
@@ -35,17 +37,23 @@ pub struct Config {
     /// when DynamoDB cancels it for a conflict or throttling. The SDK's own
     /// retries (throttled calls, 5xx, timeouts) come on top, per attempt.
     pub tx_max_attempts: u32,
-    /// `RETRY_BASE_MS` (default 25) and `RETRY_MAX_MS` (default 1000): the
-    /// full-jitter exponential backoff between those attempts, and between
-    /// the SDK's own retries.
+    /// `RETRY_BASE_MS` (default 25): the first delay of the full-jitter
+    /// exponential backoff between those attempts, and between the SDK's own
+    /// retries.
     pub retry_base: Duration,
+    /// `RETRY_MAX_MS` (default 1000, at least `RETRY_BASE_MS`): the cap on
+    /// one delay of that backoff.
     pub retry_max: Duration,
-    /// `DDB_CONNECT_TIMEOUT_MS` (1000), `DDB_ATTEMPT_TIMEOUT_MS` (1500),
-    /// `DDB_OPERATION_TIMEOUT_MS` (3000), `DDB_MAX_ATTEMPTS` (3): the SDK's
-    /// bounds on one call, its own retries included.
+    /// `DDB_CONNECT_TIMEOUT_MS` (default 1000): the SDK's bound on opening a
+    /// connection.
     pub ddb_connect_timeout: Duration,
+    /// `DDB_ATTEMPT_TIMEOUT_MS` (default 1500): the bound on one SDK attempt.
     pub ddb_attempt_timeout: Duration,
+    /// `DDB_OPERATION_TIMEOUT_MS` (default 3000): the bound on one SDK call,
+    /// its retries included.
     pub ddb_operation_timeout: Duration,
+    /// `DDB_MAX_ATTEMPTS` (default 3): the SDK's attempts per call, the first
+    /// included.
     pub ddb_max_attempts: u32,
     /// `REQUEST_BUDGET_MS` (default 8000): no new transaction attempt starts
     /// unless it can finish (at the SDK's operation timeout) within this
@@ -83,10 +91,11 @@ pub struct ReconcileConfig {
     /// `RECONCILE_CHECKPOINT_PAGES` (default 10): a segment checkpoints its
     /// cursor and partial counts every this many pages (and when it ends).
     pub checkpoint_pages: u32,
-    /// `RECONCILE_MAX_READ_UNITS` (default 500) and
-    /// `RECONCILE_MAX_WRITE_UNITS` (default 100): capacity units a second
+    /// `RECONCILE_MAX_READ_UNITS` (default 500): read capacity units a second
     /// the job may consume, so a run never throttles live traffic.
     pub max_read_units: f64,
+    /// `RECONCILE_MAX_WRITE_UNITS` (default 100): write capacity units a
+    /// second the job may consume, for the same reason.
     pub max_write_units: f64,
     /// `RECONCILE_CLOCK_SKEW_MS` (default 5000): allowed clock difference
     /// between the functions that stamp shards and the job. A reel whose
@@ -119,10 +128,12 @@ pub struct ResizeConfig {
     /// `SHARD_HEADROOM` (default 2.0): the sizing rule's factor on the
     /// observed rate, room for the rate to grow before the next resize.
     pub headroom: f64,
-    /// `COOL_LIKES_PER_SEC` (default 50) and `COOL_DOWN_SECS` (default 3600):
-    /// a reel writing below this rate for that long is folded back to one
-    /// shard by the scheduled run.
+    /// `COOL_LIKES_PER_SEC` (default 50, below `HOT_LIKES_PER_SEC`): a reel
+    /// writing below this rate for `cool_down` is folded back to one shard by
+    /// the scheduled run.
     pub cool_per_sec: f64,
+    /// `COOL_DOWN_SECS` (default 3600): how long a reel must stay below
+    /// `cool_per_sec` before it is folded back.
     pub cool_down: Duration,
     /// `CONTENTION_GROW_EVENTS` (default 5; 0 turns it off): this many
     /// throttled or conflicting like transactions on one reel within 10 s,

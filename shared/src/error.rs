@@ -8,11 +8,19 @@
 
 use serde_json::json;
 
+/// Every way a request can fail, each with one HTTP status ([`Error::status`])
+/// and one stable `code` ([`Error::code`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// 400: the request is malformed (bad reel id, bad query, bad header).
     #[error("{message}")]
-    BadRequest { code: &'static str, message: String },
+    BadRequest {
+        /// The stable code of the JSON body, naming what was wrong
+        /// (`invalid_reel_id`, …).
+        code: &'static str,
+        /// The client-facing explanation; no internal detail.
+        message: String,
+    },
     /// 401: a like/unlike without a verified identity.
     #[error("authentication required")]
     Unauthorized,
@@ -25,14 +33,26 @@ pub enum Error {
     NotFound,
     /// 405: the route exists, the method does not. `allow` lists the methods.
     #[error("method not allowed")]
-    MethodNotAllowed { allow: &'static str },
+    MethodNotAllowed {
+        /// The methods the route accepts, as the `Allow` header lists them
+        /// (`"GET, POST"`).
+        allow: &'static str,
+    },
     /// 409: the request conflicts with the current state (a resize to
     /// another shard count is in progress).
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict {
+        /// The stable code of the JSON body (`resize_in_progress`, …).
+        code: &'static str,
+        /// The client-facing explanation; no internal detail.
+        message: String,
+    },
     /// 413: the request body is larger than `limit` bytes.
     #[error("request body too large")]
-    PayloadTooLarge { limit: usize },
+    PayloadTooLarge {
+        /// The largest body accepted, in bytes.
+        limit: usize,
+    },
     /// 429: DynamoDB still throttled after the bounded retries.
     #[error("throttled by the database")]
     Throttled,
@@ -49,6 +69,7 @@ pub enum Error {
 }
 
 impl Error {
+    /// A 400 with the given stable `code` and client-facing `message`.
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Error::BadRequest {
             code,

@@ -19,6 +19,8 @@ pub const MAX_SHARDS: u32 = 1000;
 /// readers read its base item and the shards being folded in one, so one
 /// shrink retires at most 99 shards, and resizes go to at most 100.
 pub const MAX_TRANSACT_ITEMS: u32 = 100;
+/// The most shards a resize may go to (and the ceiling of `MAX_SHARDS` in
+/// the configuration): one `TransactGetItems` must read them all.
 pub const MAX_RESIZE_SHARDS: u32 = MAX_TRANSACT_ITEMS;
 
 /// A reel id: 1–64 characters of `[A-Za-z0-9_-]`. The alphabet excludes `#`,
@@ -31,6 +33,7 @@ pub struct ReelId(String);
 pub struct InvalidId(pub &'static str);
 
 impl ReelId {
+    /// Validates `s` as a reel id; the only way to make one.
     pub fn parse(s: &str) -> Result<Self, InvalidId> {
         if s.is_empty() {
             return Err(InvalidId("reel_id must not be empty"));
@@ -49,6 +52,7 @@ impl ReelId {
         Ok(ReelId(s.to_owned()))
     }
 
+    /// The id as validated, safe to put in a key.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -67,6 +71,7 @@ impl fmt::Display for ReelId {
 pub struct UserId(String);
 
 impl UserId {
+    /// Validates `s` as a user id; the only way to make one.
     pub fn parse(s: &str) -> Result<Self, InvalidId> {
         if s.is_empty() {
             return Err(InvalidId("user id must not be empty"));
@@ -80,6 +85,7 @@ impl UserId {
         Ok(UserId(s.to_owned()))
     }
 
+    /// The id as validated (an attribute value, never part of a key).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -88,11 +94,15 @@ impl UserId {
 /// The two mutations of a like.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
+    /// `PUT /reels/{reel_id}/like`: adds the caller's like, +1 if new.
     Like,
+    /// `DELETE /reels/{reel_id}/like`: removes it, −1 if it was there.
     Unlike,
 }
 
 impl Action {
+    /// `like` or `unlike`: in logs, the idempotency record and the request
+    /// token's hash, so changing it changes every token.
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Like => "like",
@@ -221,6 +231,8 @@ pub const RESIZE_INDEX: &str = "ResizeIndex";
 /// Its partition key attribute, present only on such settings items, always
 /// with the value [`RESIZE_INDEX_VALUE`].
 pub const RESIZE_INDEX_ATTR: &str = "rz";
+/// The one value of [`RESIZE_INDEX_ATTR`]: every indexed item shares one
+/// index partition, so a query of that value lists every such reel.
 pub const RESIZE_INDEX_VALUE: &str = "resized";
 
 /// Inverse of [`shard_key`], for tools that list shard items.

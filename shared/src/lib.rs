@@ -10,7 +10,7 @@
 //! * [`token`]: the deterministic `ClientRequestToken` and the shard it picks.
 //! * [`error`]: the one error enum of the crate and its single mapping to an
 //!   HTTP status and JSON body.
-//! * [`retry`]: bounded, jittered exponential backoff.
+//! * `retry`: bounded, jittered exponential backoff.
 //! * [`store`]: the `CounterStore` trait the domain sees, and
 //!   [`store::dynamo`], its only implementation; SDK types stay in there.
 //! * [`service`]: the like/unlike/count logic with its in-memory caches, and
@@ -25,6 +25,8 @@
 //! * [`http`]: request parsing, validation and the `like` and `read` handlers
 //!   that the Lambda functions and the local stack both run, admin routes
 //!   included.
+
+#![warn(missing_docs)]
 
 pub mod config;
 pub mod error;

@@ -14,8 +14,11 @@ use std::sync::{Arc, Mutex};
 /// CloudWatch units used here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
+    /// A number of events (requests, retries, reels).
     Count,
+    /// A duration in milliseconds (latencies).
     Milliseconds,
+    /// A duration in seconds (ages, run lengths).
     Seconds,
 }
 
@@ -68,6 +71,8 @@ impl Metrics {
         }
     }
 
+    /// The same namespace, writing to `sink` instead (tests use
+    /// [`Sink::Memory`]).
     pub fn with_sink(mut self, sink: Sink) -> Self {
         self.sink = sink;
         self
@@ -108,11 +113,13 @@ impl Record<'_> {
         self
     }
 
+    /// Adds a metric counted in [`Unit::Count`].
     pub fn count(&mut self, name: &'static str, value: u64) -> &mut Self {
         self.values.push((name, value as f64, Unit::Count));
         self
     }
 
+    /// Adds a metric in the given unit.
     pub fn value(&mut self, name: &'static str, value: f64, unit: Unit) -> &mut Self {
         self.values.push((name, value, unit));
         self

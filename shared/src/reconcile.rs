@@ -122,12 +122,16 @@ pub enum Mode {
     Resume,
 }
 
+/// How one invocation runs: set by the scheduled event, or by tests.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
+    /// Whether it may start a new run or only continue one.
     pub mode: Mode,
     /// Report, write nothing (not even checkpoints: a dry run lives in one
     /// invocation).
     pub dry_run: bool,
+    /// When the invocation must have returned (the Lambda deadline; `None`
+    /// locally): it stops starting work a safety margin before it.
     pub deadline: Option<Instant>,
     /// Scan only this many of the unfinished likes-scan segments, then stop:
     /// the crash of an invocation after some segments, for the resume tests.
@@ -246,46 +250,68 @@ struct RunState {
 /// What an invocation reports (its result and a structured log line).
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
+    /// The run this invocation worked on (`None`: no run, e.g. `idle`).
     pub run_id: Option<String>,
     /// `started`, `resumed`, `busy` (another invocation holds the run) or
     /// `idle` (resume mode, no run in progress).
     pub invocation: &'static str,
+    /// The run reports and writes nothing.
     pub dry_run: bool,
     /// The run finished (in this invocation or before).
     pub complete: bool,
+    /// Where the run stands: `scan_likes`, `check_reels` (dry runs),
+    /// `scan_counters`, `done`, or `none` without a run.
     pub phase: String,
+    /// Like rows the likes scan has counted so far, all segments.
     pub rows_scanned: u64,
     /// Read units the run's scans consumed (DynamoDB's ConsumedCapacity).
     pub scan_read_units: f64,
+    /// Reels compared with their rows so far.
     pub reels_checked: u64,
+    /// Reels found to drift and corrected (a dry run: that would be).
     pub reels_corrected: u64,
+    /// Reels left for a later run: resizing or resized, written or corrected
+    /// meanwhile, contended, or not readable.
     pub reels_deferred: u64,
+    /// The sum of the corrected drifts' absolute values.
     pub total_abs_drift: u64,
+    /// The corrected drift of the largest magnitude (0: none).
     pub largest_drift: i64,
+    /// The reel of `largest_drift`.
     pub largest_drift_reel: Option<String>,
+    /// Up to 20 of the corrected reels, a sample for the log.
     pub corrected_reels: Vec<String>,
+    /// Up to 20 of the deferred reels, a sample for the log.
     pub deferred_reels: Vec<String>,
+    /// Likes-scan segments of the run (`RECONCILE_SEGMENTS` when it started).
     pub segments: u32,
     /// Likes-scan segments finished (by any invocation of the run).
     pub segments_done: usize,
     /// Likes-scan segments this invocation scanned (part of).
     pub segments_scanned: usize,
+    /// Invocations that have worked on the run, this one included.
     pub invocations: u32,
     /// Likes-scan checkpoints the run committed.
     pub checkpoints: u64,
-    /// Reel counts its checkpoints held, and count-item updates the run
-    /// sent to add them (more only if a crash made it repeat some).
+    /// Reel counts its checkpoints held.
     pub count_lines: u64,
+    /// Count-item updates the run sent to add them: `count_lines`, more
+    /// only if a crash made it repeat some.
     pub count_writes: u64,
     /// Non-empty items outside their reel's read range deleted (a dry run:
-    /// found), and some of their reels.
+    /// found).
     pub strays_cleared: u64,
+    /// Up to 20 of those items' reels, a sample for the log.
     pub stray_reels: Vec<String>,
-    /// The largest item the run wrote (its state or a chunk), and its
-    /// largest state, in bytes.
+    /// The largest item the run wrote (its state or a chunk), in bytes.
     pub largest_item_bytes: u64,
+    /// The largest run state it wrote, in bytes (bounded by
+    /// [`state_bytes_bound`]).
     pub largest_state_bytes: u64,
+    /// How long this invocation took, in milliseconds.
     pub duration_ms: u64,
+    /// How long the run has taken from its start to its end (or to now),
+    /// across invocations, in milliseconds.
     pub run_duration_ms: u64,
 }
 
@@ -330,6 +356,8 @@ impl Limiter {
     }
 }
 
+/// Runs reconciliation over a [`ReconcileStore`]: one [`Reconciler::run`]
+/// per invocation, a run spanning as many as it needs.
 pub struct Reconciler<S> {
     store: S,
     cfg: ReconcileConfig,
@@ -377,6 +405,7 @@ fn read_units(bytes: usize) -> f64 {
 }
 
 impl<S: ReconcileStore> Reconciler<S> {
+    /// A reconciler over `store`, with the reconcile settings of `config`.
     pub fn new(store: S, config: &Config) -> Self {
         Reconciler {
             store,
@@ -392,6 +421,7 @@ impl<S: ReconcileStore> Reconciler<S> {
         }
     }
 
+    /// The store it reads and repairs, for tests that inspect it.
     pub fn store(&self) -> &S {
         &self.store
     }

@@ -354,7 +354,12 @@ pub enum Progress {
     /// No resize in progress.
     Stable(Settings),
     /// The next step is due at `due_ms` (Unix ms).
-    Waiting { settings: Settings, due_ms: i64 },
+    Waiting {
+        /// The reel's settings as this advance left them.
+        settings: Settings,
+        /// When the next step may run, in Unix milliseconds.
+        due_ms: i64,
+    },
     /// Stopped by the write limit (a simulated crash, for tests).
     Interrupted,
 }
@@ -383,13 +388,15 @@ pub struct RunSummary {
     pub reels: usize,
     /// Resizes started by the automatic policy.
     pub grows_started: usize,
+    /// Shrinks (folds back to one shard) started by the automatic policy.
     pub shrinks_started: usize,
     /// Phase changes made (each a settings write).
     pub steps: usize,
     /// Resizes brought to `stable`.
     pub completed: usize,
-    /// Shards folded and shard items deleted.
+    /// Shards folded into the base item.
     pub folds: usize,
+    /// Shard items deleted once folded.
     pub deletes: usize,
     /// Reels whose next step is not due yet (left for the next run).
     pub waiting: usize,
@@ -400,6 +407,7 @@ pub struct RunSummary {
     pub oldest_phase_ms: u64,
     /// Reels that failed this run (retried by the next).
     pub errors: usize,
+    /// Wall-clock length of the run, in milliseconds.
     pub duration_ms: u64,
 }
 
@@ -421,6 +429,7 @@ pub struct Resharder<S> {
 }
 
 impl<S: ResizeStore> Resharder<S> {
+    /// A resharder over `store`, with the resize settings of `config`.
     pub fn new(store: S, config: &Config) -> Self {
         Resharder {
             store,
@@ -430,6 +439,7 @@ impl<S: ResizeStore> Resharder<S> {
         }
     }
 
+    /// The store it drives, for tests that inspect it.
     pub fn store(&self) -> &S {
         &self.store
     }

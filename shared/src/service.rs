@@ -12,7 +12,7 @@
 //! coalesce concurrent misses of one reel into one DynamoDB read.
 //!
 //! Every count this instance serves (a read, a batch read, the count in a
-//! like's answer) also passes one guard, [`LikeService::serve`]: per reel it
+//! like's answer) also passes one guard, `LikeService::serve`: per reel it
 //! remembers the last value served and the instant that value is known to
 //! cover, and a sum read sent before that instant never replaces it (a
 //! slow read, a load joined late, a batch read landing after the entry was
@@ -40,6 +40,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// A summed count and when its shards were read.
 #[derive(Clone, Copy, Debug)]
 pub struct Count {
+    /// The reel's likes: its shards (and base item) summed, plus this
+    /// instance's own changes since the read.
     pub count: i64,
     /// When the BatchGetItem that produced `count` was sent.
     pub read_at: Instant,
@@ -49,6 +51,7 @@ pub struct Count {
 }
 
 impl Count {
+    /// How long ago the read was sent: the `age_ms` of a count response.
     pub fn age(&self) -> Duration {
         self.read_at.elapsed()
     }
@@ -57,8 +60,11 @@ impl Count {
 /// A like or unlike as the handler hands it over.
 #[derive(Clone, Debug)]
 pub struct WriteRequest {
+    /// The caller, already verified.
     pub user: UserId,
+    /// The reel liked or unliked.
     pub reel: ReelId,
+    /// Like or unlike.
     pub action: Action,
     /// The client's `Idempotency-Key`, if any.
     pub idempotency_key: Option<String>,
@@ -91,6 +97,8 @@ pub enum WritePath {
 }
 
 impl WritePath {
+    /// The `outcome` of the write's log line and the `WritePath` property of
+    /// its metrics record.
     pub fn as_str(self) -> &'static str {
         match self {
             WritePath::Applied => "applied",
@@ -103,19 +111,26 @@ impl WritePath {
     }
 }
 
+/// What a like or unlike did: the handler's answer (`liked`, `changed`,
+/// `count`) and what the logs and metrics record about it.
 #[derive(Clone, Debug)]
 pub struct WriteOutcome {
+    /// Whether the caller likes the reel now.
     pub liked: bool,
     /// Whether this request (or its earlier attempt) changed the like state.
     pub changed: bool,
     /// The cached total, adjusted by this request's own change.
     pub count: i64,
+    /// How the answer was reached.
     pub path: WritePath,
     /// Transaction attempts beyond the first (conflicts, throttles).
     pub retries: u32,
-    /// Of the attempts, how many were cancelled for a conflict or throttled.
+    /// Of the attempts, how many were cancelled for a conflict with another
+    /// transaction.
     pub conflicts: u32,
+    /// Of the attempts, how many DynamoDB throttled.
     pub throttles: u32,
+    /// The write shard the request's token picked.
     pub shard: u32,
 }
 
@@ -211,6 +226,9 @@ struct Observer {
 /// Contention counts within this window.
 const CONTENTION_WINDOW: Duration = Duration::from_secs(10);
 
+/// Like, unlike and count for one function instance, over a
+/// [`CounterStore`]: the exactly-once write path, the bounded caches, and the
+/// observations that grow a hot reel.
 pub struct LikeService<S> {
     /// Shared with the background tasks that start automatic grows.
     store: Arc<S>,
@@ -278,6 +296,7 @@ fn unshare(e: Arc<Error>) -> Error {
 }
 
 impl<S: CounterStore> LikeService<S> {
+    /// A service over `store` with empty caches; built once per cold start.
     pub fn new(store: S, config: &Config) -> Self {
         LikeService {
             store: Arc::new(store),
@@ -322,6 +341,8 @@ impl<S: CounterStore> LikeService<S> {
         }
     }
 
+    /// The store it writes through (the health probe, the read metrics and
+    /// tests use it).
     pub fn store(&self) -> &S {
         &self.store
     }

@@ -36,6 +36,8 @@ pub enum RequestIdentity<'a> {
 pub struct RequestToken(String);
 
 impl RequestToken {
+    /// The token of one client request: the same for every retry of it
+    /// (same key or request id), different for any other request.
     pub fn derive(user: &UserId, reel: &ReelId, action: Action, id: &RequestIdentity<'_>) -> Self {
         let mut h = Sha256::new();
         // Length-prefixed fields: no two different tuples hash the same bytes,
@@ -93,6 +95,7 @@ impl RequestToken {
         RequestToken(s)
     }
 
+    /// The 32 hex characters, as sent in `ClientRequestToken`.
     pub fn as_str(&self) -> &str {
         &self.0
     }

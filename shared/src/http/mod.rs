@@ -3,7 +3,7 @@
 //!
 //! The handlers take a `lambda_http::Request` (API Gateway HTTP API, payload
 //! format 2.0) and always return a response: every failure becomes a JSON
-//! error with the status [`Error::status`] gives. Nothing here panics on
+//! error with the status [`crate::Error::status`] gives. Nothing here panics on
 //! any input. All validation is [`parse`], a pure function from a request
 //! to a [`Command`] or an error, which the handlers run before any I/O and
 //! the fuzz target (`fuzz/`) and property tests (`tests/tests/hostile.rs`)
@@ -29,15 +29,21 @@ use crate::store::dynamo::DynamoStore;
 /// the service (SDK client and caches) and the resharder, built once per
 /// cold start.
 pub struct App {
+    /// The configuration read at cold start.
     pub config: Config,
+    /// The like, unlike and count logic, with its caches.
     pub service: LikeService<DynamoStore>,
+    /// Resizes: the admin routes and the scheduled resize run.
     pub reshard: Resharder<DynamoStore>,
+    /// The scheduled recount that repairs drift.
     pub reconcile: Reconciler<DynamoStore>,
     /// The cached readiness probe of `GET /healthz`.
     pub(crate) health: health::Health,
 }
 
 impl App {
+    /// Builds the service, resharder and reconciler over one store (the
+    /// clones share the SDK client).
     pub fn new(config: Config, store: DynamoStore) -> Self {
         let reshard = Resharder::new(store.clone(), &config);
         let reconcile = Reconciler::new(store.clone(), &config);

@@ -87,27 +87,46 @@ impl Route {
 pub enum Command {
     /// `PUT` (like) or `DELETE` (unlike) `/reels/{reel_id}/like`.
     Write {
+        /// The caller, as the JWT authorizer (or, in dev, `x-user-id`) named.
         user: UserId,
+        /// The reel liked or unliked.
         reel: ReelId,
+        /// Like (`PUT`) or unlike (`DELETE`).
         action: Action,
         /// The `Idempotency-Key` header, already checked.
         idempotency_key: Option<String>,
     },
     /// `GET /reels/{reel_id}/likes`; `user` when the caller has an identity,
     /// for `liked_by_me`.
-    Count { reel: ReelId, user: Option<UserId> },
+    Count {
+        /// The reel counted.
+        reel: ReelId,
+        /// The caller, if identified; `None` leaves `liked_by_me` out.
+        user: Option<UserId>,
+    },
     /// `GET /likes?reel_ids=...`: 1 to [`MAX_BATCH_REELS`] distinct reels, in
     /// the order given.
-    Counts { reels: Vec<ReelId> },
+    Counts {
+        /// The reels, deduplicated, in the order of the query.
+        reels: Vec<ReelId>,
+    },
     /// `GET /healthz`.
     Health,
     /// `GET /admin/reels`.
     ListResized,
     /// `GET /admin/reels/{reel_id}/shards`.
-    ShardState { reel: ReelId },
+    ShardState {
+        /// The reel whose shards and resize state are shown.
+        reel: ReelId,
+    },
     /// `POST /admin/reels/{reel_id}/shards` with `{"shards": M}` (M's range
     /// is the resharder's to check).
-    Resize { reel: ReelId, shards: u32 },
+    Resize {
+        /// The reel to resize.
+        reel: ReelId,
+        /// The shard count asked for, unchecked.
+        shards: u32,
+    },
 }
 
 /// Routes and validates one request, without any I/O: the method, the raw

@@ -1,7 +1,7 @@
 //! [`CounterStore`] on DynamoDB through the AWS SDK.
 //!
 //! This is the only module that sees SDK types. Every SDK error is
-//! translated here, once, by [`translate`]; the detail is logged and never
+//! translated here, once, by `translate`; the detail is logged and never
 //! leaves the module.
 
 use super::{
@@ -35,6 +35,9 @@ const BATCH_GET_MAX_KEYS: usize = 100;
 /// BatchGetItem calls in flight at once for one read.
 const BATCH_GET_PARALLELISM: usize = 8;
 
+/// The DynamoDB implementation of [`CounterStore`], [`ResizeStore`] and
+/// [`ReconcileStore`] over the two tables. Cheap to clone: clones share the
+/// SDK client and the [`StoreStats`].
 #[derive(Clone, Debug)]
 pub struct DynamoStore {
     client: Client,
@@ -50,9 +53,9 @@ pub struct DynamoStore {
 pub struct StoreStats {
     /// Shard items read by BatchGetItem (one read unit each).
     pub shard_reads_batch: AtomicU64,
-    /// `TransactGetItems` calls (a shrinking reel's sum) and the items they
-    /// read (two read units each).
+    /// `TransactGetItems` calls (a shrinking reel's sum).
     pub transact_gets: AtomicU64,
+    /// Items those calls read (two read units each).
     pub shard_reads_transactional: AtomicU64,
     /// Snapshots of a draining reel's fold group taken without a
     /// transaction (the base item's fold counter read around its shards).
@@ -108,6 +111,8 @@ impl DynamoStore {
         Self::new(client(&sdk), config)
     }
 
+    /// A store over `client` and the tables `config` names (tests pass a
+    /// client of their own).
     pub fn new(client: Client, config: &Config) -> Self {
         DynamoStore {
             client,
@@ -118,10 +123,13 @@ impl DynamoStore {
         }
     }
 
+    /// The SDK client it calls through.
     pub fn client(&self) -> &Client {
         &self.client
     }
 
+    /// Call counts since the store was built (read by the request metrics
+    /// and tests).
     pub fn stats(&self) -> &StoreStats {
         &self.stats
     }

@@ -31,6 +31,8 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// The settings item's `phase` attribute, also shown by the admin
+    /// routes and the logs.
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Stable => "stable",
@@ -40,6 +42,7 @@ impl Phase {
         }
     }
 
+    /// Inverse of [`Phase::as_str`]; `None` for a value no version wrote.
     pub fn parse(s: &str) -> Option<Phase> {
         Some(match s {
             "stable" => Phase::Stable,
@@ -68,6 +71,7 @@ pub struct Settings {
     pub write_shards: u32,
     /// Shards readers sum: `0..read_shards`.
     pub read_shards: u32,
+    /// Where the resize stands; `stable` when none is in progress.
     pub phase: Phase,
     /// The shard count the resize in progress moves to (when stable: the
     /// current count).
@@ -80,6 +84,8 @@ pub struct Settings {
     /// Bumped by every write of the item; every write is conditioned on it,
     /// so two concurrent writers cannot both act on one state.
     pub version: u64,
+    /// The scheduled run's last reading of the reel's writes, from which the
+    /// next run computes its rate (`None`: not sampled yet).
     pub sample: Option<WriteSample>,
     /// Since when (Unix ms) the scheduled run has seen the reel below the
     /// cool-down rate.
@@ -179,7 +185,9 @@ pub struct ShardSum {
 /// One shard item's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShardValue {
+    /// The shard's part of the count (likes minus unlikes).
     pub n: i64,
+    /// Likes plus unlikes ever applied to the shard.
     pub w: i64,
 }
 
@@ -199,10 +207,15 @@ pub enum FoldResult {
 /// One like or unlike, as one `TransactWriteItems`.
 #[derive(Clone, Debug)]
 pub struct LikeTx {
+    /// The like row's user.
     pub user: UserId,
+    /// The like row's reel, whose shard takes the delta.
     pub reel: ReelId,
+    /// Like (put the row, +1) or unlike (delete it, −1).
     pub action: Action,
+    /// The `ClientRequestToken`: the same for every retry of the request.
     pub token: RequestToken,
+    /// The write shard, derived from `token` so a retry picks it again.
     pub shard: u32,
     /// Milliseconds since the Unix epoch, stored as `liked_at`. Fixed when the
     /// request is built, so that every retry of it is byte-identical.
@@ -215,6 +228,7 @@ pub struct LikeTx {
 /// Where and until when a key's record is kept.
 #[derive(Clone, Debug)]
 pub struct KeyRecordSpec {
+    /// The token derived from the `Idempotency-Key`: names the record.
     pub key_token: RequestToken,
     /// Unix seconds; DynamoDB's TTL deletes the record some time after.
     pub expires_at: i64,
@@ -223,6 +237,7 @@ pub struct KeyRecordSpec {
 /// What a request with an `Idempotency-Key` did, as recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyRecord {
+    /// The action the keyed request asked for.
     pub action: Action,
     /// Whether it changed the like state.
     pub changed: bool,
@@ -236,7 +251,10 @@ pub enum TxResult {
     /// earlier attempt with the same token had committed and DynamoDB
     /// replayed its success (`replayed == true`: it reports read units only,
     /// as documented for a repeat of a token).
-    Committed { replayed: bool },
+    Committed {
+        /// Whether DynamoDB replayed an earlier attempt's success.
+        replayed: bool,
+    },
     /// Committed, but the answer reported neither read nor write units, so
     /// whether now or by an earlier attempt with the same token cannot be
     /// told apart.
@@ -252,6 +270,8 @@ pub enum TxResult {
     ParameterMismatch,
 }
 
+/// Why a transaction was cancelled in a way worth retrying; the service
+/// counts conflicts and throttles apart (metrics, contention growth).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RetryReason {
     /// `TransactionConflict`: another transaction held one of the items.
@@ -266,6 +286,7 @@ pub enum RetryReason {
 /// A stored like row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LikeRow {
+    /// When the like was written (Unix ms, the request's clock), if stored.
     pub liked_at_ms: Option<i64>,
     /// The token of the transaction that wrote the row.
     pub token: Option<String>,
@@ -397,7 +418,9 @@ pub enum ScanTable {
 /// item that shrinking folds into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CountItem {
+    /// Shard item number `0..MAX_SHARDS` ([`crate::keys::shard_key`]).
     Shard(u32),
+    /// The base item ([`crate::keys::base_key`]).
     Base,
 }
 
@@ -406,8 +429,11 @@ pub enum CountItem {
 /// without rows that the check phase claimed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunCount {
+    /// The reconciliation run that wrote the item.
     pub run_id: String,
+    /// The reel counted.
     pub reel: ReelId,
+    /// Like rows counted for the reel, all segments summed (0 for a marker).
     pub rows: u64,
     /// A claim marker ([`ReconcileStore::claim_rowless`]), not counted rows.
     pub claimed: bool,
@@ -441,6 +467,7 @@ pub struct Ledger {
     pub corrections: u64,
     /// The run that applied the last one, and its drift.
     pub last_run: Option<String>,
+    /// The drift that run corrected (added to shard 0; 0: none yet).
     pub last_drift: i64,
 }
 
@@ -448,17 +475,22 @@ pub struct Ledger {
 /// then the settings and the sum they name.
 #[derive(Clone, Debug)]
 pub struct ReelView {
+    /// The reel's correction ledger (default: never corrected).
     pub ledger: Ledger,
+    /// Its settings, read after the ledger.
     pub settings: Settings,
+    /// The sum of the items those settings name.
     pub sum: ShardSum,
 }
 
 /// How one correction attempt ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CorrectResult {
+    /// The drift was added and the ledger advanced.
     Applied,
     /// The ledger moved on: another run corrected the reel meanwhile.
     LedgerChanged,
+    /// Cancelled for a conflict or throttling: pause and try again.
     Retry(RetryReason),
 }
 
@@ -541,5 +573,7 @@ pub trait ReconcileStore: ResizeStore {
         expires_at: i64,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
+    /// One checkpoint chunk as [`ReconcileStore::put_chunk`] stored it
+    /// (`None`: never stored, or deleted by its TTL).
     fn get_chunk(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, Error>> + Send;
 }
