@@ -34,7 +34,7 @@ static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
 /// The first stdout error other than a closed pipe.
 static FAILED: Mutex<Option<String>> = Mutex::new(None);
 
-/// Routes [`print`], [`line`] and [`err_line`] to the process's real
+/// Routes [`print()`], [`line()`] and [`err_line`] to the process's real
 /// streams with the handling above. Called once, by `main`.
 pub fn cli() {
     CLI.store(true, Ordering::SeqCst);
@@ -65,7 +65,7 @@ pub fn print(text: &str) {
     }
 }
 
-/// Writes one line to stdout (see [`print`]).
+/// Writes one line to stdout (see [`print()`]).
 pub fn line(args: fmt::Arguments<'_>) {
     let mut text = args.to_string();
     text.push('\n');
@@ -100,7 +100,7 @@ pub fn finish() -> anyhow::Result<()> {
     }
 }
 
-/// `println!` for the CLI: [`line`] with format arguments.
+/// `println!` for the CLI: [`line()`] with format arguments.
 #[macro_export]
 macro_rules! outln {
     ($($arg:tt)*) => {
