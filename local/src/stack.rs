@@ -348,6 +348,7 @@ pub async fn client_for(config: &Config, endpoint: &str, opts: &StackOptions) ->
     // Set on the client, so it wins over any endpoint in the environment.
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
         .endpoint_url(endpoint)
+        .retry_partition(likes::store::dynamo::retry_partition(config))
         .build();
     Client::from_conf(conf)
 }

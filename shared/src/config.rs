@@ -55,6 +55,17 @@ pub struct Config {
     /// `DDB_MAX_ATTEMPTS` (default 3): the SDK's attempts per call, the first
     /// included.
     pub ddb_max_attempts: u32,
+    /// `DDB_RETRY_QUOTA` (default 500, the SDK's own): the SDK's retry quota,
+    /// a token bucket per client (so per function instance) that every
+    /// retry of a DynamoDB call draws from (5 tokens after a throttle, 14
+    /// after a timeout or a 5xx) and every success refills a little. Empty,
+    /// the SDK stops retrying and a failing call fails at once: under a long
+    /// outage requests fail fast instead of each spending its budget on
+    /// retries. 0: no quota (retry up to `DDB_MAX_ATTEMPTS` always).
+    pub ddb_retry_quota: u32,
+    /// `DDB_RETRY_QUOTA_REFILL_PER_SEC` (default 0, the SDK's own: only
+    /// successes refill): tokens the quota regains each second besides.
+    pub ddb_retry_quota_refill: f64,
     /// `REQUEST_BUDGET_MS` (default 8000): no new transaction attempt starts
     /// unless it can finish (at the SDK's operation timeout) within this
     /// budget from the start of the request.
@@ -316,6 +327,20 @@ impl Config {
                 31_536_000,
             )?),
             ddb_max_attempts: num("DDB_MAX_ATTEMPTS", 3, 1, 10)? as u32,
+            ddb_retry_quota: num("DDB_RETRY_QUOTA", 500, 0, 500_000_000)? as u32,
+            ddb_retry_quota_refill: match get("DDB_RETRY_QUOTA_REFILL_PER_SEC")
+                .filter(|v| !v.trim().is_empty())
+            {
+                None => 0.0,
+                Some(v) => match v.trim().parse::<f64>() {
+                    Ok(r) if r.is_finite() && r >= 0.0 => r,
+                    _ => {
+                        return Err(ConfigError(format!(
+                            "DDB_RETRY_QUOTA_REFILL_PER_SEC must be a number >= 0, not {v:?}"
+                        )));
+                    }
+                },
+            },
             auth_mode,
             resize,
             reconcile,

@@ -33,20 +33,30 @@ async fn count_answers_say_how_long_they_may_be_kept() {
     let left = 10 - r.body["age_ms"].as_u64().unwrap().div_ceil(1000);
     assert_eq!(max_age(cache_control(&r), "public"), left, "{}", r.body);
     // With liked_by_me: the body is the caller's, so private.
-    let r = t.send("GET", "/reels/cc/likes", Some("u1"), &[], None).await;
+    let r = t
+        .send("GET", "/reels/cc/likes", Some("u1"), &[], None)
+        .await;
     assert_eq!(r.body["liked_by_me"], true);
     assert!(max_age(cache_control(&r), "private") <= 10);
     // A batch: public, by its oldest sum.
-    let r = t.send("GET", "/likes?reel_ids=cc,other", None, &[], None).await;
+    let r = t
+        .send("GET", "/likes?reel_ids=cc,other", None, &[], None)
+        .await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(max_age(cache_control(&r), "public") <= 10);
 
     // Everything else is never kept.
-    for (method, path) in [("GET", "/healthz"), ("GET", "/admin/reels"), ("GET", "/nowhere")] {
+    for (method, path) in [
+        ("GET", "/healthz"),
+        ("GET", "/admin/reels"),
+        ("GET", "/nowhere"),
+    ] {
         let r = t.send(method, path, None, &[], None).await;
         assert_eq!(cache_control(&r), "no-store", "{method} {path}");
     }
-    let r = t.send("GET", "/reels/bad%20id/likes", None, &[], None).await;
+    let r = t
+        .send("GET", "/reels/bad%20id/likes", None, &[], None)
+        .await;
     assert_eq!((r.status, cache_control(&r)), (400, "no-store"));
     t.stop().await;
 

@@ -63,3 +63,35 @@ async fn readiness_is_a_cached_data_plane_probe_and_throttling_is_503() {
     assert_eq!(r.status, 200, "{}", r.body);
     t.stop().await;
 }
+
+/// GetItem calls the proxy received for one readiness probe with every read
+/// throttled, under `env`.
+async fn probe_attempts(env: &[(&str, &str)]) -> u64 {
+    let mut all = vec![
+        ("FAULTS", "GetItem.throttle=1"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+        ("AUTO_RESHARD", "off"),
+        ("DDB_MAX_ATTEMPTS", "3"),
+        ("RETRY_BASE_MS", "1"),
+        ("RETRY_MAX_MS", "2"),
+    ];
+    all.extend_from_slice(env);
+    let t = TestStack::start(&all).await;
+    let proxy = t.stack.proxy.clone().expect("a proxy");
+    proxy.reset_stats();
+    let r = t.send("GET", "/healthz", None, &[], None).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    let n = proxy.stats().requests.get("GetItem").copied().unwrap_or(0);
+    t.stop().await;
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_retry_quota_is_a_setting() {
+    // No quota: each of the probe's two reads is tried DDB_MAX_ATTEMPTS times.
+    assert_eq!(probe_attempts(&[("DDB_RETRY_QUOTA", "0")]).await, 2 * 3);
+    // A quota below the cost of one retry: the SDK does not retry at all.
+    assert_eq!(probe_attempts(&[("DDB_RETRY_QUOTA", "4")]).await, 2);
+    // The default (the SDK's 500) retries as usual.
+    assert_eq!(probe_attempts(&[]).await, 2 * 3);
+}

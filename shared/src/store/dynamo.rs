@@ -15,7 +15,7 @@ use crate::keys::{self, Action, ReelId, UserId};
 use crate::retry::Backoff;
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::retry::{RetryConfig, RetryPartition, TokenBucket};
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_get_items::TransactGetItemsError;
@@ -88,13 +88,30 @@ pub fn sdk_config_loader(config: &Config) -> aws_config::ConfigLoader {
         )
 }
 
-/// The DynamoDB client for `sdk`.
+/// The SDK's retry partition for `config`: its own token bucket (the retry
+/// quota, [`Config::ddb_retry_quota`]) instead of the SDK's default one.
+pub fn retry_partition(config: &Config) -> RetryPartition {
+    let bucket = if config.ddb_retry_quota == 0 {
+        TokenBucket::unlimited()
+    } else {
+        TokenBucket::builder()
+            .capacity(config.ddb_retry_quota as usize)
+            .refill_rate(config.ddb_retry_quota_refill as f32)
+            .build()
+    };
+    RetryPartition::custom("likes-dynamodb")
+        .token_bucket(bucket)
+        .build()
+}
+
+/// The DynamoDB client for `sdk`, with the retry quota of `config`.
 ///
 /// An empty `AWS_ENDPOINT_URL_DYNAMODB` (or `AWS_ENDPOINT_URL`) means "not
 /// set": `sam local invoke` sets every variable the template declares but
 /// cannot resolve to "", and the SDK panics on an empty endpoint URL.
-pub fn client(sdk: &aws_config::SdkConfig) -> Client {
-    let mut builder = aws_sdk_dynamodb::config::Builder::from(sdk);
+pub fn client(sdk: &aws_config::SdkConfig, config: &Config) -> Client {
+    let mut builder =
+        aws_sdk_dynamodb::config::Builder::from(sdk).retry_partition(retry_partition(config));
     let vars = ["AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL"].map(|k| std::env::var(k).ok());
     if vars.iter().flatten().any(|v| v.trim().is_empty()) {
         // The first non-empty one, in the SDK's own order of precedence.
@@ -108,7 +125,7 @@ impl DynamoStore {
     /// Builds the SDK client from the environment (once per cold start).
     pub async fn from_env(config: &Config) -> Self {
         let sdk = sdk_config_loader(config).load().await;
-        Self::new(client(&sdk), config)
+        Self::new(client(&sdk, config), config)
     }
 
     /// A store over `client` and the tables `config` names (tests pass a

@@ -127,7 +127,7 @@ async fn app(env: &[(&str, &str)]) -> App {
         .http_client(infallible_client_fn(canned))
         .load()
         .await;
-    let store = DynamoStore::new(client(&sdk), &config);
+    let store = DynamoStore::new(client(&sdk, &config), &config);
     App::new(config, store)
 }
 
