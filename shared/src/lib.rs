@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //!
+//! * `clock`: wall-clock time (Unix ms stamps, the Lambda deadline), the
+//!   one place every other module asks for it.
 //! * [`config`]: the typed configuration, read once per cold start from the
 //!   environment.
 //! * [`keys`]: validated reel and user ids and the DynamoDB key formats (the
@@ -28,6 +30,7 @@
 
 #![warn(missing_docs)]
 
+pub(crate) mod clock;
 pub mod config;
 pub mod error;
 pub mod http;

@@ -146,7 +146,7 @@ impl Record<'_> {
         doc.insert(
             "_aws".into(),
             json!({
-                "Timestamp": crate::reshard::now_ms(),
+                "Timestamp": crate::clock::now_ms(),
                 "CloudWatchMetrics": [{
                     "Namespace": self.metrics.namespace,
                     "Dimensions": [dims],

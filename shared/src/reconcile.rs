@@ -70,10 +70,10 @@
 //! removals and the state itself) is paced by `RECONCILE_MAX_WRITE_UNITS`,
 //! and every read by `RECONCILE_MAX_READ_UNITS`.
 
+use crate::clock::now_ms;
 use crate::config::{Config, ReconcileConfig};
 use crate::error::Error;
 use crate::keys::{self, ReelId};
-use crate::reshard::now_ms;
 use crate::retry::Backoff;
 use crate::store::{
     CorrectResult, CountItem, FoldResult, Phase, ReconcileStore, ScanPage, ScanTable, ShardValue,

@@ -54,6 +54,7 @@
 //! too, it only makes the wait longer. So no delay of any write can shorten
 //! a wait.
 
+use crate::clock::now_ms;
 use crate::config::{Config, ResizeConfig};
 use crate::error::Error;
 use crate::keys::{self, ReelId};
@@ -64,7 +65,7 @@ use crate::store::{
 };
 use futures::StreamExt;
 use serde::Serialize;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Scheduled runs tend this many reels at once.
 const RUN_CONCURRENCY: usize = 16;
@@ -77,12 +78,6 @@ const FOLD_MAX_ATTEMPTS: u32 = 50;
 /// rest absorbs lost races with concurrent runs; past it the reel is left
 /// for the next run rather than spinning.
 const ADVANCE_MAX_ROUNDS: u32 = 32;
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// `phase_at_ms` of a phase that must wait but that nobody has yet seen in
 /// place (see the module docs): its wait has not started.

@@ -35,7 +35,7 @@ use moka::ops::compute::{CompResult, Op};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// A summed count and when its shards were read.
 #[derive(Clone, Copy, Debug)]
@@ -667,9 +667,7 @@ impl<S: CounterStore> LikeService<S> {
             ),
             (None, None) => RequestToken::random(),
         };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let now = crate::clock::since_epoch();
         let record = req.idempotency_key.as_ref().map(|_| KeyRecordSpec {
             key_token: token.clone(),
             // Rounded up to the hour, so that the record does not differ

@@ -362,24 +362,6 @@ pub async fn handle_reshard_event(
     Ok(json!(summary))
 }
 
-/// The invocation's deadline as an `Instant`, from the Lambda context's
-/// deadline (Unix ms). A value that is not in the future (emulators such as
-/// `cargo lambda watch` pass a duration there) means "unknown": `None`.
-pub fn lambda_deadline(deadline_ms: u64) -> Option<Instant> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    if deadline_ms <= now_ms {
-        tracing::warn!(
-            deadline_ms,
-            now_ms,
-            "the invocation's deadline is not in the future; ignoring it"
-        );
-        return None;
-    }
-    Some(Instant::now() + std::time::Duration::from_millis(deadline_ms - now_ms))
-}
-
 /// One event of the `reconcile` function: `{"mode": "start" | "resume",
 /// "dry_run": bool}` (both optional; the schedules pass the mode as their
 /// input). The answer is the invocation's summary.

@@ -13,9 +13,10 @@ mod handlers;
 mod health;
 mod request;
 
-pub use handlers::{
-    Function, handle, handle_reconcile_event, handle_reshard_event, lambda_deadline,
-};
+/// Re-exported for the scheduled functions' `main`s: the deadline of a Lambda
+/// invocation as an `Instant`.
+pub use crate::clock::lambda_deadline;
+pub use handlers::{Function, handle, handle_reconcile_event, handle_reshard_event};
 pub use health::HEALTH_TTL;
 pub use request::{Command, MAX_BATCH_REELS, MAX_BODY_BYTES, parse};
 

@@ -1166,7 +1166,7 @@ impl ReconcileStore for DynamoStore {
             .expression_attribute_values(":next", n(expected as i64 + 1))
             .expression_attribute_values(":run", AttributeValue::S(run_id.to_owned()))
             .expression_attribute_values(":d", n(drift))
-            .expression_attribute_values(":at", n(crate::reshard::now_ms()));
+            .expression_attribute_values(":at", n(crate::clock::now_ms()));
         ledger = if expected == 0 {
             ledger.condition_expression("attribute_not_exists(#c)")
         } else {
