@@ -286,9 +286,9 @@ fn spawn_schedule(
             let deadline = Instant::now() + SCHEDULED_TIMEOUT;
             let run = async {
                 if reconcile {
-                    likes::http::handle_reconcile_event(&app, &input, Some(deadline)).await
+                    likes::events::handle_reconcile_event(&app, &input, Some(deadline)).await
                 } else {
-                    likes::http::handle_reshard_event(&app, input.clone(), Some(deadline)).await
+                    likes::events::handle_reshard_event(&app, input.clone(), Some(deadline)).await
                 }
             };
             tokio::select! {

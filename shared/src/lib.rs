@@ -24,6 +24,9 @@
 //! * [`reshard`]: the resize protocol (grow, shrink by folding), its
 //!   crash-safe state machine and the scheduled run with the automatic
 //!   grow/shrink policy.
+//! * [`events`]: the entry points that are not HTTP requests: the reshard
+//!   function's event (an admin request or the schedule) and the reconcile
+//!   function's.
 //! * [`http`]: request parsing, validation and the `like` and `read` handlers
 //!   that the Lambda functions and the local stack both run, admin routes
 //!   included.
@@ -33,6 +36,7 @@
 pub(crate) mod clock;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod http;
 pub mod keys;
 pub mod metrics;

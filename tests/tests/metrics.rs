@@ -125,12 +125,16 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
     // A resize run and a reconciliation run each write one record.
     let n = metrics.lines().len();
     let event = serde_json::json!({"source": "aws.events", "detail-type": "Scheduled Event"});
-    likes::http::handle_reshard_event(&t.stack.app, event, None)
+    likes::events::handle_reshard_event(&t.stack.app, event, None)
         .await
         .unwrap();
-    likes::http::handle_reconcile_event(&t.stack.app, &serde_json::json!({"mode": "start"}), None)
-        .await
-        .unwrap();
+    likes::events::handle_reconcile_event(
+        &t.stack.app,
+        &serde_json::json!({"mode": "start"}),
+        None,
+    )
+    .await
+    .unwrap();
     let recs = take(n);
     let reshard = recs
         .iter()

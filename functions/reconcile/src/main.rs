@@ -10,7 +10,8 @@
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-use likes::http::{App, handle_reconcile_event, lambda_deadline};
+use likes::events::handle_reconcile_event;
+use likes::http::{App, lambda_deadline};
 use serde_json::Value;
 
 #[tokio::main]

@@ -1,60 +1,20 @@
 //! The `like` and `read` handlers.
 
 use super::App;
-use super::request::{self, Command, Route};
+use super::request::{self, Command};
+use super::routes::{self, Function, Route};
 use crate::error::Error;
 use crate::keys::{Action, ReelId};
 use crate::metrics::Unit;
-use crate::reconcile::{Mode, Options as ReconcileOptions};
 use crate::reshard::Begin;
 use crate::service::WritePath;
 use crate::service::WriteRequest;
 use crate::store::Settings;
-use lambda_http::aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use lambda_http::http::{HeaderValue, StatusCode, header};
-use lambda_http::request::LambdaRequest;
 use lambda_http::{Body, Request, Response};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
-
-/// Which Lambda function is answering: each serves only its own routes, as
-/// the template wires them, and answers 404 for anything else.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Function {
-    /// `PUT|DELETE /reels/{reel_id}/like`.
-    Like,
-    /// `GET /reels/{reel_id}/likes`, `GET /likes`, `GET /healthz`, and the
-    /// API's `$default` route (unknown paths, answered with a JSON 404).
-    Read,
-    /// `GET|POST /admin/reels/{reel_id}/shards` (IAM-authorized), besides
-    /// the scheduled run, which is not an HTTP event.
-    Reshard,
-}
-
-impl Function {
-    pub(crate) fn serves(self, route: &Route) -> bool {
-        match self {
-            Function::Like => matches!(route, Route::Like(_)),
-            Function::Reshard => matches!(route, Route::AdminShards(_) | Route::AdminReels),
-            Function::Read => !matches!(
-                route,
-                Route::Like(_) | Route::AdminShards(_) | Route::AdminReels
-            ),
-        }
-    }
-}
-
-impl Function {
-    /// The `Function` dimension of its metrics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Function::Like => "like",
-            Function::Read => "read",
-            Function::Reshard => "reshard",
-        }
-    }
-}
 
 /// Most reels `GET /admin/reels` lists.
 const ADMIN_LIST_MAX: usize = 1000;
@@ -87,7 +47,7 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     let shards_before = shard_reads(app);
     let mut writes = WriteMetrics::default();
     let method = req.method().clone();
-    let route_name = request::route(&req, function)
+    let route_name = routes::route(&req, function)
         .as_ref()
         .map_or("none", Route::name);
     let request_id = request::request_id(&req);
@@ -296,119 +256,6 @@ async fn execute(
             Ok((status, shards_json(&reel, &s, Some(outcome))))
         }
     }
-}
-
-/// One event of the `reshard` function: an API Gateway HTTP API request (an
-/// admin route; the answer is its payload-2.0 response) or anything else,
-/// which is taken as the EventBridge schedule (the answer is the run's
-/// summary). A failed scheduled run is an error, so Lambda records it.
-pub async fn handle_reshard_event(
-    app: &App,
-    event: Value,
-    deadline: Option<Instant>,
-) -> Result<Value, Error> {
-    if event.get("requestContext").is_some() {
-        let response = match serde_json::from_value::<ApiGatewayV2httpRequest>(event) {
-            Ok(r) => {
-                handle(
-                    app,
-                    Function::Reshard,
-                    LambdaRequest::ApiGatewayV2(r).into(),
-                )
-                .await
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "unreadable API Gateway event");
-                error_response(&Error::bad_request("invalid_event", "unreadable request"))
-            }
-        };
-        let (parts, body) = response.into_parts();
-        let mut out = ApiGatewayV2httpResponse::default();
-        out.status_code = i64::from(parts.status.as_u16());
-        out.headers = parts.headers;
-        out.body = Some(body);
-        return serde_json::to_value(out).map_err(|e| {
-            tracing::error!(error = %e, "could not serialise a response");
-            Error::Internal
-        });
-    }
-    // Boxed: the run's future is deep, and the functions' `main` futures
-    // would otherwise hit rustc's query depth limit computing their layout.
-    let summary = match Box::pin(app.reshard.run_scheduled(deadline)).await {
-        Ok(s) => s,
-        Err(e) => {
-            // A failed run still reports, so the stuck alarm has data.
-            let mut m = app.config.metrics.record("reshard");
-            m.count("ReshardRuns", 1).count("ResizeErrors", 1);
-            m.emit();
-            return Err(e);
-        }
-    };
-    let mut m = app.config.metrics.record("reshard");
-    m.count("ReshardRuns", 1)
-        .count("ShardedReels", summary.reels as u64)
-        .count("ResizeSteps", summary.steps as u64)
-        .count("ResizesCompleted", summary.completed as u64)
-        .count("GrowsStarted", summary.grows_started as u64)
-        .count("ShrinksStarted", summary.shrinks_started as u64)
-        .count("Folds", summary.folds as u64)
-        .count("ResizeErrors", summary.errors as u64)
-        .value(
-            "OldestResizePhaseAge",
-            summary.oldest_phase_ms as f64 / 1000.0,
-            Unit::Seconds,
-        );
-    m.emit();
-    Ok(json!(summary))
-}
-
-/// One event of the `reconcile` function: `{"mode": "start" | "resume",
-/// "dry_run": bool}` (both optional; the schedules pass the mode as their
-/// input). The answer is the invocation's summary.
-pub async fn handle_reconcile_event(
-    app: &App,
-    event: &Value,
-    deadline: Option<Instant>,
-) -> Result<Value, Error> {
-    let mode = match event.get("mode").and_then(Value::as_str) {
-        None | Some("start") => Mode::Start,
-        Some("resume") => Mode::Resume,
-        Some(other) => {
-            tracing::warn!(mode = other, "unknown reconcile mode");
-            return Err(Error::bad_request(
-                "invalid_mode",
-                "mode must be \"start\" or \"resume\"",
-            ));
-        }
-    };
-    let opts = ReconcileOptions {
-        mode,
-        dry_run: event
-            .get("dry_run")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        deadline,
-        stop_after_segments: None,
-        stop_after_pages: None,
-    };
-    let summary = Box::pin(app.reconcile.run(&opts)).await?;
-    // A run's totals, once: from the invocation that finished it.
-    if summary.complete && matches!(summary.invocation, "started" | "resumed") && !summary.dry_run {
-        let mut m = app.config.metrics.record("reconcile");
-        m.count("ReconcileRuns", 1)
-            .count("ReconcileRowsScanned", summary.rows_scanned)
-            .count("ReconcileReelsChecked", summary.reels_checked)
-            .count("ReconcileReelsCorrected", summary.reels_corrected)
-            .count("ReconcileReelsDeferred", summary.reels_deferred)
-            .count("ReconcileAbsDrift", summary.total_abs_drift)
-            .value(
-                "ReconcileRunDuration",
-                summary.run_duration_ms as f64 / 1000.0,
-                Unit::Seconds,
-            );
-        m.emit();
-    }
-    serde_json::to_value(summary).map_err(|_| Error::Internal)
 }
 
 /// The resize state of a reel as the admin routes show it.

@@ -8,17 +8,26 @@
 //! to a [`Command`] or an error, which the handlers run before any I/O and
 //! the fuzz target (`fuzz/`) and property tests (`tests/tests/hostile.rs`)
 //! call directly.
+//!
+//! Rooms: `routes` (the routes and which function serves each: the one
+//! module both others depend on), `request` (parsing into a [`Command`]),
+//! `handlers` (executing a command, and the one mapping of errors to
+//! responses), `health` (the cached readiness probe). The scheduled
+//! functions' events are not HTTP: [`crate::events`].
 
 mod handlers;
 mod health;
 mod request;
+mod routes;
 
 /// Re-exported for the scheduled functions' `main`s: the deadline of a Lambda
 /// invocation as an `Instant`.
 pub use crate::clock::lambda_deadline;
-pub use handlers::{Function, handle, handle_reconcile_event, handle_reshard_event};
+pub(crate) use handlers::error_response;
+pub use handlers::handle;
 pub use health::HEALTH_TTL;
 pub use request::{Command, MAX_BATCH_REELS, MAX_BODY_BYTES, parse};
+pub use routes::Function;
 
 use crate::config::Config;
 use crate::reconcile::Reconciler;

@@ -5,7 +5,7 @@
 //! ids a `Command` carries, so this module is the whole input surface: the
 //! property tests and the fuzz target call `parse` directly.
 
-use super::handlers::Function;
+use super::routes::{Function, Route, route};
 use crate::config::AuthMode;
 use crate::error::Error;
 use crate::keys::{Action, ReelId, UserId};
@@ -13,72 +13,12 @@ use crate::token::MAX_IDEMPOTENCY_KEY_LEN;
 use lambda_http::http::Method;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt};
-use percent_encoding::percent_decode_str;
 
 /// Largest request body accepted. No route takes a body; a small one is
 /// tolerated (some clients send `{}`), a large one is refused with 413.
 pub const MAX_BODY_BYTES: usize = 1024;
 /// Most reels one `GET /likes` may ask for (one feed screen).
 pub const MAX_BATCH_REELS: usize = 100;
-
-/// The routes of the HTTP API, matched on the path alone; the method is
-/// checked afterwards so that a known path with a wrong method gets 405.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Route {
-    /// `/reels/{reel_id}/like`: PUT likes, DELETE unlikes.
-    Like(String),
-    /// `/reels/{reel_id}/likes`: GET the count.
-    ReelLikes(String),
-    /// `/likes?reel_ids=a,b,c`: GET many counts.
-    BatchLikes,
-    /// `/healthz`: GET readiness.
-    Health,
-    /// `/admin/reels/{reel_id}/shards`: GET the resize state, POST
-    /// `{"shards": M}` to start a resize.
-    AdminShards(String),
-    /// `/admin/reels`: GET the reels with more than one shard or a resize
-    /// in progress.
-    AdminReels,
-}
-
-impl Route {
-    /// Matches the raw (percent-encoded) path. The reel id segment is
-    /// percent-decoded the way API Gateway decodes path parameters, so
-    /// `%23` arrives as `#` and is refused by validation, not routed.
-    pub(crate) fn parse(raw_path: &str) -> Option<Route> {
-        let rest = raw_path.strip_prefix('/')?;
-        let segments: Vec<&str> = rest.split('/').collect();
-        let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
-        match segments.as_slice() {
-            ["reels", id, "like"] => Some(Route::Like(decode(id))),
-            ["reels", id, "likes"] => Some(Route::ReelLikes(decode(id))),
-            ["likes"] => Some(Route::BatchLikes),
-            ["healthz"] => Some(Route::Health),
-            ["admin", "reels", id, "shards"] => Some(Route::AdminShards(decode(id))),
-            ["admin", "reels"] => Some(Route::AdminReels),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn allow(&self) -> &'static str {
-        match self {
-            Route::Like(_) => "PUT, DELETE",
-            Route::AdminShards(_) => "GET, POST",
-            _ => "GET",
-        }
-    }
-
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Route::Like(_) => "like",
-            Route::ReelLikes(_) => "reel_likes",
-            Route::BatchLikes => "batch_likes",
-            Route::Health => "healthz",
-            Route::AdminShards(_) => "admin_shards",
-            Route::AdminReels => "admin_reels",
-        }
-    }
-}
 
 /// A request that was routed and validated: what the handler will do, with
 /// every id it will touch already checked. Only [`parse`] makes one, and the
@@ -195,23 +135,6 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
             let shards = shards_body(req)?;
             Ok(Command::Resize { reel, shards })
         }
-    }
-}
-
-/// The route of a request, if `function` serves it. The handler also names
-/// its logs and metrics after it, failed requests included.
-pub(crate) fn route(req: &Request, function: Function) -> Option<Route> {
-    Route::parse(&raw_path(req)).filter(|r| function.serves(r))
-}
-
-/// The path API Gateway saw (`rawPath`), or the URI's path for events that
-/// lack it.
-fn raw_path(req: &Request) -> String {
-    let raw = req.raw_http_path();
-    if raw.is_empty() {
-        req.uri().path().to_owned()
-    } else {
-        raw.to_owned()
     }
 }
 

@@ -1,0 +1,120 @@
+//! The routes of the HTTP API and which Lambda function serves each: the
+//! one place that knows both, so request parsing and the handlers depend on
+//! it and never on each other.
+
+use lambda_http::{Request, RequestExt};
+use percent_encoding::percent_decode_str;
+
+/// Which Lambda function is answering: each serves only its own routes, as
+/// the template wires them, and answers 404 for anything else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Function {
+    /// `PUT|DELETE /reels/{reel_id}/like`.
+    Like,
+    /// `GET /reels/{reel_id}/likes`, `GET /likes`, `GET /healthz`, and the
+    /// API's `$default` route (unknown paths, answered with a JSON 404).
+    Read,
+    /// `GET|POST /admin/reels/{reel_id}/shards` (IAM-authorized), besides
+    /// the scheduled run, which is not an HTTP event.
+    Reshard,
+}
+
+impl Function {
+    pub(crate) fn serves(self, route: &Route) -> bool {
+        match self {
+            Function::Like => matches!(route, Route::Like(_)),
+            Function::Reshard => matches!(route, Route::AdminShards(_) | Route::AdminReels),
+            Function::Read => !matches!(
+                route,
+                Route::Like(_) | Route::AdminShards(_) | Route::AdminReels
+            ),
+        }
+    }
+}
+
+impl Function {
+    /// The `Function` dimension of its metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::Like => "like",
+            Function::Read => "read",
+            Function::Reshard => "reshard",
+        }
+    }
+}
+
+/// The routes of the HTTP API, matched on the path alone; the method is
+/// checked afterwards so that a known path with a wrong method gets 405.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// `/reels/{reel_id}/like`: PUT likes, DELETE unlikes.
+    Like(String),
+    /// `/reels/{reel_id}/likes`: GET the count.
+    ReelLikes(String),
+    /// `/likes?reel_ids=a,b,c`: GET many counts.
+    BatchLikes,
+    /// `/healthz`: GET readiness.
+    Health,
+    /// `/admin/reels/{reel_id}/shards`: GET the resize state, POST
+    /// `{"shards": M}` to start a resize.
+    AdminShards(String),
+    /// `/admin/reels`: GET the reels with more than one shard or a resize
+    /// in progress.
+    AdminReels,
+}
+
+impl Route {
+    /// Matches the raw (percent-encoded) path. The reel id segment is
+    /// percent-decoded the way API Gateway decodes path parameters, so
+    /// `%23` arrives as `#` and is refused by validation, not routed.
+    pub(crate) fn parse(raw_path: &str) -> Option<Route> {
+        let rest = raw_path.strip_prefix('/')?;
+        let segments: Vec<&str> = rest.split('/').collect();
+        let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+        match segments.as_slice() {
+            ["reels", id, "like"] => Some(Route::Like(decode(id))),
+            ["reels", id, "likes"] => Some(Route::ReelLikes(decode(id))),
+            ["likes"] => Some(Route::BatchLikes),
+            ["healthz"] => Some(Route::Health),
+            ["admin", "reels", id, "shards"] => Some(Route::AdminShards(decode(id))),
+            ["admin", "reels"] => Some(Route::AdminReels),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn allow(&self) -> &'static str {
+        match self {
+            Route::Like(_) => "PUT, DELETE",
+            Route::AdminShards(_) => "GET, POST",
+            _ => "GET",
+        }
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Route::Like(_) => "like",
+            Route::ReelLikes(_) => "reel_likes",
+            Route::BatchLikes => "batch_likes",
+            Route::Health => "healthz",
+            Route::AdminShards(_) => "admin_shards",
+            Route::AdminReels => "admin_reels",
+        }
+    }
+}
+
+/// The route of a request, if `function` serves it. The handler also names
+/// its logs and metrics after it, failed requests included.
+pub(crate) fn route(req: &Request, function: Function) -> Option<Route> {
+    Route::parse(&raw_path(req)).filter(|r| function.serves(r))
+}
+
+/// The path API Gateway saw (`rawPath`), or the URI's path for events that
+/// lack it.
+fn raw_path(req: &Request) -> String {
+    let raw = req.raw_http_path();
+    if raw.is_empty() {
+        req.uri().path().to_owned()
+    } else {
+        raw.to_owned()
+    }
+}
