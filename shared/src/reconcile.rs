@@ -1040,10 +1040,11 @@ impl<S: ReconcileStore> Reconciler<S> {
             .filter(|c| !dry && c.run_id == run_id && !c.claimed)
             .map(|c| (c.reel.clone(), c.rows))
             .collect();
+        let with_rows: HashSet<&ReelId> = out.iter().map(|(r, _)| r).collect();
         let mut candidates: Vec<ReelId> = page
             .reels
             .iter()
-            .filter(|r| !out.iter().any(|(o, _)| o == *r))
+            .filter(|r| !with_rows.contains(r))
             .cloned()
             .collect();
         candidates.sort();
@@ -1108,11 +1109,7 @@ impl<S: ReconcileStore> Reconciler<S> {
             if st.phase != Phase::Stable {
                 continue;
             }
-            let outside = match item {
-                CountItem::Shard(s) => s >= st.shards_to_sum(),
-                CountItem::Base => !st.has_base,
-            };
-            if !outside {
+            if st.sums(item) {
                 continue;
             }
             let cleared = dry

@@ -727,11 +727,7 @@ impl CounterStore for DynamoStore {
         reel: &ReelId,
         items: &[CountItem],
     ) -> Result<Vec<(CountItem, ShardValue)>, Error> {
-        let key = |item: &CountItem| match item {
-            CountItem::Shard(s) => keys::shard_key(reel, *s),
-            CountItem::Base => keys::base_key(reel),
-        };
-        let by_key: HashMap<String, CountItem> = items.iter().map(|i| (key(i), *i)).collect();
+        let by_key: HashMap<String, CountItem> = items.iter().map(|i| (i.key(reel), *i)).collect();
         let found = self
             .batch_get_counters(
                 by_key.keys().cloned().collect(),
@@ -922,10 +918,7 @@ impl ResizeStore for DynamoStore {
         seen: ShardValue,
         settings_version: u64,
     ) -> Result<FoldResult, Error> {
-        let pk = match item {
-            CountItem::Shard(s) => keys::shard_key(reel, s),
-            CountItem::Base => keys::base_key(reel),
-        };
+        let pk = item.key(reel);
         let (condition, values) = holds_exactly(seen);
         let delete = TransactWriteItem::builder()
             .delete(

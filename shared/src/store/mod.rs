@@ -162,6 +162,18 @@ impl Settings {
         out
     }
 
+    /// Whether readers add `item` to the reel's count under these settings
+    /// (the items of [`Settings::read_items`]).
+    pub fn sums(&self, item: CountItem) -> bool {
+        match item {
+            CountItem::Shard(s) => s < self.shards_to_sum().clamp(1, keys::MAX_SHARDS),
+            CountItem::Base => {
+                self.has_base
+                    || (self.phase == Phase::Draining && self.shards_to_sum() > self.write_shards)
+            }
+        }
+    }
+
     /// Whether the reel belongs in the resize index (the scheduled run and
     /// the hot-reel listing visit exactly these).
     pub fn indexed(&self) -> bool {
@@ -422,6 +434,16 @@ pub enum CountItem {
     Shard(u32),
     /// The base item ([`crate::keys::base_key`]).
     Base,
+}
+
+impl CountItem {
+    /// The item's key (`pk`) in the counters table.
+    pub fn key(self, reel: &ReelId) -> String {
+        match self {
+            CountItem::Shard(s) => keys::shard_key(reel, s),
+            CountItem::Base => keys::base_key(reel),
+        }
+    }
 }
 
 /// A run's count item as a counters scan found it: the rows the likes scan
