@@ -254,7 +254,7 @@ async fn reconcile() -> Result<()> {
     }
     let client = client_for(&config, &endpoint, &opts).await;
     let reconciler = likes::reconcile::Reconciler::new(
-        likes::store::dynamo::DynamoStore::new(client, &config),
+        likes::store::dynamodb::DynamoStore::new(client, &config),
         &config,
     );
     let dry_run = matches!(

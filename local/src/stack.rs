@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::{
 };
 use faultproxy::{Faults, Proxy};
 use likes::http::App;
-use likes::store::dynamo::{DynamoStore, sdk_config_loader};
+use likes::store::dynamodb::{DynamoStore, sdk_config_loader};
 use likes::{AuthMode, Config};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -348,7 +348,7 @@ pub async fn client_for(config: &Config, endpoint: &str, opts: &StackOptions) ->
     // Set on the client, so it wins over any endpoint in the environment.
     let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
         .endpoint_url(endpoint)
-        .retry_partition(likes::store::dynamo::retry_partition(config))
+        .retry_partition(likes::store::dynamodb::retry_partition(config))
         .build();
     Client::from_conf(conf)
 }

@@ -1,7 +1,7 @@
 //! The one error type of the crate, and its single mapping to HTTP.
 //!
 //! SDK errors are translated into it at the store boundary
-//! ([`crate::store::dynamo`]); request validation produces it directly. Every
+//! (`crate::store::dynamodb`); request validation produces it directly. Every
 //! variant has exactly one status and one stable `code`; the `message` shown
 //! to clients never carries internal detail (SDK messages, table names,
 //! ARNs): that goes to the logs where the error is created.

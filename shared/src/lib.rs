@@ -14,7 +14,10 @@
 //!   HTTP status and JSON body.
 //! * `retry`: bounded, jittered exponential backoff.
 //! * [`store`]: the `CounterStore` trait the domain sees, and
-//!   [`store::dynamo`], its only implementation; SDK types stay in there.
+//!   [`store::dynamodb`], its only implementation (a room per trait impl,
+//!   typed item access, SDK error translation); SDK types stay in there.
+//!   Built with the `dynamodb` feature (default): without it the crate is
+//!   request parsing and the domain, which is what the fuzz target builds.
 //! * [`service`]: the like/unlike/count logic with its in-memory caches, and
 //!   the observations (write rate, contention) that grow a hot reel.
 //! * [`metrics`]: CloudWatch Embedded Metric Format records, one line per
@@ -36,6 +39,7 @@
 pub(crate) mod clock;
 pub mod config;
 pub mod error;
+#[cfg(feature = "dynamodb")]
 pub mod events;
 pub mod http;
 pub mod keys;
@@ -49,4 +53,5 @@ pub mod token;
 
 pub use config::{AuthMode, Config, ReconcileConfig, ResizeConfig};
 pub use error::Error;
+#[cfg(feature = "dynamodb")]
 pub use http::App;

@@ -16,7 +16,7 @@ use likes::keys::{Action, ReelId, UserId};
 use likes::reshard::Progress;
 use likes::service::{LikeService, WriteRequest};
 use likes::store::Phase;
-use likes::store::dynamo::DynamoStore;
+use likes::store::dynamodb::DynamoStore;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 

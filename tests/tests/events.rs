@@ -12,7 +12,7 @@ use common::{TestStack, repo_root};
 use lambda_http::Body;
 use likes::events::{handle_reconcile_event, handle_reshard_event};
 use likes::http::{App, Function, handle};
-use likes::store::dynamo::DynamoStore;
+use likes::store::dynamodb::DynamoStore;
 use likes::{AuthMode, Config};
 use serde_json::Value;
 

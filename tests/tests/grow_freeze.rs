@@ -16,7 +16,7 @@ use common::TestStack;
 use likes::error::Error;
 use likes::keys::{Action, ReelId, UserId};
 use likes::reshard::{self, Progress, Resharder};
-use likes::store::dynamo::DynamoStore;
+use likes::store::dynamodb::DynamoStore;
 use likes::store::{
     CountItem, CounterStore, FoldResult, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, Phase,
     ResizeStore, Settings, ShardSum, ShardValue, TxResult,

@@ -30,7 +30,7 @@ use lambda_http::request::RequestContext;
 use lambda_http::{Body, RequestExt};
 use likes::http::{App, Command, Function, MAX_BATCH_REELS, MAX_BODY_BYTES, handle, parse};
 use likes::keys::{Action, ReelId, UserId};
-use likes::store::dynamo::DynamoStore;
+use likes::store::dynamodb::DynamoStore;
 use likes::token::{RequestIdentity, RequestToken};
 use likes::{AuthMode, Error};
 use proptest::prelude::*;

@@ -18,7 +18,7 @@ mod common;
 use common::{TestStack, repo_root};
 use lambda_http::Body;
 use likes::http::{App, Function, handle};
-use likes::store::dynamo::DynamoStore;
+use likes::store::dynamodb::DynamoStore;
 use likes::{AuthMode, Error};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};

@@ -394,7 +394,7 @@ async fn a_run_resumed_under_another_segment_count_keeps_its_own() {
     let mut config = t.stack.config.clone();
     config.reconcile.segments = 2;
     let other = likes::reconcile::Reconciler::new(
-        likes::store::dynamo::DynamoStore::new(t.stack.client.clone(), &config),
+        likes::store::dynamodb::DynamoStore::new(t.stack.client.clone(), &config),
         &config,
     );
     let s = other.run(&Options::default()).await.unwrap();

@@ -21,7 +21,7 @@ use common::TestStack;
 use futures::StreamExt;
 use likes::keys::{Action, ReelId, UserId};
 use likes::reshard::{Progress, Resharder};
-use likes::store::dynamo::DynamoStore;
+use likes::store::dynamodb::DynamoStore;
 use likes::store::{CounterStore, FoldResult, LikeTx, Phase, ResizeStore, TxResult};
 use likes::token::RequestToken;
 use serde_json::json;

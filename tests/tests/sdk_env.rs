@@ -9,7 +9,7 @@ mod common;
 use common::repo_root;
 use likes::Config;
 use likes::service::LikeService;
-use likes::store::dynamo::DynamoStore;
+use likes::store::dynamodb::DynamoStore;
 use likes_local::{Dynamo, Stack, StackOptions};
 
 #[test]

@@ -13,9 +13,14 @@
 //! module both others depend on), `request` (parsing into a [`Command`]),
 //! `handlers` (executing a command, and the one mapping of errors to
 //! responses), `health` (the cached readiness probe). The scheduled
-//! functions' events are not HTTP: [`crate::events`].
+//! functions' events are not HTTP: `crate::events`.
+//!
+//! Without the `dynamodb` feature only `routes` and `request` are built:
+//! parsing needs no store, and the fuzz target builds the crate that way.
 
+#[cfg(feature = "dynamodb")]
 mod handlers;
+#[cfg(feature = "dynamodb")]
 mod health;
 mod request;
 mod routes;
@@ -23,21 +28,30 @@ mod routes;
 /// Re-exported for the scheduled functions' `main`s: the deadline of a Lambda
 /// invocation as an `Instant`.
 pub use crate::clock::lambda_deadline;
+#[cfg(feature = "dynamodb")]
 pub(crate) use handlers::error_response;
+#[cfg(feature = "dynamodb")]
 pub use handlers::handle;
+#[cfg(feature = "dynamodb")]
 pub use health::HEALTH_TTL;
 pub use request::{Command, MAX_BATCH_REELS, MAX_BODY_BYTES, parse};
 pub use routes::Function;
 
+#[cfg(feature = "dynamodb")]
 use crate::config::Config;
+#[cfg(feature = "dynamodb")]
 use crate::reconcile::Reconciler;
+#[cfg(feature = "dynamodb")]
 use crate::reshard::Resharder;
+#[cfg(feature = "dynamodb")]
 use crate::service::LikeService;
-use crate::store::dynamo::DynamoStore;
+#[cfg(feature = "dynamodb")]
+use crate::store::dynamodb::DynamoStore;
 
 /// What a function instance keeps between invocations: the configuration,
 /// the service (SDK client and caches) and the resharder, built once per
 /// cold start.
+#[cfg(feature = "dynamodb")]
 pub struct App {
     /// The configuration read at cold start.
     pub config: Config,
@@ -51,6 +65,7 @@ pub struct App {
     pub(crate) health: health::Health,
 }
 
+#[cfg(feature = "dynamodb")]
 impl App {
     /// Builds the service, resharder and reconciler over one store (the
     /// clones share the SDK client).

@@ -283,6 +283,8 @@ fn shards_body(req: &Request) -> Result<u32, Error> {
 }
 
 /// The API Gateway request id, or the Lambda invocation id for other events.
+// Only the handlers ask for it (not built without `dynamodb`).
+#[cfg_attr(not(feature = "dynamodb"), allow(dead_code))]
 pub(crate) fn request_id(req: &Request) -> Option<String> {
     if let Some(RequestContext::ApiGatewayV2(ctx)) = req.request_context_ref()
         && let Some(id) = ctx.request_id.as_ref().filter(|s| !s.is_empty())

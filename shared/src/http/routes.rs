@@ -90,6 +90,8 @@ impl Route {
         }
     }
 
+    // Only the handlers ask for it (not built without `dynamodb`).
+    #[cfg_attr(not(feature = "dynamodb"), allow(dead_code))]
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Route::Like(_) => "like",

@@ -1,8 +1,9 @@
-//! What the domain needs from storage, as a trait; [`dynamo`] implements it
+//! What the domain needs from storage, as a trait; [`dynamodb`] implements it
 //! with the AWS SDK. No SDK type crosses this boundary: errors arrive as
 //! [`crate::Error`], items as the plain types below.
 
-pub mod dynamo;
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 
 use crate::error::Error;
 use crate::keys::{self, Action, ReelId, UserId};

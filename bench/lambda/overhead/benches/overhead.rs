@@ -47,7 +47,7 @@ use lambda_http::request::LambdaRequest;
 use lambda_http::{Body, Request, Response};
 use likes::Config;
 use likes::http::{App, Function, handle};
-use likes::store::dynamo::{DynamoStore, client, sdk_config_loader};
+use likes::store::dynamodb::{DynamoStore, client, sdk_config_loader};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::hint::black_box;

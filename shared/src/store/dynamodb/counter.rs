@@ -1,0 +1,429 @@
+//! [`CounterStore`] on DynamoDB: settings, shard sums, the like
+//! transaction and its `Idempotency-Key` records, the health probe.
+
+use super::DynamoStore;
+use super::error::{cancellation_codes, like_tx_cancellation, request_build_failed, translate};
+use super::ext::{Item, ItemExt, Projection, settings_item};
+use super::reads::BATCH_GET_PARALLELISM;
+use crate::error::Error;
+use crate::keys::{self, Action, ReelId, UserId};
+use crate::store::{
+    CountItem, CounterStore, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, RetryReason, Settings,
+    ShardSum, ShardValue, TxResult,
+};
+use crate::token::RequestToken;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConsumedCapacity, Delete, Put, ReturnConsumedCapacity, TransactWriteItem,
+    Update,
+};
+use futures::{StreamExt, TryStreamExt};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+impl CounterStore for DynamoStore {
+    async fn settings(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, Settings>, Error> {
+        let mut wanted: HashMap<String, ReelId> = HashMap::with_capacity(reels.len());
+        for r in reels {
+            wanted.insert(keys::settings_key(r), r.clone());
+        }
+        let items = self
+            .batch_get_counters(wanted.keys().cloned().collect(), None)
+            .await?;
+        let mut out: HashMap<ReelId, Settings> = reels
+            .iter()
+            .map(|r| (r.clone(), Settings::default()))
+            .collect();
+        for item in items {
+            let Some(reel) = item.pk().and_then(|pk| wanted.get(pk)) else {
+                continue;
+            };
+            out.insert(reel.clone(), Settings::try_from(&item)?);
+        }
+        Ok(out)
+    }
+
+    async fn sum_shards(
+        &self,
+        reels: &[(ReelId, Settings)],
+    ) -> Result<HashMap<ReelId, ShardSum>, Error> {
+        let mut owner: HashMap<String, ReelId> = HashMap::new();
+        let mut sums: HashMap<ReelId, ShardSum> = HashMap::with_capacity(reels.len());
+        let mut atomic: Vec<(ReelId, Vec<String>)> = Vec::new();
+        for (reel, settings) in reels {
+            sums.insert(reel.clone(), ShardSum::default());
+            let items = settings.read_items(reel);
+            if !items.atomic.is_empty() {
+                atomic.push((reel.clone(), items.atomic));
+            }
+            for key in items.batch {
+                owner.insert(key, reel.clone());
+            }
+        }
+        self.stats
+            .shard_reads_batch
+            .fetch_add(owner.len() as u64, Ordering::Relaxed);
+        let batch =
+            self.batch_get_counters(owner.keys().cloned().collect(), Some(Projection::SHARD));
+        let transactional = futures::stream::iter(atomic)
+            .map(|(reel, keys)| async move {
+                let items = self.read_fold_group(keys).await?;
+                Ok::<_, Error>((reel, items))
+            })
+            .buffer_unordered(BATCH_GET_PARALLELISM)
+            .try_collect::<Vec<_>>();
+        let (batch, transactional) = tokio::join!(batch, transactional);
+        let mut add = |reel: &ReelId, item: &Item| {
+            let v = ShardValue::try_from(item)?;
+            if let Some(sum) = sums.get_mut(reel) {
+                sum.n = sum.n.saturating_add(v.n);
+                sum.w = sum.w.saturating_add(v.w);
+                let at = item.int("updated_at").unwrap_or(0);
+                sum.last_write_ms = sum.last_write_ms.max(at);
+            }
+            Ok::<_, Error>(())
+        };
+        for item in batch? {
+            if let Some(reel) = item.pk().and_then(|pk| owner.get(pk)) {
+                add(reel, &item)?;
+            }
+        }
+        for (reel, items) in transactional? {
+            for item in &items {
+                add(&reel, item)?;
+            }
+        }
+        Ok(sums)
+    }
+
+    async fn put_settings(
+        &self,
+        reel: &ReelId,
+        expected: u64,
+        next: &Settings,
+    ) -> Result<bool, Error> {
+        self.put_versioned(settings_item(reel, next, expected + 1), expected)
+            .await
+    }
+
+    async fn write_like(&self, tx: &LikeTx) -> Result<TxResult, Error> {
+        let row_op = match tx.action {
+            Action::Like => TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name(&self.likes_table)
+                        .item("user_id", AttributeValue::S(tx.user.as_str().to_owned()))
+                        .item("reel_id", AttributeValue::S(tx.reel.as_str().to_owned()))
+                        .item("liked_at", AttributeValue::N(tx.now_ms.to_string()))
+                        .item("tok", AttributeValue::S(tx.token.as_str().to_owned()))
+                        .condition_expression("attribute_not_exists(user_id)")
+                        .build()
+                        .map_err(|e| request_build_failed("Put", &e))?,
+                )
+                .build(),
+            Action::Unlike => TransactWriteItem::builder()
+                .delete(
+                    Delete::builder()
+                        .table_name(&self.likes_table)
+                        .key("user_id", AttributeValue::S(tx.user.as_str().to_owned()))
+                        .key("reel_id", AttributeValue::S(tx.reel.as_str().to_owned()))
+                        .condition_expression("attribute_exists(user_id)")
+                        .build()
+                        .map_err(|e| request_build_failed("Delete", &e))?,
+                )
+                .build(),
+        };
+        let shard_op = TransactWriteItem::builder()
+            .update(
+                Update::builder()
+                    .table_name(&self.counters_table)
+                    .key("pk", AttributeValue::S(keys::shard_key(&tx.reel, tx.shard)))
+                    // `w` counts every write the shard took: its rate is the
+                    // reel's write rate (automatic resizing), and a change
+                    // of it marks the shard as written (reconciliation).
+                    // `updated_at` (the request's own clock, fixed for its
+                    // retries) marks when the shard last took a write:
+                    // reconciliation defers reels written during its scan.
+                    .update_expression("ADD #n :d, #w :one SET #u = :at")
+                    .expression_attribute_names("#n", "n")
+                    .expression_attribute_names("#w", "w")
+                    .expression_attribute_names("#u", "updated_at")
+                    .expression_attribute_values(":at", AttributeValue::N(tx.now_ms.to_string()))
+                    .expression_attribute_values(
+                        ":d",
+                        AttributeValue::N(tx.action.delta().to_string()),
+                    )
+                    .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                    .build()
+                    .map_err(|e| request_build_failed("Update", &e))?,
+            )
+            .build();
+        let mut request = self
+            .client
+            .transact_write_items()
+            .transact_items(row_op)
+            .transact_items(shard_op);
+        if let Some(spec) = &tx.record {
+            request =
+                request.transact_items(record_put(&self.counters_table, spec, tx.action, true)?);
+        }
+        let result = request
+            .client_request_token(tx.token.as_str())
+            // INDEXES, not TOTAL: it documents the per-table `Capacity`
+            // (read and write units apart), which is what tells a replay.
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+            .send()
+            .await;
+        match result {
+            Ok(out) => Ok(commit_kind(out.consumed_capacity())),
+            Err(SdkError::ServiceError(se)) => match se.err() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    like_tx_cancellation(&cancellation_codes(c))
+                }
+                TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
+                    Ok(TxResult::ParameterMismatch)
+                }
+                TransactWriteItemsError::TransactionInProgressException(_) => {
+                    Ok(TxResult::Retry(RetryReason::InProgress))
+                }
+                _ => match translate("TransactWriteItems", SdkError::ServiceError(se)) {
+                    // Throttling that outlasted the SDK's retries: our own
+                    // backoff loop gets a go at it too.
+                    Error::Throttled => Ok(TxResult::Retry(RetryReason::Throttled)),
+                    other => Err(other),
+                },
+            },
+            Err(other) => Err(translate("TransactWriteItems", other)),
+        }
+    }
+
+    async fn like_row(&self, user: &UserId, reel: &ReelId) -> Result<Option<LikeRow>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.likes_table)
+            .key("user_id", AttributeValue::S(user.as_str().to_owned()))
+            .key("reel_id", AttributeValue::S(reel.as_str().to_owned()))
+            .consistent_read(true)
+            .projection_expression("liked_at, tok")
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?;
+        Ok(out.item.as_ref().map(LikeRow::from))
+    }
+
+    async fn key_record(&self, key_token: &RequestToken) -> Result<Option<KeyRecord>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.counters_table)
+            .key(
+                "pk",
+                AttributeValue::S(keys::idempotency_record_key(key_token.as_str())),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?;
+        out.item.as_ref().map(KeyRecord::try_from).transpose()
+    }
+
+    async fn record_unchanged(
+        &self,
+        spec: &KeyRecordSpec,
+        action: Action,
+    ) -> Result<KeyRecord, Error> {
+        // A one-item transaction: the template allows writes to the
+        // counters table only inside TransactWriteItems.
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(record_put(&self.counters_table, spec, action, false)?)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(KeyRecord {
+                action,
+                changed: false,
+            }),
+            Err(SdkError::ServiceError(se)) => match se.err() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    match like_tx_cancellation(&cancellation_codes(c))? {
+                        // A record appeared first (a concurrent request with
+                        // the same key): it is the answer.
+                        TxResult::AlreadyInState => self
+                            .key_record(&spec.key_token)
+                            .await?
+                            .ok_or(Error::Contended),
+                        TxResult::Retry(RetryReason::Throttled) => Err(Error::Throttled),
+                        TxResult::Retry(_) => Err(Error::Contended),
+                        other => {
+                            tracing::error!(outcome = ?other, "key record cancelled for an unexpected reason");
+                            Err(Error::Internal)
+                        }
+                    }
+                }
+                _ => Err(translate("TransactWriteItems", SdkError::ServiceError(se))),
+            },
+            Err(e) => Err(translate("TransactWriteItems", e)),
+        }
+    }
+
+    async fn count_items(
+        &self,
+        reel: &ReelId,
+        items: &[CountItem],
+    ) -> Result<Vec<(CountItem, ShardValue)>, Error> {
+        let by_key: HashMap<String, CountItem> = items.iter().map(|i| (i.key(reel), *i)).collect();
+        let found = self
+            .batch_get_counters(by_key.keys().cloned().collect(), Some(Projection::VALUE))
+            .await?;
+        let mut out = Vec::with_capacity(found.len());
+        for item in &found {
+            if let Some(which) = item.pk().and_then(|pk| by_key.get(pk)) {
+                out.push((*which, ShardValue::try_from(item)?));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn ping(&self) -> Result<(), Error> {
+        // Data-plane reads, not DescribeTable: control-plane calls are
+        // rate-limited per account and shared with deployments, and an
+        // unauthenticated probe must not spend them. A GetItem of a key
+        // that is never written (an eventually consistent read of a missing
+        // item: half a read unit) proves the table exists and answers, with
+        // the permissions the read function already has.
+        let (a, b) = tokio::join!(
+            self.client
+                .get_item()
+                .table_name(&self.counters_table)
+                .key(
+                    "pk",
+                    AttributeValue::S(keys::settings_key(&keys::probe_reel()))
+                )
+                .projection_expression("pk")
+                .send(),
+            self.client
+                .get_item()
+                .table_name(&self.likes_table)
+                .key("user_id", AttributeValue::S(keys::PROBE_USER.to_owned()))
+                .key(
+                    "reel_id",
+                    AttributeValue::S(keys::probe_reel().as_str().to_owned())
+                )
+                .projection_expression("reel_id")
+                .send(),
+        );
+        a.map_err(|e| translate("GetItem", e))?;
+        b.map_err(|e| translate("GetItem", e))?;
+        Ok(())
+    }
+}
+
+/// The `Put` of an `Idempotency-Key` record, conditioned on its absence.
+fn record_put(
+    table: &str,
+    spec: &KeyRecordSpec,
+    action: Action,
+    changed: bool,
+) -> Result<TransactWriteItem, Error> {
+    Ok(TransactWriteItem::builder()
+        .put(
+            Put::builder()
+                .table_name(table)
+                .item(
+                    "pk",
+                    AttributeValue::S(keys::idempotency_record_key(spec.key_token.as_str())),
+                )
+                .item("action", AttributeValue::S(action.as_str().to_owned()))
+                .item("changed", AttributeValue::Bool(changed))
+                .item("expires_at", AttributeValue::N(spec.expires_at.to_string()))
+                .condition_expression("attribute_not_exists(pk)")
+                .build()
+                .map_err(|e| request_build_failed("Put", &e))?,
+        )
+        .build())
+}
+
+/// What a committed like transaction's `ConsumedCapacity` says about it.
+///
+/// DynamoDB documents, for `ClientRequestToken` ("TransactWriteItems", API
+/// reference): "If the ReturnConsumedCapacity parameter is set, then the
+/// initial TransactWriteItems call returns the amount of write capacity
+/// units consumed in making the changes. Subsequent TransactWriteItems calls
+/// with the same client token return the number of read capacity units
+/// consumed in reading the item." With `INDEXES` the answer holds a
+/// `Capacity` per table, whose `ReadCapacityUnits` and `WriteCapacityUnits`
+/// are documented ("the total number of read/write capacity units consumed
+/// on a table"); the aggregate's fields of the same names are read too.
+/// Write units anywhere: applied by this call. Read units and no write
+/// units: a replay. Neither (only `CapacityUnits`, or nothing): the two
+/// cannot be told apart, and the answer says so.
+fn commit_kind(capacities: &[ConsumedCapacity]) -> TxResult {
+    let (mut read, mut wrote) = (false, false);
+    for c in capacities {
+        let table = c.table();
+        let units = [
+            (c.read_capacity_units(), c.write_capacity_units()),
+            (
+                table.and_then(|t| t.read_capacity_units()),
+                table.and_then(|t| t.write_capacity_units()),
+            ),
+        ];
+        for (r, w) in units {
+            read |= r.unwrap_or(0.0) > 0.0;
+            wrote |= w.unwrap_or(0.0) > 0.0;
+        }
+    }
+    match (wrote, read) {
+        (true, _) => TxResult::Committed { replayed: false },
+        (false, true) => TxResult::Committed { replayed: true },
+        (false, false) => TxResult::CommittedUnsure,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_is_told_by_the_documented_capacity_fields() {
+        use aws_sdk_dynamodb::types::Capacity;
+        let table = |r: Option<f64>, w: Option<f64>| {
+            ConsumedCapacity::builder()
+                .table_name("t")
+                .capacity_units(2.0)
+                .table(
+                    Capacity::builder()
+                        .capacity_units(2.0)
+                        .set_read_capacity_units(r)
+                        .set_write_capacity_units(w)
+                        .build(),
+                )
+                .build()
+        };
+        assert_eq!(
+            commit_kind(&[table(None, Some(2.0))]),
+            TxResult::Committed { replayed: false }
+        );
+        assert_eq!(
+            commit_kind(&[table(Some(2.0), None)]),
+            TxResult::Committed { replayed: true }
+        );
+        // The aggregate's own split counts too.
+        let aggregate = ConsumedCapacity::builder()
+            .capacity_units(2.0)
+            .read_capacity_units(2.0)
+            .build();
+        assert_eq!(
+            commit_kind(&[aggregate]),
+            TxResult::Committed { replayed: true }
+        );
+        // Only the total: cannot tell, and says so.
+        let total = ConsumedCapacity::builder().capacity_units(2.0).build();
+        assert_eq!(commit_kind(&[total]), TxResult::CommittedUnsure);
+        assert_eq!(commit_kind(&[]), TxResult::CommittedUnsure);
+    }
+}

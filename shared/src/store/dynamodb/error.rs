@@ -1,0 +1,173 @@
+//! The one translation of SDK errors into [`Error`], and the reading of a
+//! cancelled transaction's reasons, for each kind of transaction.
+
+use crate::error::Error;
+use crate::store::{RetryReason, TxResult};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::error::TransactionCanceledException;
+use std::fmt::Debug;
+
+/// The one translation of SDK errors into [`Error`]. The SDK has already
+/// retried what it retries (throttling, 5xx, timeouts) by the time an error
+/// reaches here.
+pub(super) fn translate<E, R>(op: &'static str, err: SdkError<E, R>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: Debug,
+{
+    let mapped = match &err {
+        SdkError::ServiceError(se) => match se.err().code() {
+            Some(
+                "ProvisionedThroughputExceededException"
+                | "ThrottlingException"
+                | "RequestLimitExceeded",
+            ) => Error::Throttled,
+            Some("InternalServerError" | "ServiceUnavailable" | "ServiceUnavailableException") => {
+                Error::Unavailable
+            }
+            // A missing table is an outage of this service, not a bug in
+            // the request: readiness checks and clients should see 503.
+            Some("ResourceNotFoundException") => Error::Unavailable,
+            _ => Error::Internal,
+        },
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            Error::Unavailable
+        }
+        _ => Error::Internal,
+    };
+    match mapped {
+        Error::Internal => tracing::error!(op, error = ?err, "DynamoDB call failed"),
+        _ => {
+            tracing::warn!(op, outcome = mapped.code(), error = %aws_sdk_dynamodb::error::DisplayErrorContext(&err), "DynamoDB call failed")
+        }
+    }
+    mapped
+}
+
+/// A request the SDK's builder refused (a required field missing): a fault
+/// of ours, logged with `what` was being built.
+pub(super) fn request_build_failed(what: &str, e: &dyn Debug) -> Error {
+    tracing::error!(what, error = ?e, "could not build a DynamoDB request");
+    Error::Internal
+}
+
+/// The reason codes of a cancelled transaction, one per item in order.
+pub(super) fn cancellation_codes(c: &TransactionCanceledException) -> Vec<&str> {
+    c.cancellation_reasons()
+        .iter()
+        .map(|r| r.code().unwrap_or("None"))
+        .collect()
+}
+
+/// Whether a cancelled transaction's reasons include throttling.
+pub(super) fn throttled(codes: &[&str]) -> bool {
+    codes
+        .iter()
+        .any(|c| matches!(*c, "ThrottlingError" | "ProvisionedThroughputExceeded"))
+}
+
+/// What a cancelled like transaction's reasons mean. They come one per
+/// action, in the order `write_like` builds them: the like row, the shard,
+/// and (for keyed requests) the `Idempotency-Key` record.
+pub(super) fn like_tx_cancellation(codes: &[&str]) -> Result<TxResult, Error> {
+    if codes.get(2) == Some(&"ConditionalCheckFailed") {
+        return Ok(TxResult::KeyUsed);
+    }
+    if codes.first() == Some(&"ConditionalCheckFailed") {
+        return Ok(TxResult::AlreadyInState);
+    }
+    if codes.contains(&"TransactionConflict") {
+        return Ok(TxResult::Retry(RetryReason::Conflict));
+    }
+    if throttled(codes) {
+        return Ok(TxResult::Retry(RetryReason::Throttled));
+    }
+    // ValidationError, ItemCollectionSizeLimitExceeded or a reason we do not
+    // know: retrying would not help.
+    tracing::error!(reasons = ?codes, "transaction cancelled for an unexpected reason");
+    Err(Error::Internal)
+}
+
+/// Why one of the resharder's or reconciler's transactions (a fold, a stray
+/// item's removal, a correction) did not commit. Each is conditioned on
+/// what its caller read, so a failed condition is an answer, not an error.
+pub(super) enum MaintenanceTxFailure {
+    /// The condition of the item at this index failed.
+    Condition(usize),
+    /// Worth another attempt after backoff.
+    Retry(RetryReason),
+    /// The token was used before with another body.
+    Mismatch,
+}
+
+/// Reads a failed maintenance `TransactWriteItems` (`what` names it in the
+/// logs): failures worth acting on, or an [`Error`] for the rest.
+pub(super) fn maintenance_tx_failure<R: Debug>(
+    what: &'static str,
+    err: SdkError<TransactWriteItemsError, R>,
+) -> Result<MaintenanceTxFailure, Error> {
+    let se = match err {
+        SdkError::ServiceError(se) => se,
+        other => return Err(translate("TransactWriteItems", other)),
+    };
+    match se.err() {
+        TransactWriteItemsError::TransactionCanceledException(c) => {
+            let codes = cancellation_codes(c);
+            if let Some(i) = codes.iter().position(|c| *c == "ConditionalCheckFailed") {
+                Ok(MaintenanceTxFailure::Condition(i))
+            } else if codes.contains(&"TransactionConflict") {
+                Ok(MaintenanceTxFailure::Retry(RetryReason::Conflict))
+            } else if throttled(&codes) {
+                Ok(MaintenanceTxFailure::Retry(RetryReason::Throttled))
+            } else {
+                tracing::error!(what, reasons = ?codes, "transaction cancelled for an unexpected reason");
+                Err(Error::Internal)
+            }
+        }
+        TransactWriteItemsError::TransactionInProgressException(_) => {
+            Ok(MaintenanceTxFailure::Retry(RetryReason::InProgress))
+        }
+        TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
+            Ok(MaintenanceTxFailure::Mismatch)
+        }
+        _ => match translate("TransactWriteItems", SdkError::ServiceError(se)) {
+            Error::Throttled => Ok(MaintenanceTxFailure::Retry(RetryReason::Throttled)),
+            other => Err(other),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cancellation_reasons_are_classified() {
+        let ok = |codes: &[&str]| like_tx_cancellation(codes).unwrap();
+        assert_eq!(
+            ok(&["ConditionalCheckFailed", "None"]),
+            TxResult::AlreadyInState
+        );
+        assert_eq!(
+            ok(&["None", "TransactionConflict"]),
+            TxResult::Retry(RetryReason::Conflict)
+        );
+        assert_eq!(
+            ok(&["TransactionConflict", "None"]),
+            TxResult::Retry(RetryReason::Conflict)
+        );
+        assert_eq!(
+            ok(&["None", "ThrottlingError"]),
+            TxResult::Retry(RetryReason::Throttled)
+        );
+        assert_eq!(
+            ok(&["ProvisionedThroughputExceeded", "None"]),
+            TxResult::Retry(RetryReason::Throttled)
+        );
+        assert_eq!(
+            like_tx_cancellation(&["ValidationError", "None"]),
+            Err(Error::Internal)
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! [`CounterStore`](super::CounterStore), [`ResizeStore`](super::ResizeStore)
+//! and [`ReconcileStore`](super::ReconcileStore) on DynamoDB
+//! through the AWS SDK.
+//!
+//! This is the only module that sees SDK types. Its rooms:
+//!
+//! * `mod.rs` (here): [`DynamoStore`], [`StoreStats`] and the two
+//!   conditional writes every trait uses (`put_versioned`, `settings_at`).
+//! * `sdk`: the SDK client: retries, timeouts, the retry quota, the
+//!   endpoint ([`sdk_config_loader`], [`retry_partition`], [`client`]).
+//! * `ext`: typed access to stored items: the accessor extension, the
+//!   projections, and the `TryFrom` conversions of the stored types.
+//! * `reads`: consistent multi-item reads of the counters table
+//!   (BatchGetItem with unprocessed keys, TransactGetItems, the fold-group
+//!   snapshot of a draining reel).
+//! * `counter`, `resize`, `reconcile`: one trait impl each.
+//! * `error`: the one translation of SDK errors into [`Error`], and the
+//!   reading of cancelled transactions' reasons. The detail is logged
+//!   there and never leaves this module.
+
+mod counter;
+mod error;
+mod ext;
+mod reads;
+mod reconcile;
+mod resize;
+mod sdk;
+
+pub use sdk::{client, retry_partition, sdk_config_loader};
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::keys::{self, ReelId};
+use crate::retry::Backoff;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
+use error::{request_build_failed, translate};
+use ext::Item;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// The DynamoDB implementation of [`CounterStore`](super::CounterStore),
+/// [`ResizeStore`](super::ResizeStore) and
+/// [`ReconcileStore`](super::ReconcileStore) over the two tables. Cheap to clone: clones share the
+/// SDK client and the [`StoreStats`].
+#[derive(Clone, Debug)]
+pub struct DynamoStore {
+    client: Client,
+    counters_table: String,
+    likes_table: String,
+    backoff: Backoff,
+    /// Shared by every clone of this store.
+    stats: Arc<StoreStats>,
+}
+
+/// Counts of the calls that matter for cost, since this store was built.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Shard items read by BatchGetItem (one read unit each).
+    pub shard_reads_batch: AtomicU64,
+    /// `TransactGetItems` calls (a shrinking reel's sum).
+    pub transact_gets: AtomicU64,
+    /// Items those calls read (two read units each).
+    pub shard_reads_transactional: AtomicU64,
+    /// Snapshots of a draining reel's fold group taken without a
+    /// transaction (the base item's fold counter read around its shards).
+    pub fold_group_reads: AtomicU64,
+    /// Fold transactions that committed.
+    pub folds: AtomicU64,
+}
+
+impl DynamoStore {
+    /// Builds the SDK client from the environment (once per cold start).
+    pub async fn from_env(config: &Config) -> Self {
+        let sdk = sdk_config_loader(config).load().await;
+        Self::new(client(&sdk, config), config)
+    }
+
+    /// A store over `client` and the tables `config` names (tests pass a
+    /// client of their own).
+    pub fn new(client: Client, config: &Config) -> Self {
+        DynamoStore {
+            client,
+            counters_table: config.counters_table.clone(),
+            likes_table: config.likes_table.clone(),
+            backoff: Backoff::from_config(config),
+            stats: Arc::default(),
+        }
+    }
+
+    /// The SDK client it calls through.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Call counts since the store was built (read by the request metrics
+    /// and tests).
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+
+    /// The `ConditionCheck` that a reel's settings item is still at
+    /// `version` (0: there is none), for the transactions that move or
+    /// remove counts only under the settings they were planned with.
+    pub(super) fn settings_at(
+        &self,
+        reel: &ReelId,
+        version: u64,
+    ) -> Result<TransactWriteItem, Error> {
+        let check = ConditionCheck::builder()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::settings_key(reel)));
+        let check = if version == 0 {
+            check.condition_expression("attribute_not_exists(ver)")
+        } else {
+            check
+                .condition_expression("ver = :ver")
+                .expression_attribute_values(":ver", AttributeValue::N(version.to_string()))
+        };
+        Ok(TransactWriteItem::builder()
+            .condition_check(
+                check
+                    .build()
+                    .map_err(|e| request_build_failed("ConditionCheck", &e))?,
+            )
+            .build())
+    }
+
+    /// Puts `item` (which carries `ver = expected + 1`) if the stored item's
+    /// `ver` is still `expected` (0: no item, or one without a version).
+    /// `Ok(false)`: another writer was first.
+    pub(super) async fn put_versioned(&self, item: Item, expected: u64) -> Result<bool, Error> {
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.counters_table)
+            .set_item(Some(item));
+        put = if expected == 0 {
+            put.condition_expression("attribute_not_exists(ver)")
+        } else {
+            put.condition_expression("ver = :v")
+                .expression_attribute_values(":v", AttributeValue::N(expected.to_string()))
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(translate("PutItem", e)),
+        }
+    }
+}

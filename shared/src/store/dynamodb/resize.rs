@@ -1,0 +1,253 @@
+//! [`ResizeStore`] on DynamoDB: single shards, the fold of a shard into the
+//! base item, removal of emptied and stray items, the resizing index.
+
+use super::DynamoStore;
+use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
+use super::ext::{Item, ItemExt};
+use crate::error::Error;
+use crate::keys::{self, ReelId};
+use crate::store::{CountItem, FoldResult, ResizeStore, ShardValue};
+use crate::token::RequestToken;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, TransactWriteItem, Update};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+impl ResizeStore for DynamoStore {
+    async fn shard(&self, reel: &ReelId, shard: u32) -> Result<Option<ShardValue>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::shard_key(reel, shard)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?;
+        out.item.as_ref().map(ShardValue::try_from).transpose()
+    }
+
+    async fn fold(
+        &self,
+        reel: &ReelId,
+        shard: u32,
+        seen: ShardValue,
+        settings_version: u64,
+        attempt: u32,
+    ) -> Result<FoldResult, Error> {
+        if seen == ShardValue::default() {
+            return Ok(FoldResult::Folded);
+        }
+        let n = |v: i64| AttributeValue::N(v.to_string());
+        let check = self.settings_at(reel, settings_version)?;
+        let into = TransactWriteItem::builder()
+            .update(
+                Update::builder()
+                    .table_name(&self.counters_table)
+                    .key("pk", AttributeValue::S(keys::base_key(reel)))
+                    // `folds` counts the folds the base item took: a reader
+                    // that sees it unchanged before and after reading the
+                    // shards being folded saw no fold half-done.
+                    .update_expression("ADD #n :seen_n, #w :seen_w, #f :one")
+                    .expression_attribute_names("#n", "n")
+                    .expression_attribute_names("#w", "w")
+                    .expression_attribute_names("#f", "folds")
+                    .expression_attribute_values(":seen_n", n(seen.n))
+                    .expression_attribute_values(":seen_w", n(seen.w))
+                    .expression_attribute_values(":one", n(1))
+                    .build()
+                    .map_err(|e| request_build_failed("Update", &e))?,
+            )
+            .build();
+        let (condition, values) = holds_exactly(seen);
+        let from = Update::builder()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::shard_key(reel, shard)))
+            .update_expression("ADD #n :neg_n, #w :neg_w")
+            .condition_expression(condition)
+            .expression_attribute_names("#n", "n")
+            .expression_attribute_names("#w", "w")
+            .set_expression_attribute_values(Some(
+                values
+                    .into_iter()
+                    .chain([
+                        (":neg_n".to_owned(), n(-seen.n)),
+                        (":neg_w".to_owned(), n(-seen.w)),
+                    ])
+                    .collect(),
+            ));
+        let from = TransactWriteItem::builder()
+            .update(
+                from.build()
+                    .map_err(|e| request_build_failed("Update", &e))?,
+            )
+            .build();
+        // The SDK's own retries of this call resend this token, so a retry
+        // after a lost response is a replay. The next attempt (after reading
+        // the shard again) gets a new one; the value condition makes it safe.
+        let token = RequestToken::for_fields(
+            "fold",
+            &[
+                reel.as_str(),
+                &shard.to_string(),
+                &seen.n.to_string(),
+                &seen.w.to_string(),
+                &settings_version.to_string(),
+                &attempt.to_string(),
+                &fastrand::u64(..).to_string(),
+            ],
+        );
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(check)
+            .transact_items(into)
+            .transact_items(from)
+            .client_request_token(token.as_str())
+            .send()
+            .await;
+        match result.map_err(|e| maintenance_tx_failure("fold", e)) {
+            Ok(_) => {
+                self.stats.folds.fetch_add(1, Ordering::Relaxed);
+                Ok(FoldResult::Folded)
+            }
+            Err(failure) => match failure? {
+                MaintenanceTxFailure::Condition(0) => Ok(FoldResult::SettingsChanged),
+                MaintenanceTxFailure::Condition(_) => Ok(FoldResult::ShardChanged),
+                MaintenanceTxFailure::Retry(reason) => Ok(FoldResult::Retry(reason)),
+                // The token is derived from everything the fold writes, so a
+                // mismatch means a stale view: read again.
+                MaintenanceTxFailure::Mismatch => Ok(FoldResult::ShardChanged),
+            },
+        }
+    }
+
+    async fn delete_empty_shard(&self, reel: &ReelId, shard: u32) -> Result<bool, Error> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::shard_key(reel, shard)))
+            .condition_expression(
+                "(attribute_not_exists(#n) OR #n = :zero) AND (attribute_not_exists(#w) OR #w = :zero)",
+            )
+            .expression_attribute_names("#n", "n")
+            .expression_attribute_names("#w", "w")
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(translate("DeleteItem", e)),
+        }
+    }
+
+    async fn clear_stray(
+        &self,
+        reel: &ReelId,
+        item: CountItem,
+        seen: ShardValue,
+        settings_version: u64,
+    ) -> Result<FoldResult, Error> {
+        let pk = item.key(reel);
+        let (condition, values) = holds_exactly(seen);
+        let delete = TransactWriteItem::builder()
+            .delete(
+                Delete::builder()
+                    .table_name(&self.counters_table)
+                    .key("pk", AttributeValue::S(pk.clone()))
+                    .condition_expression(condition)
+                    .expression_attribute_names("#n", "n")
+                    .expression_attribute_names("#w", "w")
+                    .set_expression_attribute_values(Some(values))
+                    .build()
+                    .map_err(|e| request_build_failed("Delete", &e))?,
+            )
+            .build();
+        // A fresh token per attempt: the value and settings conditions make a
+        // repeat harmless, and the SDK's own retries of this call reuse it.
+        let token = RequestToken::for_fields(
+            "stray",
+            &[
+                &pk,
+                &seen.n.to_string(),
+                &seen.w.to_string(),
+                &settings_version.to_string(),
+                &fastrand::u64(..).to_string(),
+            ],
+        );
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(self.settings_at(reel, settings_version)?)
+            .transact_items(delete)
+            .client_request_token(token.as_str())
+            .send()
+            .await;
+        match result.map_err(|e| maintenance_tx_failure("stray item removal", e)) {
+            Ok(_) => Ok(FoldResult::Folded),
+            Err(failure) => match failure? {
+                MaintenanceTxFailure::Condition(0) => Ok(FoldResult::SettingsChanged),
+                MaintenanceTxFailure::Condition(_) | MaintenanceTxFailure::Mismatch => {
+                    Ok(FoldResult::ShardChanged)
+                }
+                MaintenanceTxFailure::Retry(reason) => Ok(FoldResult::Retry(reason)),
+            },
+        }
+    }
+
+    async fn indexed_reels(&self) -> Result<Vec<ReelId>, Error> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.counters_table)
+                .index_name(keys::RESIZE_INDEX)
+                .key_condition_expression("#rz = :rz")
+                .expression_attribute_names("#rz", keys::RESIZE_INDEX_ATTR)
+                .expression_attribute_values(
+                    ":rz",
+                    AttributeValue::S(keys::RESIZE_INDEX_VALUE.to_owned()),
+                )
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| translate("Query", e))?;
+            for item in page.items() {
+                if let Some(reel) = item.pk().and_then(keys::parse_settings_key) {
+                    out.push(reel);
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+}
+
+/// The condition "the item still holds exactly `seen`" (a missing
+/// attribute counts 0, so does a missing item) on `#n` and `#w`, with its
+/// values.
+fn holds_exactly(seen: ShardValue) -> (String, Item) {
+    let mut conditions = Vec::new();
+    let mut values = HashMap::new();
+    for (attr, placeholder, v) in [("#n", ":seen_n", seen.n), ("#w", ":seen_w", seen.w)] {
+        if v == 0 {
+            conditions.push(format!("(attribute_not_exists({attr}) OR {attr} = :zero)"));
+            values.insert(":zero".to_owned(), AttributeValue::N("0".into()));
+        } else {
+            conditions.push(format!("{attr} = {placeholder}"));
+            values.insert(placeholder.to_owned(), AttributeValue::N(v.to_string()));
+        }
+    }
+    (conditions.join(" AND "), values)
+}
