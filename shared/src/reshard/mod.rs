@@ -54,21 +54,33 @@
 //! too, it only makes the wait longer. So no delay of any write can shorten
 //! a wait.
 
+//! # Rooms
+//!
+//! This file holds the state machine ([`Resharder::advance`]), the admin
+//! entry points ([`begin`], [`request_grow`]) and the stray-item clearing a
+//! grow needs first. `plan` computes a resize's first step, `schedule` is
+//! the scheduled run with the automatic grow and shrink, and `policy` the
+//! sizing rule both the run and the like path apply
+//! ([`ResizeConfig::grow_target`]).
+
+mod plan;
+mod policy;
+mod schedule;
+
+pub use schedule::RunSummary;
+
 use crate::clock::now_ms;
 use crate::config::{Config, ResizeConfig};
 use crate::error::Error;
-use crate::keys::{self, ReelId};
+use crate::keys::ReelId;
 use crate::retry::Backoff;
 use crate::store::{
     CountItem, CounterStore, FoldResult, Phase, ResizeStore, RetryReason, Settings, ShardValue,
-    WriteSample,
 };
-use futures::StreamExt;
+use plan::{Plan, entering, plan, waits};
 use serde::Serialize;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Scheduled runs tend this many reels at once.
-const RUN_CONCURRENCY: usize = 16;
 /// A run stops starting work this long before its deadline.
 const DEADLINE_SAFETY: Duration = Duration::from_secs(5);
 /// Attempts of one fold before the run gives up on the reel until the next
@@ -83,11 +95,6 @@ const ADVANCE_MAX_ROUNDS: u32 = 32;
 /// place (see the module docs): its wait has not started.
 pub const UNOBSERVED: i64 = 0;
 
-/// Whether the phase's next step waits [`Config::resize_wait`] after it.
-fn waits(phase: Phase) -> bool {
-    matches!(phase, Phase::Growing | Phase::Draining)
-}
-
 /// What a request to resize did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -98,83 +105,6 @@ pub enum Begin {
     Joined,
     /// The reel already has that many shards.
     Unchanged,
-}
-
-enum Plan {
-    Put(Settings),
-    Keep(Begin),
-}
-
-/// The first step of a resize of `cur` to `target`, as a new settings item.
-/// A resize in progress to another target refuses (409). The step it
-/// returns is not stamped ([`UNOBSERVED`]): its wait starts when it is seen
-/// in place ([`stamp`]), never when it was computed.
-fn plan(cur: &Settings, target: u32, now: i64) -> Result<Plan, Error> {
-    if cur.phase != Phase::Stable {
-        return if cur.target == target {
-            Ok(Plan::Keep(Begin::Joined))
-        } else {
-            Err(Error::Conflict {
-                code: "resize_in_progress",
-                message: format!(
-                    "this reel is being resized to {} shards ({}); try again when it is done",
-                    cur.target,
-                    cur.phase.as_str()
-                ),
-            })
-        };
-    }
-    let have = cur.shards_to_sum();
-    if target == cur.write_shards && target == have {
-        // A multi-shard settings item written by hand (no version) is
-        // registered in the resize index, so the schedule tends it.
-        if cur.version == 0 && cur.indexed() {
-            return Ok(Plan::Put(Settings {
-                phase_at_ms: now,
-                ..*cur
-            }));
-        }
-        return Ok(Plan::Keep(Begin::Unchanged));
-    }
-    let min_target = have.saturating_sub(keys::MAX_TRANSACT_ITEMS - 1).max(1);
-    if target < min_target {
-        return Err(Error::bad_request(
-            "invalid_shards",
-            format!(
-                "a reel shrinks by at most {} shards at a time: shrink to {min_target} first",
-                keys::MAX_TRANSACT_ITEMS - 1
-            ),
-        ));
-    }
-    let mut next = Settings {
-        target,
-        phase_at_ms: UNOBSERVED,
-        cool_since_ms: None,
-        ..*cur
-    };
-    if target > cur.write_shards {
-        next.phase = Phase::Growing;
-        next.read_shards = target.max(have);
-    } else {
-        next.phase = Phase::Draining;
-        next.write_shards = target;
-        next.read_shards = have;
-        next.has_base = true;
-    }
-    next.fold_from = next.read_shards;
-    Ok(Plan::Put(next))
-}
-
-/// The items that `next` adds to what readers sum under `cur`: the shards
-/// a grow starts reading, and the base item a reel's first shrink does.
-fn entering(cur: &Settings, next: &Settings) -> Vec<CountItem> {
-    let mut items: Vec<CountItem> = (cur.shards_to_sum()..next.shards_to_sum())
-        .map(CountItem::Shard)
-        .collect();
-    if next.has_base && !cur.has_base {
-        items.push(CountItem::Base);
-    }
-    items
 }
 
 /// The items `next` would start summing that are not empty. No like writes
@@ -374,36 +304,6 @@ impl From<Error> for Stop {
 enum FoldStep {
     Done,
     SettingsChanged,
-}
-
-/// What one scheduled run did.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct RunSummary {
-    /// Reels in the resize index.
-    pub reels: usize,
-    /// Resizes started by the automatic policy.
-    pub grows_started: usize,
-    /// Shrinks (folds back to one shard) started by the automatic policy.
-    pub shrinks_started: usize,
-    /// Phase changes made (each a settings write).
-    pub steps: usize,
-    /// Resizes brought to `stable`.
-    pub completed: usize,
-    /// Shards folded into the base item.
-    pub folds: usize,
-    /// Shard items deleted once folded.
-    pub deletes: usize,
-    /// Reels whose next step is not due yet (left for the next run).
-    pub waiting: usize,
-    /// Reels not visited because the run's deadline was near.
-    pub skipped: usize,
-    /// How long the oldest resize still in progress has been in its phase
-    /// (0: none): a resize stuck in one phase shows here.
-    pub oldest_phase_ms: u64,
-    /// Reels that failed this run (retried by the next).
-    pub errors: usize,
-    /// Wall-clock length of the run, in milliseconds.
-    pub duration_ms: u64,
 }
 
 #[derive(Default)]
@@ -667,188 +567,6 @@ impl<S: ResizeStore> Resharder<S> {
             }
         }
     }
-
-    /// One scheduled run: every reel in the resize index has its due steps
-    /// taken (sleeping for a step due within `RESHARD_MAX_WAIT_MS`, never
-    /// past `deadline`), and stable ones are sampled for the automatic grow
-    /// and shrink.
-    pub async fn run_scheduled(&self, deadline: Option<Instant>) -> Result<RunSummary, Error> {
-        let started = Instant::now();
-        let mut reels = self.store.indexed_reels().await?;
-        // A run cut short by its deadline must not always leave the same
-        // reels out.
-        fastrand::shuffle(&mut reels);
-        let mut summary = RunSummary {
-            reels: reels.len(),
-            ..RunSummary::default()
-        };
-        let reports: Vec<ReelReport> = futures::stream::iter(reels)
-            .map(|reel| async move { self.tend(&reel, deadline).await })
-            .buffer_unordered(RUN_CONCURRENCY)
-            .collect()
-            .await;
-        for r in reports {
-            summary.steps += r.tally.steps;
-            summary.completed += r.tally.completed;
-            summary.folds += r.tally.folds;
-            summary.deletes += r.tally.deletes;
-            summary.waiting += usize::from(r.waiting);
-            summary.skipped += usize::from(r.skipped);
-            summary.oldest_phase_ms = summary.oldest_phase_ms.max(r.phase_age_ms);
-            summary.errors += usize::from(r.error);
-            match r.started {
-                Some(Phase::Growing) => summary.grows_started += 1,
-                Some(Phase::Draining) => summary.shrinks_started += 1,
-                _ => {}
-            }
-        }
-        summary.duration_ms = started.elapsed().as_millis() as u64;
-        tracing::info!(
-            reels = summary.reels,
-            steps = summary.steps,
-            completed = summary.completed,
-            folds = summary.folds,
-            grows_started = summary.grows_started,
-            shrinks_started = summary.shrinks_started,
-            waiting = summary.waiting,
-            errors = summary.errors,
-            duration_ms = summary.duration_ms,
-            "reshard run"
-        );
-        Ok(summary)
-    }
-
-    async fn tend(&self, reel: &ReelId, deadline: Option<Instant>) -> ReelReport {
-        let mut report = ReelReport::default();
-        if deadline.is_some_and(|d| Instant::now() + DEADLINE_SAFETY >= d) {
-            report.skipped = true;
-            return report;
-        }
-        // A resize takes at most three waits; the bound only guards against
-        // a settings item that keeps changing under the run.
-        for _ in 0..8 {
-            let mut limit = None;
-            let progress = match self
-                .advance_inner(reel, &mut limit, &mut report.tally)
-                .await
-            {
-                Ok(p) => p,
-                Err(Stop::Failed(e)) => {
-                    tracing::warn!(reel = %reel, error = e.code(), "resize step failed; retried next run");
-                    report.error = true;
-                    // A resize that keeps failing is the one to alarm on.
-                    if let Ok(s) = read_settings(&self.store, reel).await
-                        && s.phase != Phase::Stable
-                        && s.phase_at_ms != UNOBSERVED
-                    {
-                        report.phase_age_ms = now_ms().saturating_sub(s.phase_at_ms).max(0) as u64;
-                    }
-                    return report;
-                }
-                Err(Stop::Interrupted) => return report,
-            };
-            match progress {
-                Progress::Stable(settings) => {
-                    if !self.resize.auto || report.started.is_some() {
-                        return report;
-                    }
-                    match self.autoscale(reel, &settings).await {
-                        Ok(Some(phase)) => report.started = Some(phase),
-                        Ok(None) => return report,
-                        Err(e) => {
-                            tracing::warn!(reel = %reel, error = e.code(), "sampling failed");
-                            report.error = true;
-                            return report;
-                        }
-                    }
-                }
-                Progress::Waiting { due_ms, settings } => {
-                    report.phase_age_ms =
-                        now_ms().saturating_sub(settings.phase_at_ms).max(0) as u64;
-                    let wait = Duration::from_millis(due_ms.saturating_sub(now_ms()).max(0) as u64);
-                    let fits = deadline.is_none_or(|d| Instant::now() + wait + DEADLINE_SAFETY < d);
-                    if wait > self.resize.max_wait || !fits {
-                        report.waiting = true;
-                        return report;
-                    }
-                    // Just past due, so the next advance finds it due.
-                    tokio::time::sleep(wait + Duration::from_millis(5)).await;
-                }
-                Progress::Interrupted => return report,
-            }
-        }
-        report
-    }
-
-    /// Samples a stable reel's write rate (the change of its shards' `w`
-    /// since the previous run) and starts a grow when it is hot or a shrink
-    /// to one shard when it has been cool for `COOL_DOWN_SECS`. Returns the
-    /// phase of a resize it started.
-    async fn autoscale(&self, reel: &ReelId, cur: &Settings) -> Result<Option<Phase>, Error> {
-        if !cur.indexed() {
-            // One shard, stable: nothing to shrink; the read and like paths
-            // grow it when it gets hot.
-            return Ok(None);
-        }
-        let sums = self.store.sum_shards(&[(reel.clone(), *cur)]).await?;
-        let writes = sums.get(reel).map_or(0, |s| s.w);
-        let now = now_ms();
-        let rate = cur.sample.and_then(|p| {
-            (now > p.at_ms && writes >= p.writes)
-                .then(|| (writes - p.writes) as f64 * 1000.0 / (now - p.at_ms) as f64)
-        });
-        let mut next = Settings {
-            sample: Some(WriteSample { writes, at_ms: now }),
-            ..*cur
-        };
-        let mut target = None;
-        if let Some(rate) = rate {
-            if rate >= self.resize.hot_per_sec {
-                next.cool_since_ms = None;
-                let want = self.resize.grow_target(cur.write_shards, Some(rate), false);
-                if want > cur.write_shards {
-                    target = Some(want);
-                }
-            } else if rate < self.resize.cool_per_sec {
-                let since = cur.cool_since_ms.unwrap_or(now);
-                next.cool_since_ms = Some(since);
-                let cooled = now.saturating_sub(since) >= self.resize.cool_down.as_millis() as i64;
-                if cooled && cur.shards_to_sum() > 1 {
-                    // One shrink retires at most 99 shards (see `plan`).
-                    let have = cur.shards_to_sum();
-                    target = Some(have.saturating_sub(keys::MAX_TRANSACT_ITEMS - 1).max(1));
-                }
-            } else {
-                next.cool_since_ms = None;
-            }
-            tracing::debug!(reel = %reel, rate, ?target, "sampled");
-        }
-        let mut started = None;
-        if let Some(t) = target
-            && let Plan::Put(resize) = plan(&next, t, now)?
-            // Something moved while clearing: the next run tries again.
-            && clear_strays(&self.store, reel, cur, &resize).await?
-        {
-            started = Some(resize.phase);
-            next = resize;
-        }
-        let applied = self.store.put_settings(reel, cur.version, &next).await?;
-        if applied && let Some(phase) = started {
-            tracing::info!(reel = %reel, rate = ?rate, from = cur.write_shards, target = next.target, phase = phase.as_str(), "automatic resize started");
-            return Ok(Some(phase));
-        }
-        Ok(None)
-    }
-}
-
-#[derive(Default)]
-struct ReelReport {
-    tally: Tally,
-    started: Option<Phase>,
-    waiting: bool,
-    skipped: bool,
-    error: bool,
-    phase_age_ms: u64,
 }
 
 fn spend(limit: &mut Option<u32>) -> Result<(), Stop> {
@@ -865,103 +583,6 @@ fn spend(limit: &mut Option<u32>) -> Result<(), Stop> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn stable(n: u32) -> Settings {
-        Settings {
-            write_shards: n,
-            read_shards: n,
-            target: n,
-            fold_from: n,
-            ..Settings::default()
-        }
-    }
-
-    #[test]
-    fn grow_raises_reads_first() {
-        let Ok(Plan::Put(s)) = plan(&stable(1), 20, 7) else {
-            panic!("no plan")
-        };
-        assert_eq!(
-            (s.phase, s.read_shards, s.write_shards, s.target),
-            (Phase::Growing, 20, 1, 20)
-        );
-        // Not stamped with the time it was computed: its wait starts when it
-        // is seen in place.
-        assert_eq!(s.phase_at_ms, UNOBSERVED);
-        let Ok(Plan::Put(d)) = plan(&stable(20), 3, 7) else {
-            panic!("no plan")
-        };
-        assert_eq!((d.phase, d.phase_at_ms), (Phase::Draining, UNOBSERVED));
-        assert!(s.indexed());
-        assert!(s.read_items(&ReelId::parse("r").unwrap()).atomic.is_empty());
-    }
-
-    #[test]
-    fn shrink_lowers_writes_first_and_folds_atomically() {
-        let Ok(Plan::Put(s)) = plan(&stable(20), 3, 7) else {
-            panic!("no plan")
-        };
-        assert_eq!(
-            (s.phase, s.read_shards, s.write_shards, s.fold_from),
-            (Phase::Draining, 20, 3, 20)
-        );
-        let r = ReelId::parse("r").unwrap();
-        let items = s.read_items(&r);
-        // The base item and shards 3..20 in one transaction; 0..3 batched.
-        assert_eq!(items.atomic.len(), 1 + 17);
-        assert_eq!(items.atomic[0], keys::base_key(&r));
-        assert_eq!(items.atomic[1], keys::shard_key(&r, 3));
-        assert_eq!(
-            items.batch,
-            (0..3).map(|i| keys::shard_key(&r, i)).collect::<Vec<_>>()
-        );
-        // Once stable again, the base item stays in every (batched) read.
-        let stable_after = Settings {
-            phase: Phase::Stable,
-            read_shards: 3,
-            ..s
-        };
-        let items = stable_after.read_items(&r);
-        assert!(items.atomic.is_empty());
-        assert_eq!(items.batch.last(), Some(&keys::base_key(&r)));
-        // One shrink retires at most 99 shards.
-        assert_eq!(
-            plan(&stable(1000), 1, 0).err().map(|e| e.status()),
-            Some(400)
-        );
-        assert!(matches!(plan(&stable(1000), 901, 0), Ok(Plan::Put(_))));
-    }
-
-    #[test]
-    fn resizes_in_progress_join_or_refuse() {
-        let Ok(Plan::Put(s)) = plan(&stable(1), 8, 0) else {
-            panic!("no plan")
-        };
-        assert!(matches!(plan(&s, 8, 1), Ok(Plan::Keep(Begin::Joined))));
-        assert_eq!(plan(&s, 9, 1).err().map(|e| e.status()), Some(409));
-        let versioned = Settings {
-            version: 3,
-            ..stable(4)
-        };
-        assert!(matches!(
-            plan(&versioned, 4, 1),
-            Ok(Plan::Keep(Begin::Unchanged))
-        ));
-        // A hand-written multi-shard item (no version) is registered in the
-        // index by asking for the count it already has; one shard never is.
-        let Ok(Plan::Put(r)) = plan(&stable(4), 4, 1) else {
-            panic!("not registered")
-        };
-        assert_eq!(
-            (r.phase, r.write_shards, r.read_shards),
-            (Phase::Stable, 4, 4)
-        );
-        assert!(r.indexed());
-        assert!(matches!(
-            plan(&stable(1), 1, 1),
-            Ok(Plan::Keep(Begin::Unchanged))
-        ));
-    }
 
     #[test]
     fn the_write_limit_simulates_a_crash() {
