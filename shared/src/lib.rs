@@ -16,7 +16,9 @@
 //! * [`store`]: the `CounterStore` trait the domain sees, and
 //!   [`store::dynamo`], its only implementation; SDK types stay in there.
 //! * [`service`]: the like/unlike/count logic with its in-memory caches, and
-//!   the observations (write rate, contention) that grow a hot reel.
+//!   the observations (write rate, contention) that grow a hot reel; one
+//!   file each for the count reads, the served-count guard, the write path
+//!   and the grow observer.
 //! * [`metrics`]: CloudWatch Embedded Metric Format records, one line per
 //!   request or run, with bounded dimensions.
 //! * [`reconcile`]: the scheduled recount from the like rows that repairs
