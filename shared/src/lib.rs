@@ -22,7 +22,9 @@
 //! * [`metrics`]: CloudWatch Embedded Metric Format records, one line per
 //!   request or run, with bounded dimensions.
 //! * [`reconcile`]: the scheduled recount from the like rows that repairs
-//!   drift, resumable over many invocations.
+//!   drift, resumable over many invocations; one file each for the run
+//!   state with its lease and chunks, the likes scan, the check phase and
+//!   the pacing of its calls.
 //! * [`reshard`]: the resize protocol (grow, shrink by folding), its
 //!   crash-safe state machine and the scheduled run with the automatic
 //!   grow/shrink policy.
