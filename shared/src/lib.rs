@@ -19,11 +19,15 @@
 //!   Built with the `dynamodb` feature (default): without it the crate is
 //!   request parsing and the domain, which is what the fuzz target builds.
 //! * [`service`]: the like/unlike/count logic with its in-memory caches, and
-//!   the observations (write rate, contention) that grow a hot reel.
+//!   the observations (write rate, contention) that grow a hot reel; one
+//!   file each for the count reads, the served-count guard, the write path
+//!   and the grow observer.
 //! * [`metrics`]: CloudWatch Embedded Metric Format records, one line per
 //!   request or run, with bounded dimensions.
 //! * [`reconcile`]: the scheduled recount from the like rows that repairs
-//!   drift, resumable over many invocations.
+//!   drift, resumable over many invocations; one file each for the run
+//!   state with its lease and chunks, the likes scan, the check phase and
+//!   the pacing of its calls.
 //! * [`reshard`]: the resize protocol (grow, shrink by folding), its
 //!   crash-safe state machine and the scheduled run with the automatic
 //!   grow/shrink policy.

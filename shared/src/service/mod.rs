@@ -1,0 +1,235 @@
+//! The like counter itself: exactly-once like/unlike, and cached sums.
+//!
+//! [`LikeService`] sees storage only through [`CounterStore`]. It keeps two
+//! bounded in-memory caches per function instance:
+//!
+//! * the summed count of a reel, for `CACHE_TTL_MS`: a viral reel is summed
+//!   at most once per TTL per instance instead of on every view;
+//! * a reel's settings (shard counts), for `SETTINGS_TTL_MS`: read on every
+//!   like, and the reason resizing waits that long between its steps.
+//!
+//! Both are size-bounded (`CACHE_MAX_REELS`, least recently used evicted) and
+//! coalesce concurrent misses of one reel into one DynamoDB read.
+//!
+//! Every count this instance serves (a read, a batch read, the count in a
+//! like's answer) also passes one guard, `LikeService::serve`: per reel it
+//! remembers the last value served and the instant that value is known to
+//! cover, and a sum read sent before that instant never replaces it (a
+//! slow read, a load joined late, a batch read landing after the entry was
+//! dropped). Under likes only, the served count therefore never decreases,
+//! and it never exceeds the truth.
+//!
+//! # Layout
+//!
+//! * `read`: the count reads (one reel, a batch) and the settings reads,
+//!   with their two caches.
+//! * `served`: the guard every count served passes (served counts never go
+//!   back).
+//! * `write`: the exactly-once like/unlike path, its retries, and the count
+//!   it answers with.
+//! * `observer`: the write-rate and contention observations that start a
+//!   grow of a hot reel.
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::keys::{Action, ReelId, UserId};
+use crate::retry::Backoff;
+use crate::store::CounterStore;
+use moka::future::Cache;
+use observer::Observer;
+use read::{Cached, FreshSettings};
+use served::Served;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[cfg(test)]
+mod fake;
+mod observer;
+mod read;
+mod served;
+mod write;
+
+/// A summed count and when its shards were read.
+#[derive(Clone, Copy, Debug)]
+pub struct Count {
+    /// The reel's likes: its shards (and base item) summed, plus this
+    /// instance's own changes since the read.
+    pub count: i64,
+    /// When the BatchGetItem that produced `count` was sent.
+    pub read_at: Instant,
+    /// When it had answered. A read that finished before a transaction was
+    /// sent cannot include it; one sent after it committed does.
+    pub done_at: Instant,
+}
+
+impl Count {
+    /// How long ago the read was sent: the `age_ms` of a count response.
+    pub fn age(&self) -> Duration {
+        self.read_at.elapsed()
+    }
+}
+
+/// A like or unlike as the handler hands it over.
+#[derive(Clone, Debug)]
+pub struct WriteRequest {
+    /// The caller, already verified.
+    pub user: UserId,
+    /// The reel liked or unliked.
+    pub reel: ReelId,
+    /// Like or unlike.
+    pub action: Action,
+    /// The client's `Idempotency-Key`, if any.
+    pub idempotency_key: Option<String>,
+    /// The API Gateway request id, if the event carried one.
+    pub request_id: Option<String>,
+}
+
+/// Which path a write took; logged, and asserted on by the fault tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritePath {
+    /// The transaction committed now.
+    Applied,
+    /// An earlier attempt with the same token had committed; DynamoDB
+    /// replayed its success without writing again.
+    Replayed,
+    /// Committed, now or by an earlier attempt with the same token:
+    /// DynamoDB's answer reported no read/write split to tell which
+    /// ([`TxResult::CommittedUnsure`]). Counted once either way; the count
+    /// is read afresh, as after a replay.
+    ///
+    /// [`TxResult::CommittedUnsure`]: crate::store::TxResult::CommittedUnsure
+    Committed,
+    /// The like row was already in the requested state: nothing written.
+    AlreadyInState,
+    /// A request with an `Idempotency-Key` that was already used: answered
+    /// from the key's record, nothing written.
+    ResolvedByRecord,
+    /// The same request (same API request id) delivered again after its
+    /// shard moved (IdempotentParameterMismatch): answered from the like
+    /// row, nothing written.
+    ResolvedByRow,
+}
+
+impl WritePath {
+    /// The `outcome` of the write's log line and the `WritePath` property of
+    /// its metrics record.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WritePath::Applied => "applied",
+            WritePath::Replayed => "replayed",
+            WritePath::Committed => "committed",
+            WritePath::AlreadyInState => "already_in_state",
+            WritePath::ResolvedByRecord => "resolved_by_record",
+            WritePath::ResolvedByRow => "resolved_by_row",
+        }
+    }
+}
+
+/// What a like or unlike did: the handler's answer (`liked`, `changed`,
+/// `count`) and what the logs and metrics record about it.
+#[derive(Clone, Debug)]
+pub struct WriteOutcome {
+    /// Whether the caller likes the reel now.
+    pub liked: bool,
+    /// Whether this request (or its earlier attempt) changed the like state.
+    pub changed: bool,
+    /// The cached total, adjusted by this request's own change.
+    pub count: i64,
+    /// How the answer was reached.
+    pub path: WritePath,
+    /// Transaction attempts beyond the first (conflicts, throttles).
+    pub retries: u32,
+    /// Of the attempts, how many were cancelled for a conflict with another
+    /// transaction.
+    pub conflicts: u32,
+    /// Of the attempts, how many DynamoDB throttled.
+    pub throttles: u32,
+    /// The write shard the request's token picked.
+    pub shard: u32,
+}
+
+/// Like, unlike and count for one function instance, over a
+/// [`CounterStore`]: the exactly-once write path, the bounded caches, and the
+/// observations that grow a hot reel.
+pub struct LikeService<S> {
+    /// Shared with the background tasks that start automatic grows.
+    store: Arc<S>,
+    counts: Option<Cache<ReelId, Cached>>,
+    /// The last count served per reel: survives the count cache's
+    /// invalidations and expiry (see [`LikeService::serve`]).
+    served: Cache<ReelId, Served>,
+    /// Numbers the sum reads, for [`Cached::load`].
+    loads: AtomicU64,
+    settings: Option<Cache<ReelId, FreshSettings>>,
+    /// `None` when `AUTO_RESHARD=off`.
+    observer: Option<Observer>,
+    /// Count-cache hits and misses, and transaction attempts cancelled for
+    /// a conflict or throttled, since this instance started (metrics).
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+    conflicts: AtomicU64,
+    throttles: AtomicU64,
+    backoff: Backoff,
+    /// See [`Config::request_budget`].
+    budget: Duration,
+    /// The SDK's bound on one call.
+    call_timeout: Duration,
+    /// See [`Config::idempotency_ttl`].
+    key_ttl: Duration,
+}
+
+impl<S: CounterStore> LikeService<S> {
+    /// A service over `store` with empty caches; built once per cold start.
+    pub fn new(store: S, config: &Config) -> Self {
+        LikeService {
+            store: Arc::new(store),
+            counts: read::cache(config.cache_ttl, config.cache_max_reels),
+            served: served::records(config),
+            loads: AtomicU64::new(0),
+            settings: read::cache(config.settings_ttl, config.cache_max_reels),
+            cache_hits: AtomicU64::new(0),
+            cache_misses: AtomicU64::new(0),
+            conflicts: AtomicU64::new(0),
+            throttles: AtomicU64::new(0),
+            observer: config.resize.auto.then(|| Observer::new(config)),
+            backoff: Backoff::from_config(config),
+            budget: config.request_budget,
+            call_timeout: config.ddb_operation_timeout,
+            key_ttl: config.idempotency_ttl,
+        }
+    }
+
+    /// The store it writes through (the health probe, the read metrics and
+    /// tests use it).
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Transaction attempts cancelled for (conflicts, throttling) since this
+    /// instance started, given-up requests included.
+    pub fn retry_stats(&self) -> (u64, u64) {
+        (
+            self.conflicts.load(Ordering::Relaxed),
+            self.throttles.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Count-cache (hits, misses) since this instance started.
+    pub fn cache_stats(&self) -> (u64, u64) {
+        (
+            self.cache_hits.load(Ordering::Relaxed),
+            self.cache_misses.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether `user` likes `reel` now (a consistent read of the like row).
+    pub async fn liked(&self, user: &UserId, reel: &ReelId) -> Result<bool, Error> {
+        Ok(self.store.like_row(user, reel).await?.is_some())
+    }
+
+    /// Readiness: both tables reachable.
+    pub async fn ready(&self) -> Result<(), Error> {
+        self.store.ping().await
+    }
+}

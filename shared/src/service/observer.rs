@@ -1,0 +1,231 @@
+//! The observations that may call for more shards (the write rate of the
+//! reels this instance sums, the contention of the likes it writes) and
+//! the grow they ask for.
+
+use super::LikeService;
+use crate::config::{Config, ResizeConfig};
+use crate::keys::ReelId;
+use crate::reshard;
+use crate::store::{CounterStore, Settings, ShardSum};
+use moka::future::Cache;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What this instance sees that may call for more shards: the write rate of
+/// the reels it sums, and the contention of the likes it writes.
+pub(super) struct Observer {
+    resize: ResizeConfig,
+    /// The last (shard writes, when summed) of each reel this instance read.
+    samples: Cache<ReelId, (i64, Instant)>,
+    /// The shard count this instance last asked a reel to grow to; not asked
+    /// again until the resize could have completed.
+    asked: Cache<ReelId, u32>,
+    /// Contended like transactions per reel: (count, first seen).
+    contention: Cache<ReelId, (u32, Instant)>,
+}
+
+/// Contention counts within this window.
+const CONTENTION_WINDOW: Duration = Duration::from_secs(10);
+
+impl Observer {
+    /// Empty observations, bounded by `config`'s cache size and resize
+    /// wait.
+    pub(super) fn new(config: &Config) -> Self {
+        Observer {
+            resize: config.resize.clone(),
+            samples: Cache::builder()
+                .max_capacity(config.cache_max_reels)
+                .time_to_idle(Duration::from_secs(300))
+                .build(),
+            asked: Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(config.resize_wait() * 2)
+                .build(),
+            contention: Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(CONTENTION_WINDOW * 6)
+                .build(),
+        }
+    }
+}
+
+impl<S: CounterStore> LikeService<S> {
+    /// Notes the write rate of a reel this instance just summed (the change
+    /// of its shards' `w` since this instance's previous sum, at least a
+    /// second apart) and asks for a grow when it crosses
+    /// `HOT_LIKES_PER_SEC`. Any instance that reads a reel sees the reel's
+    /// whole write rate this way, not just its own share of the likes.
+    pub(super) async fn observe_rate(
+        &self,
+        reel: &ReelId,
+        settings: &Settings,
+        sum: ShardSum,
+        at: Instant,
+    ) {
+        let Some(o) = &self.observer else { return };
+        let rate = match o.samples.get(reel).await {
+            Some((w0, t0)) if at > t0 => {
+                let secs = (at - t0).as_secs_f64();
+                if secs < 1.0 {
+                    // Too short to say; keep the older sample.
+                    return;
+                }
+                (sum.w >= w0).then(|| (sum.w - w0) as f64 / secs)
+            }
+            _ => None,
+        };
+        o.samples.insert(reel.clone(), (sum.w, at)).await;
+        let Some(rate) = rate else { return };
+        if rate >= o.resize.hot_per_sec {
+            let want = o
+                .resize
+                .grow_target(settings.write_shards, Some(rate), false);
+            if want > settings.write_shards {
+                self.ask_grow(o, reel, want, "write_rate").await;
+            }
+        }
+    }
+
+    /// Counts a throttled or conflicting like transaction on `reel`; enough
+    /// of them within [`CONTENTION_WINDOW`] grow the reel as a saturated
+    /// one ([`ResizeConfig::grow_target`]).
+    ///
+    /// [`ResizeConfig::grow_target`]: crate::config::ResizeConfig::grow_target
+    pub(super) async fn observe_contention(&self, reel: &ReelId, settings: &Settings) {
+        let Some(o) = &self.observer else { return };
+        if o.resize.contention_events == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let (count, _) = o
+            .contention
+            .entry(reel.clone())
+            .and_upsert_with(|e| async move {
+                match e.map(|e| e.into_value()) {
+                    Some((n, first)) if now.duration_since(first) < CONTENTION_WINDOW => {
+                        (n + 1, first)
+                    }
+                    _ => (1, now),
+                }
+            })
+            .await
+            .into_value();
+        if count >= o.resize.contention_events {
+            let want = o.resize.grow_target(settings.write_shards, None, true);
+            if want > settings.write_shards {
+                o.contention.invalidate(reel).await;
+                self.ask_grow(o, reel, want, "contention").await;
+            }
+        }
+    }
+
+    /// Starts a grow, in the background so that no request waits for it,
+    /// unless this instance asked for as many shards recently. Failures are
+    /// logged and left to the next observation: a like or read never fails
+    /// because a grow could not be started.
+    ///
+    /// The only `tokio::spawn` on a request path, kept on purpose. On Lambda
+    /// the task may be frozen with the sandbox after the response and resume
+    /// at its next invocation (seconds or minutes later), or never. Neither
+    /// can break the resize rule: the step it writes is not stamped, and its
+    /// wait starts only when it is seen in place ([`reshard`]'s module docs),
+    /// so a late put only starts the grow late. A task that never resumes
+    /// loses the grow until this instance's `asked` entry expires (two
+    /// waits) or another instance, or the scheduled run's own sampling,
+    /// asks again. Awaiting it instead would spend the request's budget (a
+    /// settings read and two conditional puts) on the like or read that
+    /// happened to notice, and the like path notices inside its retry loop.
+    async fn ask_grow(&self, o: &Observer, reel: &ReelId, want: u32, reason: &'static str) {
+        if o.asked.get(reel).await.is_some_and(|asked| asked >= want) {
+            return;
+        }
+        o.asked.insert(reel.clone(), want).await;
+        let store = Arc::clone(&self.store);
+        let asked = o.asked.clone();
+        let reel = reel.clone();
+        tokio::spawn(async move {
+            if let Err(e) = reshard::request_grow(&*store, &reel, want, reason).await {
+                tracing::warn!(reel = %reel, want, reason, error = e.code(), "could not start a grow");
+                asked.invalidate(&reel).await;
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Contention observed by [`LikeService::write`](crate::service::LikeService::write)'s retries, driven by a
+    //! store that answers from a script, and the grow it starts.
+    use super::super::fake::{like, scripted};
+    use crate::store::{RetryReason, TxResult};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn repeated_contention_on_a_reel_starts_a_grow_once() {
+        let conflict = TxResult::Retry(RetryReason::Conflict);
+        let throttled = TxResult::Retry(RetryReason::Throttled);
+        let svc = scripted(
+            vec![
+                conflict,
+                throttled,
+                conflict,
+                TxResult::Committed { replayed: false },
+            ],
+            &[("CONTENTION_GROW_EVENTS", "3")],
+        );
+        svc.write(like("u", "req")).await.unwrap();
+        // The grow starts in the background.
+        for _ in 0..100 {
+            if !svc.store().puts().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The grow's first step, then its stamp once the put returned
+        // (crate::reshard: a wait starts when its phase is seen in place).
+        for _ in 0..100 {
+            if svc.store().puts().len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let puts = svc.store().puts();
+        assert_eq!(puts.len(), 2, "{puts:?}");
+        assert_eq!(puts[0].phase_at_ms, crate::reshard::UNOBSERVED);
+        assert_eq!(puts[1].phase, crate::store::Phase::Growing);
+        assert_ne!(puts[1].phase_at_ms, crate::reshard::UNOBSERVED);
+        // The first step of a grow 1 -> 4 (a contended reel is saturated:
+        // SATURATED_GROWTH): readers first.
+        assert_eq!(
+            (
+                puts[0].phase,
+                puts[0].read_shards,
+                puts[0].write_shards,
+                puts[0].target
+            ),
+            (crate::store::Phase::Growing, 4, 1, 4)
+        );
+
+        // Two contended attempts stay below the threshold; AUTO_RESHARD=off
+        // never grows.
+        let svc = scripted(
+            vec![conflict, conflict, TxResult::Committed { replayed: false }],
+            &[("CONTENTION_GROW_EVENTS", "3")],
+        );
+        svc.write(like("u", "req")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(svc.store().puts().is_empty());
+        let svc = scripted(
+            vec![
+                conflict,
+                conflict,
+                conflict,
+                TxResult::Committed { replayed: false },
+            ],
+            &[("AUTO_RESHARD", "off")],
+        );
+        svc.write(like("u", "req")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(svc.store().puts().is_empty());
+    }
+}

@@ -1,0 +1,348 @@
+//! The count reads, of one reel or a batch, and the settings reads, with
+//! their caches: the count cache's [`Cached`] entries, the settings cache's
+//! [`FreshSettings`], and the expiry both share ([`SinceRead`]).
+
+use super::{Count, LikeService};
+use crate::error::Error;
+use crate::keys::ReelId;
+use crate::store::{CounterStore, Settings, ShardSum};
+use futures::StreamExt;
+use moka::Expiry;
+use moka::future::Cache;
+use moka::ops::compute::Op;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// A cached sum and its lineage: which read produced it and how many of
+/// this instance's own changes were applied to it since.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Cached {
+    /// `count` includes the own changes; `read_at` and `done_at` are the
+    /// read's.
+    pub(super) count: Count,
+    /// Which read (unique in this instance) the value descends from.
+    pub(super) load: u64,
+    /// Own changes applied to that read's value, in order.
+    pub(super) adjusted: u32,
+    /// The value includes no change committed after this instant: the
+    /// read's answer, or the return of the last own change applied.
+    pub(super) covers: Instant,
+}
+
+impl Cached {
+    fn read(load: u64, count: i64, read_at: Instant, done_at: Instant) -> Self {
+        Cached {
+            count: Count {
+                count,
+                read_at,
+                done_at,
+            },
+            load,
+            adjusted: 0,
+            covers: done_at,
+        }
+    }
+}
+
+impl ReadAt for Cached {
+    fn read_at(&self) -> Instant {
+        self.count.read_at
+    }
+}
+
+/// A reel's settings and when the read that produced them was sent.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FreshSettings {
+    settings: Settings,
+    read_at: Instant,
+}
+
+/// A cached value that knows when it was read.
+pub(super) trait ReadAt {
+    fn read_at(&self) -> Instant;
+}
+
+impl ReadAt for FreshSettings {
+    fn read_at(&self) -> Instant {
+        self.read_at
+    }
+}
+
+/// Entries expire `ttl` after the read that produced them was sent, however
+/// long the read took and however often this instance adjusts a count for
+/// its own writes. For settings this is what bounds how long a resize step
+/// must wait ([`Config::resize_wait`](crate::config::Config::resize_wait)).
+pub(super) struct SinceRead(pub(super) Duration);
+
+impl<V: ReadAt> Expiry<ReelId, V> for SinceRead {
+    fn expire_after_create(&self, _: &ReelId, value: &V, _: Instant) -> Option<Duration> {
+        Some(self.0.saturating_sub(value.read_at().elapsed()))
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &ReelId,
+        value: &V,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(self.0.saturating_sub(value.read_at().elapsed()))
+    }
+}
+
+/// A count or settings cache of at most `max` reels, entries kept `ttl`
+/// after their read; `None` (nothing cached) for a zero `ttl`.
+pub(super) fn cache<V: ReadAt + Clone + Send + Sync + 'static>(
+    ttl: Duration,
+    max: u64,
+) -> Option<Cache<ReelId, V>> {
+    // A zero TTL means "do not cache" (useful in tests, costly in production).
+    (!ttl.is_zero()).then(|| {
+        Cache::builder()
+            .max_capacity(max)
+            .expire_after(SinceRead(ttl))
+            .build()
+    })
+}
+
+/// The error of a load shared by concurrent misses, as each caller's own.
+fn unshare(e: Arc<Error>) -> Error {
+    (*e).clone()
+}
+
+impl<S: CounterStore> LikeService<S> {
+    /// The settings of one reel, cached.
+    pub async fn settings(&self, reel: &ReelId) -> Result<Settings, Error> {
+        let load = async {
+            let read_at = Instant::now();
+            let mut m = self.store.settings(std::slice::from_ref(reel)).await?;
+            Ok(FreshSettings {
+                settings: m.remove(reel).unwrap_or_default(),
+                read_at,
+            })
+        };
+        let fresh = match &self.settings {
+            Some(c) => c.try_get_with(reel.clone(), load).await.map_err(unshare)?,
+            None => load.await?,
+        };
+        Ok(fresh.settings)
+    }
+
+    async fn settings_many(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, Settings>, Error> {
+        let mut out = HashMap::with_capacity(reels.len());
+        let mut missing = Vec::new();
+        for r in reels {
+            match self.settings.as_ref() {
+                Some(c) => match c.get(r).await {
+                    Some(s) => {
+                        out.insert(r.clone(), s.settings);
+                    }
+                    None => missing.push(r.clone()),
+                },
+                None => missing.push(r.clone()),
+            }
+        }
+        if !missing.is_empty() {
+            let read_at = Instant::now();
+            let fetched = self.store.settings(&missing).await?;
+            for (r, settings) in fetched {
+                if let Some(c) = &self.settings {
+                    c.insert(r.clone(), FreshSettings { settings, read_at })
+                        .await;
+                }
+                out.insert(r, settings);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The cached count of one reel (summed from its shards on a miss).
+    pub async fn count(&self, reel: &ReelId) -> Result<Count, Error> {
+        let c = self.cached(reel).await?;
+        Ok(self.serve(reel, c).await)
+    }
+
+    /// The count cache's entry for `reel`, or a sum read now (concurrent
+    /// misses share one read); not yet guarded by [`Self::serve`].
+    pub(super) async fn cached(&self, reel: &ReelId) -> Result<Cached, Error> {
+        match &self.counts {
+            Some(c) => {
+                if let Some(n) = c.get(reel).await {
+                    self.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(n);
+                }
+                self.cache_misses.fetch_add(1, Ordering::Relaxed);
+                // The load may be joined by callers that come much later
+                // (a slow read under faults): what it answers is guarded
+                // by `serve`, not trusted for being new.
+                c.try_get_with(reel.clone(), self.sum_now(reel))
+                    .await
+                    .map_err(unshare)
+            }
+            None => {
+                self.cache_misses.fetch_add(1, Ordering::Relaxed);
+                self.sum_now(reel).await
+            }
+        }
+    }
+
+    /// Sums the reel's shards now, bypassing the count cache.
+    pub(super) async fn sum_now(&self, reel: &ReelId) -> Result<Cached, Error> {
+        let settings = self.settings(reel).await?;
+        let load = self.loads.fetch_add(1, Ordering::Relaxed);
+        let read_at = Instant::now();
+        let sums = self.store.sum_shards(&[(reel.clone(), settings)]).await?;
+        let done_at = Instant::now();
+        let sum = sums.get(reel).copied().unwrap_or_default();
+        self.observe_rate(reel, &settings, sum, read_at).await;
+        Ok(Cached::read(load, sum.n, read_at, done_at))
+    }
+
+    /// Sums the reel's shards now, and caches the result unless the entry
+    /// in place covers changes this read may have missed.
+    pub(super) async fn sum_fresh(&self, reel: &ReelId) -> Result<Cached, Error> {
+        let fresh = self.sum_now(reel).await?;
+        if let Some(c) = &self.counts {
+            c.entry(reel.clone())
+                .and_compute_with(|e| async move {
+                    match e.map(|e| e.into_value()) {
+                        Some(old) if old.covers > fresh.count.read_at => Op::Nop,
+                        _ => Op::Put(fresh),
+                    }
+                })
+                .await;
+        }
+        Ok(fresh)
+    }
+
+    /// The cached counts of many reels; the misses are summed together in
+    /// as few BatchGetItem calls as their shards need.
+    pub async fn counts(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, Count>, Error> {
+        let mut found = HashMap::with_capacity(reels.len());
+        let mut missing = Vec::new();
+        for r in reels {
+            if found.contains_key(r) || missing.contains(r) {
+                continue;
+            }
+            match self.counts.as_ref() {
+                Some(c) => match c.get(r).await {
+                    Some(n) => {
+                        found.insert(r.clone(), n);
+                    }
+                    None => missing.push(r.clone()),
+                },
+                None => missing.push(r.clone()),
+            }
+        }
+        self.cache_hits
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
+        self.cache_misses
+            .fetch_add(missing.len() as u64, Ordering::Relaxed);
+        if !missing.is_empty() {
+            let settings = self.settings_many(&missing).await?;
+            let plan: Vec<(ReelId, Settings)> = missing
+                .iter()
+                .map(|r| (r.clone(), settings.get(r).copied().unwrap_or_default()))
+                .collect();
+            let load = self.loads.fetch_add(1, Ordering::Relaxed);
+            let read_at = Instant::now();
+            let (sums, failed) = match self.store.sum_shards(&plan).await {
+                Ok(sums) => (sums, Vec::new()),
+                // One reel's sum failing (say, a shrinking reel whose folds
+                // kept landing) must not fail the others: each is summed on
+                // its own, and the ones that still fail are left out (the
+                // answer lists them), unless nothing is left to answer.
+                Err(e) if plan.len() > 1 && e.status() >= 429 => {
+                    let (sums, failed) = self.sum_each(&plan).await;
+                    if sums.is_empty() && found.is_empty() {
+                        return Err(e);
+                    }
+                    (sums, failed)
+                }
+                Err(e) => return Err(e),
+            };
+            let done_at = Instant::now();
+            for (r, s) in &plan {
+                if let Some(sum) = sums.get(r) {
+                    self.observe_rate(r, s, *sum, read_at).await;
+                }
+            }
+            for r in missing.into_iter().filter(|r| !failed.contains(r)) {
+                let mut n = Cached::read(load, sums.get(&r).map_or(0, |s| s.n), read_at, done_at);
+                if let Some(c) = &self.counts {
+                    // An entry that appeared meanwhile (perhaps adjusted for
+                    // this instance's own writes) wins over this read; one
+                    // removed meanwhile does not make this read new (the
+                    // guard below).
+                    n = c.entry(r.clone()).or_insert(n).await.into_value();
+                }
+                found.insert(r, n);
+            }
+        }
+        let mut out = HashMap::with_capacity(found.len());
+        for (r, c) in found {
+            let n = self.serve(&r, c).await;
+            out.insert(r, n);
+        }
+        Ok(out)
+    }
+
+    /// Sums each reel of `plan` on its own: the sums that succeeded, and the
+    /// reels whose sum failed (logged).
+    async fn sum_each(
+        &self,
+        plan: &[(ReelId, Settings)],
+    ) -> (HashMap<ReelId, ShardSum>, Vec<ReelId>) {
+        type Each = (ReelId, Result<HashMap<ReelId, ShardSum>, Error>);
+        let results: Vec<Each> = futures::stream::iter(plan.iter().cloned())
+            .map(|(r, s)| async move {
+                let sum = self.store.sum_shards(&[(r.clone(), s)]).await;
+                (r, sum)
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        let mut sums = HashMap::with_capacity(results.len());
+        let mut failed = Vec::new();
+        for (r, result) in results {
+            match result {
+                Ok(mut m) => {
+                    sums.insert(r.clone(), m.remove(&r).unwrap_or_default());
+                }
+                Err(e) => {
+                    tracing::warn!(reel = %r, error = e.code(), "a batch read left out a reel whose sum failed");
+                    failed.push(r);
+                }
+            }
+        }
+        (sums, failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A batch read over a store whose sum of one reel always fails.
+    use super::super::fake::scripted;
+    use super::*;
+    use crate::store::TxResult;
+
+    #[tokio::test]
+    async fn a_batch_read_does_not_fail_because_of_one_reel() {
+        let svc = scripted(vec![TxResult::Committed { replayed: false }], &[]);
+        let reels: Vec<ReelId> = ["a", "failing", "b"]
+            .iter()
+            .map(|r| ReelId::parse(r).unwrap())
+            .collect();
+        let counts = svc.counts(&reels).await.unwrap();
+        let mut got: Vec<(&str, i64)> = counts.iter().map(|(r, c)| (r.as_str(), c.count)).collect();
+        got.sort();
+        assert_eq!(got, [("a", 41), ("b", 41)], "the failing reel is left out");
+        // Alone, it still fails (there is nothing else to answer).
+        assert_eq!(
+            svc.counts(&reels[1..2]).await.unwrap_err(),
+            Error::Contended
+        );
+    }
+}

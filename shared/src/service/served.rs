@@ -1,0 +1,241 @@
+//! The guard every count this instance serves passes: served counts never
+//! go back ([`LikeService::serve`]).
+
+use super::read::{Cached, ReadAt, SinceRead};
+use super::{Count, LikeService};
+use crate::config::Config;
+use crate::keys::ReelId;
+use crate::store::CounterStore;
+use moka::future::Cache;
+use moka::ops::compute::{CompResult, Op};
+use std::time::Instant;
+
+/// The last count this instance served for a reel (see
+/// [`LikeService::serve`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Served {
+    pub(super) count: i64,
+    pub(super) load: u64,
+    pub(super) adjusted: u32,
+    /// No change committed after this instant is in `count`, and the value
+    /// is at least what a read sent at this instant would return (likes
+    /// only): a read sent earlier may return less.
+    pub(super) covers: Instant,
+}
+
+/// The record is kept for as long as a read sent before it covers may
+/// still be served: see [`records`].
+impl ReadAt for Served {
+    fn read_at(&self) -> Instant {
+        self.covers
+    }
+}
+
+/// The cache of [`Served`] records, one per reel.
+pub(super) fn records(config: &Config) -> Cache<ReelId, Served> {
+    // A value may be served until its entry expires (CACHE_TTL_MS
+    // after its read was sent) or, for a load, when it answers
+    // (within the request's hard bound); a read sent before a
+    // record's `covers` cannot be served later than that, so the
+    // record is no longer needed then. The operation timeout is
+    // margin. Bounded like the count cache.
+    Cache::builder()
+        .max_capacity(config.cache_max_reels)
+        .expire_after(SinceRead(
+            config.cache_ttl + config.request_timeout + config.ddb_operation_timeout,
+        ))
+        .build()
+}
+
+impl<S: CounterStore> LikeService<S> {
+    /// The count to serve for `reel`, given `c`, the value at hand: `c`
+    /// unless this instance already served a value that `c` may predate.
+    ///
+    /// A value served covers the instant recorded with it (a read: when its
+    /// answer arrived; a value adjusted by an own change: when that
+    /// transaction returned). A read sent at or after that instant includes
+    /// everything the served value did, so it replaces it; so does a later
+    /// value of the same lineage (the same read, adjusted by more of this
+    /// instance's own changes). A read sent before it is no newer: under
+    /// likes only both are at most the truth, so the larger of the two is
+    /// served (and recorded), never the smaller. With unlikes, such an
+    /// overlapping pair has no order; the larger is served until a read
+    /// sent after both settles it (within `CACHE_TTL_MS`).
+    pub(super) async fn serve(&self, reel: &ReelId, c: Cached) -> Count {
+        // The common case, a cache hit on the entry last served (or on an
+        // older copy of it): nothing to record.
+        if let Some(r) = self.served.get(reel).await
+            && r.load == c.load
+            && r.adjusted >= c.adjusted
+        {
+            return Count {
+                count: r.count,
+                ..c.count
+            };
+        }
+        let result = self
+            .served
+            .entry(reel.clone())
+            .and_compute_with(|e| async move {
+                let take = Served {
+                    count: c.count.count,
+                    load: c.load,
+                    adjusted: c.adjusted,
+                    covers: c.covers,
+                };
+                match e.map(|e| e.into_value()) {
+                    None => Op::Put(take),
+                    Some(r) if r.load == c.load => {
+                        if c.adjusted >= r.adjusted {
+                            Op::Put(Served {
+                                covers: r.covers.max(c.covers),
+                                ..take
+                            })
+                        } else {
+                            Op::Nop
+                        }
+                    }
+                    Some(r) if c.count.read_at >= r.covers || c.count.count > r.count => {
+                        Op::Put(Served {
+                            covers: r.covers.max(c.covers),
+                            ..take
+                        })
+                    }
+                    Some(_) => Op::Nop,
+                }
+            })
+            .await;
+        let count = match result {
+            CompResult::Inserted(e) | CompResult::ReplacedWith(e) | CompResult::Unchanged(e) => {
+                e.into_value().count
+            }
+            // Not produced by the closure above.
+            CompResult::Removed(_) | CompResult::StillNone(_) => c.count.count,
+        };
+        if count != c.count.count {
+            tracing::debug!(reel = %reel, had = c.count.count, served = count, "a read older than the count served was not served");
+        }
+        Count { count, ..c.count }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! What one instance serves never goes back (issue 13, part 8): a sum
+    //! read sent before a newer value was served never replaces it, through
+    //! a store whose reads the test holds and releases, so the races of a
+    //! slow read (retries under faults) are ordered deterministically.
+    use super::super::fake::{self, Fake};
+    use super::super::{WritePath, WriteRequest};
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A counter at `truth` whose sum read number `hold` (1-based) captures
+    /// the count when it is sent, says so (`held`), and answers it only once
+    /// released (`release`); every other read answers at once. Every like
+    /// commits (+1); `replayed` says, per like in order, whether DynamoDB
+    /// answered it as a replay (an earlier attempt, whose answer was lost,
+    /// committed).
+    fn service(truth: i64, hold: u32, replayed: Vec<bool>, ttl_ms: &str) -> Arc<LikeService<Fake>> {
+        Arc::new(LikeService::new(
+            Fake::new(truth).hold(hold).replays(&replayed),
+            &fake::config(&[("CACHE_TTL_MS", ttl_ms), ("AUTO_RESHARD", "off")]),
+        ))
+    }
+
+    fn like(user: &str) -> WriteRequest {
+        fake::like(user, &format!("req-{user}"))
+    }
+
+    fn truth(svc: &LikeService<Fake>) -> i64 {
+        svc.store().truth()
+    }
+
+    /// Likes only, so every value served must be at least the one served
+    /// before it, and at most the truth.
+    fn assert_never_back(served: &[(&str, i64)], truth: i64) {
+        for w in served.windows(2) {
+            assert!(w[1].1 >= w[0].1, "served count went back: {served:?}");
+        }
+        for (what, n) in served {
+            assert!(*n <= truth, "{what} served {n} above the truth {truth}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replayed_like_never_serves_a_load_that_began_before_a_newer_value() {
+        // The traced case: a slow load is in flight; batch reads cache 10; a
+        // like adjusts the entry to 11 (served); a replayed like drops the
+        // entry and reads again, which must not end in the slow load's 10.
+        let svc = service(10, 1, vec![false, true, false], "60000");
+        let reel = ReelId::parse("r").unwrap();
+        let slow = tokio::spawn({
+            let (svc, reel) = (svc.clone(), reel.clone());
+            async move { svc.count(&reel).await.unwrap().count }
+        });
+        svc.store().held().await;
+        let mut served = Vec::new();
+        let batch = svc.counts(std::slice::from_ref(&reel)).await.unwrap()[&reel].count;
+        served.push(("batch read", batch));
+        let applied = svc.write(like("a")).await.unwrap();
+        assert_eq!((applied.path, applied.count), (WritePath::Applied, 11));
+        served.push(("applied like", applied.count));
+        let replay = tokio::spawn({
+            let svc = svc.clone();
+            async move { svc.write(like("b")).await.unwrap() }
+        });
+        // Let the replayed like reach its read (today: joining the slow
+        // load), then let the slow load answer the 10 it read.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        svc.store().release();
+        let replayed = replay.await.unwrap();
+        assert_eq!(replayed.path, WritePath::Replayed);
+        served.push(("replayed like", replayed.count));
+        served.push(("slow load", slow.await.unwrap()));
+        served.push(("next read", svc.count(&reel).await.unwrap().count));
+        served.push((
+            "next batch read",
+            svc.counts(std::slice::from_ref(&reel)).await.unwrap()[&reel].count,
+        ));
+        assert_never_back(&served, truth(&svc));
+        // The replayed like's answer includes its own like.
+        assert_eq!(replayed.count, 12, "{served:?}");
+        // A like applied to the stale entry the slow load left in the cache
+        // answers with its own like too, not from below what was served.
+        let next = svc.write(like("c")).await.unwrap();
+        assert_eq!(
+            (next.path, next.count),
+            (WritePath::Applied, 13),
+            "{served:?}"
+        );
+        served.push(("last like", next.count));
+        served.push(("last read", svc.count(&reel).await.unwrap().count));
+        assert_never_back(&served, truth(&svc));
+    }
+
+    #[tokio::test]
+    async fn a_batch_read_sent_before_a_newer_value_never_replaces_it() {
+        // A batch read is sent (and held) with the count at 10; a like is
+        // applied and answers 11; the entry expires; then the batch read's
+        // 10 arrives and finds no entry (`or_insert`).
+        let svc = service(10, 1, vec![], "300");
+        let reel = ReelId::parse("r").unwrap();
+        let batch = tokio::spawn({
+            let (svc, reel) = (svc.clone(), reel.clone());
+            async move { svc.counts(std::slice::from_ref(&reel)).await.unwrap()[&reel].count }
+        });
+        svc.store().held().await;
+        let mut served = Vec::new();
+        let applied = svc.write(like("a")).await.unwrap();
+        assert_eq!(applied.count, 11);
+        served.push(("applied like", applied.count));
+        served.push(("read", svc.count(&reel).await.unwrap().count));
+        // Well past CACHE_TTL_MS (300 ms) after the entry's read.
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        svc.store().release();
+        served.push(("held batch read", batch.await.unwrap()));
+        served.push(("next read", svc.count(&reel).await.unwrap().count));
+        assert_never_back(&served, truth(&svc));
+    }
+}

@@ -1,0 +1,390 @@
+//! The like/unlike write path: exactly once, retried within the request's
+//! budget, answered with the count adjusted by the request's own change.
+
+use super::read::Cached;
+use super::{Count, LikeService, WriteOutcome, WritePath, WriteRequest};
+use crate::error::Error;
+use crate::keys::{Action, ReelId};
+use crate::store::{CounterStore, KeyRecordSpec, LikeTx, RetryReason, TxResult};
+use crate::token::{RequestIdentity, RequestToken};
+use moka::ops::compute::{CompResult, Op};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+impl<S: CounterStore> LikeService<S> {
+    /// Likes or unlikes, exactly once: one transaction writes the like row
+    /// (conditioned on its current state) and the shard increment together,
+    /// and for a request with an `Idempotency-Key` also the key's record.
+    pub async fn write(&self, req: WriteRequest) -> Result<WriteOutcome, Error> {
+        let started = Instant::now();
+        let settings = self.settings(&req.reel).await?;
+        let token = match (&req.idempotency_key, &req.request_id) {
+            (Some(k), _) => RequestToken::derive(
+                &req.user,
+                &req.reel,
+                req.action,
+                &RequestIdentity::ClientKey(k),
+            ),
+            (None, Some(id)) => RequestToken::derive(
+                &req.user,
+                &req.reel,
+                req.action,
+                &RequestIdentity::RequestId(id),
+            ),
+            (None, None) => RequestToken::random(),
+        };
+        let now = crate::clock::since_epoch();
+        let record = req.idempotency_key.as_ref().map(|_| KeyRecordSpec {
+            key_token: token.clone(),
+            // Rounded up to the hour, so that the record does not differ
+            // between a request's attempts for this reason.
+            expires_at: ((now + self.key_ttl).as_secs() as i64 / 3600 + 1) * 3600,
+        });
+        let mut tx = LikeTx {
+            user: req.user.clone(),
+            reel: req.reel.clone(),
+            action: req.action,
+            shard: token.shard(settings.write_shards),
+            token: token.clone(),
+            now_ms: now.as_millis() as i64,
+            record,
+        };
+        let wanted = req.action == Action::Like;
+        let mut attempt = 0u32;
+        let mut retries = 0u32;
+        let mut follow_ups = 0u32;
+        let mut last_retry = RetryReason::Conflict;
+        let (mut conflicts, mut throttles) = (0u32, 0u32);
+        let mut sent_at: Instant;
+        // (path, liked, changed)
+        let (path, liked, changed) = loop {
+            attempt += 1;
+            if attempt > 1 {
+                let delay = self.backoff.delay(attempt - 1);
+                let in_budget = started.elapsed() + delay + self.call_timeout <= self.budget;
+                if !self.backoff.allows(attempt - 1) || !in_budget {
+                    tracing::warn!(reel = %req.reel, action = req.action.as_str(), attempts = attempt - 1, reason = ?last_retry, in_budget, "transaction retries exhausted");
+                    return Err(match last_retry {
+                        RetryReason::Throttled => Error::Throttled,
+                        RetryReason::Conflict | RetryReason::InProgress => Error::Contended,
+                    });
+                }
+                retries += 1;
+                tokio::time::sleep(delay).await;
+            }
+            sent_at = Instant::now();
+            match self.store.write_like(&tx).await? {
+                TxResult::Committed { replayed: false } => {
+                    break (WritePath::Applied, wanted, true);
+                }
+                TxResult::Committed { replayed: true } => {
+                    break (WritePath::Replayed, wanted, true);
+                }
+                TxResult::CommittedUnsure => {
+                    break (WritePath::Committed, wanted, true);
+                }
+                TxResult::AlreadyInState => match &tx.record {
+                    // Record that this key changed nothing, so that a retry
+                    // after the user changed state does not act on it then.
+                    Some(spec) => {
+                        let r = self.store.record_unchanged(spec, req.action).await?;
+                        break (
+                            if r.changed {
+                                WritePath::ResolvedByRecord
+                            } else {
+                                WritePath::AlreadyInState
+                            },
+                            wanted,
+                            r.changed,
+                        );
+                    }
+                    None => break (WritePath::AlreadyInState, wanted, false),
+                },
+                TxResult::KeyUsed => {
+                    let changed = self
+                        .store
+                        .key_record(&token)
+                        .await?
+                        .is_some_and(|r| r.changed);
+                    break (WritePath::ResolvedByRecord, wanted, changed);
+                }
+                TxResult::Retry(reason) => {
+                    last_retry = reason;
+                    match reason {
+                        RetryReason::Conflict => {
+                            conflicts += 1;
+                            self.conflicts.fetch_add(1, Ordering::Relaxed);
+                        }
+                        RetryReason::Throttled => {
+                            throttles += 1;
+                            self.throttles.fetch_add(1, Ordering::Relaxed);
+                        }
+                        RetryReason::InProgress => {}
+                    }
+                    if reason != RetryReason::InProgress {
+                        self.observe_contention(&req.reel, &settings).await;
+                    }
+                }
+                TxResult::ParameterMismatch if tx.record.is_some() => {
+                    // The token is bound to another body: an earlier request
+                    // with this key (a like carries its own liked_at; a
+                    // resize may have moved the shard). Its record, written
+                    // atomically with any change it made, is the answer.
+                    if let Some(r) = self.store.key_record(&token).await? {
+                        break (WritePath::ResolvedByRecord, wanted, r.changed);
+                    }
+                    // No record: nothing committed under this key, so acting
+                    // now is not acting twice. A fresh token, the same record.
+                    follow_ups += 1;
+                    tx.token = token.follow_up(follow_ups);
+                    tx.shard = tx.token.shard(settings.write_shards);
+                    last_retry = RetryReason::Conflict;
+                }
+                TxResult::ParameterMismatch => {
+                    // Without a key the token comes from the request id: the
+                    // same request delivered again after a resize moved its
+                    // shard. Never write again; the like row tells the state.
+                    let row = self.store.like_row(&req.user, &req.reel).await?;
+                    // DynamoDB remembers the token, so the first delivery
+                    // most likely committed: answer as it did. A like knows
+                    // for sure (its row carries the token); an unlike's row
+                    // is gone either way, so its `changed` is a best guess.
+                    let changed = match (req.action, row) {
+                        (Action::Like, Some(row)) => row.token.as_deref() == Some(token.as_str()),
+                        (Action::Like, None) => false,
+                        (Action::Unlike, _) => true,
+                    };
+                    break (WritePath::ResolvedByRow, wanted, changed);
+                }
+            }
+        };
+        let committed_at = Instant::now();
+        let count = match path {
+            WritePath::Applied => {
+                self.count_after_own_change(&req.reel, req.action.delta(), sent_at, committed_at)
+                    .await?
+            }
+            // Committed during this request (the SDK retried after a lost
+            // response) or by an earlier one: which, and so whether a cached
+            // sum has it, is unknown. Read afresh, sent now: not a load
+            // already in flight, which may have been sent before the commit.
+            WritePath::Replayed | WritePath::Committed => {
+                let fresh = self.sum_fresh(&req.reel).await?;
+                self.serve(&req.reel, fresh).await.count
+            }
+            // Nothing was written now: the cached total stands as it is.
+            _ => self.count(&req.reel).await?.count,
+        };
+        tracing::info!(
+            reel = %req.reel,
+            action = req.action.as_str(),
+            shard = tx.shard,
+            retries,
+            outcome = path.as_str(),
+            changed,
+            keyed = tx.record.is_some(),
+            "write"
+        );
+        Ok(WriteOutcome {
+            liked,
+            changed,
+            count: count.max(0),
+            path,
+            retries,
+            conflicts,
+            throttles,
+            shard: tx.shard,
+        })
+    }
+
+    /// The count after this instance committed `delta` with a transaction
+    /// sent at `sent_at` that returned at `committed_at`.
+    ///
+    /// A cached sum whose read finished before the transaction was sent
+    /// cannot include it and is adjusted in place (its expiry stays anchored
+    /// to when it was read), so this instance's own likes and unlikes show
+    /// in what it serves next. A sum read after the commit includes it as it
+    /// is. A read that overlapped the transaction is ambiguous: it is
+    /// dropped and the shards are read again. So is a cached sum older than
+    /// what this instance already served from another read: adjusted, it
+    /// could still be below that (and the guard would then answer without
+    /// this change).
+    async fn count_after_own_change(
+        &self,
+        reel: &ReelId,
+        delta: i64,
+        sent_at: Instant,
+        committed_at: Instant,
+    ) -> Result<i64, Error> {
+        let Some(c) = &self.counts else {
+            let fresh = self.sum_now(reel).await?;
+            return Ok(self.serve(reel, fresh).await.count);
+        };
+        for _ in 0..3 {
+            let current = self.cached(reel).await?;
+            if current.count.read_at >= committed_at {
+                return Ok(self.serve(reel, current).await.count);
+            }
+            if let Some(r) = self.served.get(reel).await
+                && r.load != current.load
+                && current.count.read_at < r.covers
+            {
+                break;
+            }
+            let excludes_ours = current.count.done_at < sent_at;
+            let result = c
+                .entry(reel.clone())
+                .and_compute_with(|entry| async move {
+                    match entry.map(|e| e.into_value()) {
+                        // Still the entry we looked at (other writes of this
+                        // instance may have adjusted it meanwhile).
+                        Some(n) if n.load == current.load && n.adjusted == current.adjusted => {
+                            if excludes_ours {
+                                Op::Put(Cached {
+                                    count: Count {
+                                        count: n.count.count + delta,
+                                        ..n.count
+                                    },
+                                    adjusted: n.adjusted.saturating_add(1),
+                                    covers: n.covers.max(committed_at),
+                                    ..n
+                                })
+                            } else {
+                                Op::Remove
+                            }
+                        }
+                        _ => Op::Nop,
+                    }
+                })
+                .await;
+            if let CompResult::ReplacedWith(e) = result {
+                return Ok(self.serve(reel, e.into_value()).await.count);
+            }
+        }
+        // Still racing other loads, or the entry is older than what was
+        // served: a sum read now includes the commit.
+        let fresh = self.sum_fresh(reel).await?;
+        Ok(self.serve(reel, fresh).await.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The retry policy of [`LikeService::write`], driven by a store that
+    //! answers from a script: the faults no emulator produces (conflicts,
+    //! throttling cancellations) and what the service makes of them. The
+    //! DynamoDB behaviour itself is tested against dynoxide in `tests/`.
+    //!
+    //! And the cached sum against a read that overlaps this instance's own
+    //! transaction, with the timing made explicit by a store whose calls
+    //! take set times (the emulator answers too fast to show the race).
+    use super::super::fake::{self, Fake, like, scripted};
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn conflicts_are_retried_then_succeed_with_the_retries_counted() {
+        let conflict = TxResult::Retry(RetryReason::Conflict);
+        let svc = scripted(
+            vec![conflict, conflict, TxResult::Committed { replayed: false }],
+            &[],
+        );
+        let out = svc.write(like("u", "req")).await.unwrap();
+        // The sum (41) was read after the commit, so it already includes it.
+        assert_eq!(
+            (out.path, out.retries, out.changed, out.count),
+            (WritePath::Applied, 2, true, 41)
+        );
+        assert_eq!(svc.store().calls(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_sum_cached_before_the_write_is_adjusted_by_it() {
+        let svc = scripted(vec![TxResult::Committed { replayed: false }], &[]);
+        svc.count(&ReelId::parse("r").unwrap()).await.unwrap();
+        let out = svc.write(like("u", "req")).await.unwrap();
+        assert_eq!((out.changed, out.count), (true, 42));
+        let svc = scripted(vec![TxResult::AlreadyInState], &[]);
+        svc.count(&ReelId::parse("r").unwrap()).await.unwrap();
+        let out = svc.write(like("u", "req")).await.unwrap();
+        assert_eq!((out.changed, out.count), (false, 41));
+    }
+
+    #[tokio::test]
+    async fn retries_are_bounded_and_end_in_429_errors() {
+        let svc = scripted(
+            vec![TxResult::Retry(RetryReason::Conflict)],
+            &[("TX_MAX_ATTEMPTS", "4")],
+        );
+        assert_eq!(
+            svc.write(like("u", "req")).await.unwrap_err(),
+            Error::Contended
+        );
+        assert_eq!(svc.store().calls(), 4);
+
+        let svc = scripted(
+            vec![TxResult::Retry(RetryReason::Throttled)],
+            &[("TX_MAX_ATTEMPTS", "3")],
+        );
+        let err = svc.write(like("u", "req")).await.unwrap_err();
+        assert_eq!((err.status(), err.retry_after_secs()), (429, Some(1)));
+        assert_eq!(svc.store().calls(), 3);
+    }
+
+    #[tokio::test]
+    async fn no_attempt_starts_that_could_not_finish_within_the_budget() {
+        // One call may take the whole budget: no retry can fit after the first.
+        let svc = scripted(
+            vec![TxResult::Retry(RetryReason::Conflict)],
+            &[
+                ("TX_MAX_ATTEMPTS", "50"),
+                ("REQUEST_BUDGET_MS", "100"),
+                ("DDB_OPERATION_TIMEOUT_MS", "100"),
+                ("RETRY_BASE_MS", "30"),
+                ("RETRY_MAX_MS", "30"),
+            ],
+        );
+        assert_eq!(
+            svc.write(like("u", "req")).await.unwrap_err(),
+            Error::Contended
+        );
+        assert_eq!(svc.store().calls(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_read_that_overlaps_the_commit_is_not_adjusted_again() {
+        // One counter; a read answers 200 ms after it is sent; a transaction
+        // commits 10 ms after it is sent and its answer arrives 400 ms later.
+        // (Wide margins: the ordering must hold on a loaded CI machine.)
+        let svc = Arc::new(LikeService::new(
+            Fake::new(0).timed(
+                Duration::from_millis(200),
+                Duration::from_millis(10),
+                Duration::from_millis(400),
+            ),
+            &fake::config(&[("CACHE_TTL_MS", "60000")]),
+        ));
+        let reel = ReelId::parse("r").unwrap();
+        // A reader sends its sum first; the like is sent 5 ms later and
+        // commits while the read is in flight, so the read includes it,
+        // but it is cached before the like's answer arrives.
+        let reader = tokio::spawn({
+            let (svc, reel) = (svc.clone(), reel.clone());
+            async move { svc.count(&reel).await.unwrap().count }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let out = svc.write(like("u", "req")).await.unwrap();
+        assert_eq!(
+            reader.await.unwrap(),
+            1,
+            "the overlapping read saw the commit"
+        );
+        assert_eq!(out.count, 1, "not adjusted a second time");
+        assert_eq!(
+            svc.count(&reel).await.unwrap().count,
+            1,
+            "the cached sum is exact"
+        );
+    }
+}
