@@ -5,7 +5,6 @@
 
 use crate::error::Error;
 use crate::http::{App, Function, error_response, handle};
-use crate::metrics::Unit;
 use crate::reconcile::{Mode, Options as ReconcileOptions};
 use lambda_http::aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use lambda_http::request::LambdaRequest;
@@ -52,14 +51,19 @@ pub async fn handle_reshard_event(
         Ok(s) => s,
         Err(e) => {
             // A failed run still reports, so the stuck alarm has data.
-            let mut m = app.config.metrics.record("reshard");
-            m.count("ReshardRuns", 1).count("ResizeErrors", 1);
-            m.emit();
+            app.config
+                .metrics
+                .record("reshard")
+                .count("ReshardRuns", 1)
+                .count("ResizeErrors", 1);
+            app.config.metrics.flush(None);
             return Err(e);
         }
     };
-    let mut m = app.config.metrics.record("reshard");
-    m.count("ReshardRuns", 1)
+    app.config
+        .metrics
+        .record("reshard")
+        .count("ReshardRuns", 1)
         .count("ShardedReels", summary.reels as u64)
         .count("ResizeSteps", summary.steps as u64)
         .count("ResizesCompleted", summary.completed as u64)
@@ -67,12 +71,11 @@ pub async fn handle_reshard_event(
         .count("ShrinksStarted", summary.shrinks_started as u64)
         .count("Folds", summary.folds as u64)
         .count("ResizeErrors", summary.errors as u64)
-        .value(
+        .sample(
             "OldestResizePhaseAge",
             summary.oldest_phase_ms as f64 / 1000.0,
-            Unit::Seconds,
         );
-    m.emit();
+    app.config.metrics.flush(None);
     Ok(json!(summary))
 }
 
@@ -108,19 +111,20 @@ pub async fn handle_reconcile_event(
     let summary = Box::pin(app.reconcile.run(&opts)).await?;
     // A run's totals, once: from the invocation that finished it.
     if summary.complete && matches!(summary.invocation, "started" | "resumed") && !summary.dry_run {
-        let mut m = app.config.metrics.record("reconcile");
-        m.count("ReconcileRuns", 1)
+        app.config
+            .metrics
+            .record("reconcile")
+            .count("ReconcileRuns", 1)
             .count("ReconcileRowsScanned", summary.rows_scanned)
             .count("ReconcileReelsChecked", summary.reels_checked)
             .count("ReconcileReelsCorrected", summary.reels_corrected)
             .count("ReconcileReelsDeferred", summary.reels_deferred)
             .count("ReconcileAbsDrift", summary.total_abs_drift)
-            .value(
+            .sample(
                 "ReconcileRunDuration",
                 summary.run_duration_ms as f64 / 1000.0,
-                Unit::Seconds,
             );
-        m.emit();
+        app.config.metrics.flush(None);
     }
     serde_json::to_value(summary).map_err(|_| Error::Internal)
 }

@@ -1,49 +1,95 @@
-//! CloudWatch metrics in the Embedded Metric Format (EMF), written by the
-//! functions themselves: one JSON line on standard output per request or run,
-//! which CloudWatch Logs turns into metrics. No agent, no API call, no extra
-//! permission, nothing on the request's critical path but one buffered write.
+//! CloudWatch metrics through the ecosystem's facade: the code counts with
+//! the [`metrics`] crate's macros, and `metrics_cloudwatch_embedded` (the
+//! recorder installed once per process) writes them out in the Embedded
+//! Metric Format (EMF): JSON lines on standard output, which CloudWatch Logs
+//! turns into metrics. No agent, no API call, no extra permission, nothing
+//! on the request's critical path but an atomic add.
 //!
-//! Dimensions are bounded by construction: the function name and, for some
-//! metrics, a small fixed set of values (an outcome, a phase). Never a reel
-//! or user id: those go to the logs.
+//! # One flush per unit of work
+//!
+//! The recorder sums what it is given until it is flushed, and each unit of
+//! work flushes at its end: a request ([`crate::http::handle`]), a resize
+//! run, a reconciliation invocation. On Lambda an instance serves one
+//! invocation at a time, so each flush is that invocation's record, as the
+//! exporter's own Lambda layer would write it; flushing here instead of in
+//! that layer runs the same code in the local stack and the tests, where
+//! one process serves every route and a flush may hold several requests.
+//!
+//! # Bounded dimensions
+//!
+//! Every metric carries one label, `Function` (`like`, `read`, `reshard`,
+//! `reconcile`), and the write-path counter a second from a fixed set
+//! ([`crate::service::WritePath`]); each distinct label set is its own EMF
+//! document. Never a reel or user id: those go to the logs. The names, with
+//! their units, are [`NAMES`]: the ones the template's alarms and dashboard
+//! read.
 
-use serde_json::{Map, Value, json};
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use metrics_cloudwatch_embedded::Collector;
+use std::sync::{Mutex, OnceLock};
 
-/// CloudWatch units used here.
+pub use metrics::Unit;
+
+/// Every metric the code writes, with its CloudWatch unit: described to the
+/// recorder once when it is installed, so each EMF document names the unit.
+pub const NAMES: &[(&str, Unit)] = &[
+    // Every request.
+    ("Requests", Unit::Count),
+    ("Latency", Unit::Milliseconds),
+    ("ServerErrors", Unit::Count),
+    ("ClientErrors", Unit::Count),
+    // Likes and unlikes.
+    ("LikesApplied", Unit::Count),
+    ("UnlikesApplied", Unit::Count),
+    ("DuplicatesAbsorbed", Unit::Count),
+    ("ConflictsRetried", Unit::Count),
+    ("ThrottlesRetried", Unit::Count),
+    ("ConflictsGivenUp", Unit::Count),
+    ("ThrottlesGivenUp", Unit::Count),
+    // Writes by path, labelled `WritePath` (see `WritePath::as_str`).
+    ("Writes", Unit::Count),
+    // Count reads.
+    ("CacheHits", Unit::Count),
+    ("CacheMisses", Unit::Count),
+    ("ShardsRead", Unit::Count),
+    // The scheduled resize run.
+    ("ReshardRuns", Unit::Count),
+    ("ShardedReels", Unit::Count),
+    ("ResizeSteps", Unit::Count),
+    ("ResizesCompleted", Unit::Count),
+    ("GrowsStarted", Unit::Count),
+    ("ShrinksStarted", Unit::Count),
+    ("Folds", Unit::Count),
+    ("ResizeErrors", Unit::Count),
+    ("OldestResizePhaseAge", Unit::Seconds),
+    // A completed reconciliation run.
+    ("ReconcileRuns", Unit::Count),
+    ("ReconcileRowsScanned", Unit::Count),
+    ("ReconcileReelsChecked", Unit::Count),
+    ("ReconcileReelsCorrected", Unit::Count),
+    ("ReconcileReelsDeferred", Unit::Count),
+    ("ReconcileAbsDrift", Unit::Count),
+    ("ReconcileRunDuration", Unit::Seconds),
+];
+
+/// Where flushed records go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unit {
-    /// A number of events (requests, retries, reels).
-    Count,
-    /// A duration in milliseconds (latencies).
-    Milliseconds,
-    /// A duration in seconds (ages, run lengths).
-    Seconds,
-}
-
-impl Unit {
-    fn as_str(self) -> &'static str {
-        match self {
-            Unit::Count => "Count",
-            Unit::Milliseconds => "Milliseconds",
-            Unit::Seconds => "Seconds",
-        }
-    }
-}
-
-/// Where records go.
-#[derive(Clone, Debug)]
 pub enum Sink {
     /// Standard output (Lambda ships it to CloudWatch Logs).
     Stdout,
-    /// Kept in memory (tests).
-    Memory(Arc<Mutex<Vec<String>>>),
-    /// Dropped (`METRICS=off`, the local stack's default).
+    /// Kept in memory, for [`Metrics::lines`] (tests).
+    Memory,
+    /// Nothing is recorded (`METRICS=off`, the local stack's default): no
+    /// recorder is installed, so every metric macro is a no-op.
     Off,
 }
 
-/// Where and under which namespace records are written.
+/// The process's recorder, installed by the first [`Metrics::install`]
+/// that asks for one.
+static COLLECTOR: OnceLock<Option<&'static Collector>> = OnceLock::new();
+/// The records flushed to [`Sink::Memory`].
+static MEMORY: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The metrics configuration: a namespace and a sink.
 #[derive(Clone, Debug)]
 pub struct Metrics {
     namespace: String,
@@ -59,7 +105,7 @@ impl Metrics {
         let sink = match get("METRICS").as_deref().map(str::trim) {
             Some("emf") => Sink::Stdout,
             Some("off") => Sink::Off,
-            Some("memory") => Sink::Memory(Arc::default()),
+            Some("memory") => Sink::Memory,
             _ if on_lambda => Sink::Stdout,
             _ => Sink::Off,
         };
@@ -71,156 +117,181 @@ impl Metrics {
         }
     }
 
-    /// The same namespace, writing to `sink` instead (tests use
-    /// [`Sink::Memory`]).
-    pub fn with_sink(mut self, sink: Sink) -> Self {
-        self.sink = sink;
-        self
+    /// Where this configuration's records go.
+    pub fn sink(&self) -> Sink {
+        self.sink
     }
 
-    /// The records written so far, with a memory sink.
-    pub fn lines(&self) -> Vec<String> {
-        match &self.sink {
-            Sink::Memory(l) => l.lock().map(|l| l.clone()).unwrap_or_default(),
-            _ => Vec::new(),
-        }
-    }
-
-    /// A record of `function`'s unit of work (a request, a run), written
-    /// when [`Record::emit`] is called, and only if it holds a value.
-    pub fn record(&self, function: &'static str) -> Record<'_> {
-        Record {
-            metrics: self,
-            dimensions: vec![("Function".to_owned(), function.to_owned())],
-            values: Vec::new(),
-            properties: Map::new(),
-        }
-    }
-}
-
-/// One EMF record under construction.
-pub struct Record<'a> {
-    metrics: &'a Metrics,
-    dimensions: Vec<(String, String)>,
-    values: Vec<(&'static str, f64, Unit)>,
-    properties: Map<String, Value>,
-}
-
-impl Record<'_> {
-    /// Adds a dimension from a fixed set of values.
-    pub fn dimension(mut self, name: &str, value: &'static str) -> Self {
-        self.dimensions.push((name.to_owned(), value.to_owned()));
-        self
-    }
-
-    /// Adds a metric counted in [`Unit::Count`].
-    pub fn count(&mut self, name: &'static str, value: u64) -> &mut Self {
-        self.values.push((name, value as f64, Unit::Count));
-        self
-    }
-
-    /// Adds a metric in the given unit.
-    pub fn value(&mut self, name: &'static str, value: f64, unit: Unit) -> &mut Self {
-        self.values.push((name, value, unit));
-        self
-    }
-
-    /// A searchable property that is not a metric (e.g. the request id).
-    pub fn property(&mut self, name: &str, value: impl Into<Value>) -> &mut Self {
-        self.properties.insert(name.to_owned(), value.into());
-        self
-    }
-
-    /// The EMF document.
-    pub fn to_json(&self) -> Value {
-        let mut doc = self.properties.clone();
-        for (k, v) in &self.dimensions {
-            doc.insert(k.clone(), Value::String(v.clone()));
-        }
-        let mut defs = Vec::new();
-        for (name, value, unit) in &self.values {
-            doc.insert((*name).to_owned(), json!(value));
-            defs.push(json!({ "Name": name, "Unit": unit.as_str() }));
-        }
-        let dims: Vec<&str> = self.dimensions.iter().map(|(k, _)| k.as_str()).collect();
-        doc.insert(
-            "_aws".into(),
-            json!({
-                "Timestamp": crate::clock::now_ms(),
-                "CloudWatchMetrics": [{
-                    "Namespace": self.metrics.namespace,
-                    "Dimensions": [dims],
-                    "Metrics": defs,
-                }],
-            }),
-        );
-        Value::Object(doc)
-    }
-
-    /// Writes the record (one line). Errors writing are ignored: metrics
-    /// never fail a request.
-    pub fn emit(&self) {
-        if self.values.is_empty() {
+    /// Installs the process's recorder unless the sink is [`Sink::Off`]
+    /// (once per process: the first namespace installed stays), and
+    /// describes every metric of [`NAMES`] to it. Called once per cold
+    /// start, by [`crate::App::new`].
+    pub fn install(&self) {
+        if self.sink == Sink::Off {
             return;
         }
-        match &self.metrics.sink {
-            Sink::Off => {}
-            Sink::Stdout => {
-                let mut line = self.to_json().to_string();
-                line.push('\n');
-                let _ = std::io::stdout().lock().write_all(line.as_bytes());
+        let collector = COLLECTOR.get_or_init(|| {
+            match metrics_cloudwatch_embedded::Builder::new()
+                .cloudwatch_namespace(self.namespace.clone())
+                .init()
+            {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    // Another recorder was set first (an embedding
+                    // application's own): metrics go there instead.
+                    tracing::warn!(error = %e, "metrics recorder not installed");
+                    None
+                }
             }
-            Sink::Memory(lines) => {
-                if let Ok(mut l) = lines.lock() {
-                    l.push(self.to_json().to_string());
+        });
+        if collector.is_some() {
+            for (name, unit) in NAMES {
+                match unit {
+                    Unit::Milliseconds | Unit::Seconds => {
+                        metrics::describe_histogram!(*name, *unit, "")
+                    }
+                    _ => metrics::describe_counter!(*name, *unit, ""),
                 }
             }
         }
+    }
+
+    /// Writes out everything recorded since the last flush, one EMF line
+    /// per label set, with `request_id` as a property when given. Errors
+    /// writing are ignored: metrics never fail a request.
+    pub fn flush(&self, request_id: Option<&str>) {
+        let Some(Some(collector)) = COLLECTOR.get() else {
+            return;
+        };
+        match request_id {
+            Some(id) => collector.set_property("request_id", id),
+            None => collector.remove_property("request_id"),
+        };
+        match self.sink {
+            Sink::Off => {}
+            Sink::Stdout => {
+                let _ = collector.flush(std::io::stdout().lock());
+            }
+            Sink::Memory => {
+                let mut buf = Vec::new();
+                let _ = collector.flush(&mut buf);
+                if let Ok(mut lines) = MEMORY.lock() {
+                    lines.extend(String::from_utf8_lossy(&buf).lines().map(str::to_owned));
+                }
+            }
+        }
+    }
+
+    /// The records flushed to memory so far in this process, oldest first
+    /// (empty unless the sink is [`Sink::Memory`]).
+    pub fn lines(&self) -> Vec<String> {
+        if self.sink != Sink::Memory {
+            return Vec::new();
+        }
+        MEMORY.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// The metrics of one unit of work of `function`.
+    pub fn record(&self, function: &'static str) -> Record {
+        Record { function }
+    }
+}
+
+/// Metrics of one unit of work, all labelled with its function.
+#[derive(Clone, Copy, Debug)]
+pub struct Record {
+    function: &'static str,
+}
+
+impl Record {
+    /// Adds `value` to the counter `name` (one of [`NAMES`]). Zero adds
+    /// nothing, and a counter with nothing added since the last flush is
+    /// left out of it (CloudWatch reads a missing value as no data).
+    pub fn count(&self, name: &'static str, value: u64) -> &Self {
+        if value > 0 {
+            metrics::counter!(name, "Function" => self.function).increment(value);
+        }
+        self
+    }
+
+    /// Adds `value` to the counter `name` under a second label from a fixed
+    /// set (`label` = `value`), e.g. the write path.
+    pub fn count_by(
+        &self,
+        name: &'static str,
+        label: &'static str,
+        label_value: &'static str,
+        value: u64,
+    ) -> &Self {
+        if value > 0 {
+            metrics::counter!(name, "Function" => self.function, label => label_value)
+                .increment(value);
+        }
+        self
+    }
+
+    /// Records one sample of `name` (a latency, an age: its unit is the
+    /// one [`NAMES`] gives). Every sample since the last flush is written.
+    pub fn sample(&self, name: &'static str, value: f64) -> &Self {
+        metrics::histogram!(name, "Function" => self.function).record(value);
+        self
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
     #[test]
     fn records_follow_the_emf_specification() {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let m = Metrics::from_lookup(|_| None).with_sink(Sink::Memory(lines.clone()));
-        let mut r = m.record("like").dimension("Outcome", "applied");
+        let m = Metrics::from_lookup(|k| (k == "METRICS").then(|| "memory".into()));
+        m.install();
+        let r = m.record("like");
         r.count("LikesApplied", 1)
-            .value("Latency", 12.5, Unit::Milliseconds)
-            .property("request_id", "abc");
-        r.emit();
-        m.record("like").emit(); // empty: nothing written
-        let lines = lines.lock().unwrap();
-        assert_eq!(lines.len(), 1);
-        let doc: Value = serde_json::from_str(&lines[0]).unwrap();
-        let cw = &doc["_aws"]["CloudWatchMetrics"][0];
+            .count("ConflictsRetried", 0)
+            .sample("Latency", 12.5)
+            .count_by("Writes", "WritePath", "applied", 1);
+        m.flush(Some("abc"));
+        m.flush(None); // nothing new: nothing written
+        let lines = m.lines();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        let docs: Vec<Value> = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let plain = docs.iter().find(|d| d.get("WritePath").is_none()).unwrap();
+        let cw = &plain["_aws"]["CloudWatchMetrics"][0];
         assert_eq!(cw["Namespace"], "Likes");
-        assert_eq!(cw["Dimensions"], json!([["Function", "Outcome"]]));
+        assert_eq!(cw["Dimensions"], json!([["Function"]]));
+        let defs = cw["Metrics"].as_array().unwrap();
+        assert!(defs.contains(&json!({"Name": "Latency", "Unit": "Milliseconds"})));
+        assert!(defs.contains(&json!({"Name": "LikesApplied", "Unit": "Count"})));
+        // A zero is not written.
+        assert!(!defs.iter().any(|d| d["Name"] == "ConflictsRetried"));
+        assert!(plain["_aws"]["Timestamp"].as_u64().unwrap() > 0);
+        assert_eq!(plain["Function"], "like");
+        assert_eq!(plain["LikesApplied"], 1);
+        assert_eq!(plain["Latency"], json!([12.5]));
+        assert_eq!(plain["request_id"], "abc");
+        let by_path = docs.iter().find(|d| d.get("WritePath").is_some()).unwrap();
         assert_eq!(
-            cw["Metrics"][1],
-            json!({"Name": "Latency", "Unit": "Milliseconds"})
+            by_path["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["Function", "WritePath"]])
         );
-        assert!(doc["_aws"]["Timestamp"].as_i64().unwrap() > 0);
         assert_eq!(
-            (doc["Function"].as_str(), doc["Outcome"].as_str()),
-            (Some("like"), Some("applied"))
-        );
-        assert_eq!(
-            (doc["LikesApplied"].as_f64(), doc["request_id"].as_str()),
-            (Some(1.0), Some("abc"))
+            (by_path["WritePath"].as_str(), by_path["Writes"].as_u64()),
+            (Some("applied"), Some(1))
         );
     }
 
     #[test]
     fn on_by_default_only_on_lambda() {
         let off = Metrics::from_lookup(|_| None);
-        assert!(matches!(off.sink, Sink::Off));
+        assert_eq!(off.sink(), Sink::Off);
         let on = Metrics::from_lookup(|k| (k == "AWS_LAMBDA_FUNCTION_NAME").then(|| "f".into()));
-        assert!(matches!(on.sink, Sink::Stdout));
+        assert_eq!(on.sink(), Sink::Stdout);
         let forced = Metrics::from_lookup(|k| (k == "METRICS").then(|| "emf".into()));
-        assert!(matches!(forced.sink, Sink::Stdout));
+        assert_eq!(forced.sink(), Sink::Stdout);
     }
 }

@@ -339,11 +339,12 @@ fn report(name: &str, value: Value) {
 
 fn write_paths(t: &TestStack) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
+    // The `Writes` counter by `WritePath`, as the EMF recorder flushed it.
     for line in t.stack.config.metrics.lines() {
         if let Ok(v) = serde_json::from_str::<Value>(&line)
             && let Some(p) = v["WritePath"].as_str()
         {
-            *out.entry(p.to_owned()).or_default() += 1;
+            *out.entry(p.to_owned()).or_default() += v["Writes"].as_u64().unwrap_or(0);
         }
     }
     out

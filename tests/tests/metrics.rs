@@ -1,9 +1,10 @@
-//! The functions' CloudWatch Embedded Metric Format records: every record a
-//! request, a resize run or a reconciliation run writes is valid EMF (one
-//! namespace, dimension sets naming present keys, metric values that are
-//! numbers with CloudWatch units), carries only bounded dimensions (never a
-//! reel or user id), and has the names the template's alarms and dashboard
-//! use, with the values the requests caused.
+//! The functions' CloudWatch Embedded Metric Format records, as the
+//! `metrics` facade's EMF recorder writes them: every record a request, a
+//! resize run or a reconciliation run flushes is valid EMF (one namespace,
+//! dimension sets naming present keys, metric values that are numbers or
+//! arrays of numbers with CloudWatch units), carries only bounded dimensions
+//! (never a reel or user id), and has the names the template's alarms and
+//! dashboard use, with the values the requests caused.
 
 mod common;
 
@@ -13,8 +14,35 @@ use std::collections::HashMap;
 
 const UNITS: &[&str] = &["Count", "Milliseconds", "Seconds"];
 const FUNCTIONS: &[&str] = &["like", "read", "reshard", "reconcile"];
+const PATHS: &[&str] = &[
+    "applied",
+    "replayed",
+    "committed",
+    "already_in_state",
+    "resolved_by_record",
+    "resolved_by_row",
+];
 
-/// Parses and checks one record; returns its metric values by name.
+/// The `Writes` records by write path among `lines`.
+fn by_path(lines: &[String]) -> HashMap<String, f64> {
+    let mut out = HashMap::new();
+    for l in lines {
+        let doc: Value = serde_json::from_str(l).unwrap();
+        if let Some(p) = doc["WritePath"].as_str() {
+            *out.entry(p.to_owned()).or_default() += doc["Writes"].as_f64().unwrap();
+        }
+    }
+    out
+}
+
+/// A metric's value in a record; a counter left out of it is zero.
+fn get(values: &HashMap<String, f64>, name: &str) -> f64 {
+    values.get(name).copied().unwrap_or(0.0)
+}
+
+/// Parses and checks one record; returns its function and metric values by
+/// name (a histogram's samples summed), without the records of the
+/// `Writes` counter by write path, which [`by_path`] reads.
 fn check(line: &str) -> (String, HashMap<String, f64>) {
     let doc: Value = serde_json::from_str(line).expect("a record is one JSON object");
     let aws = &doc["_aws"];
@@ -30,8 +58,21 @@ fn check(line: &str) -> (String, HashMap<String, f64>) {
     assert_eq!(directives.len(), 1, "{line}");
     let d = &directives[0];
     assert_eq!(d["Namespace"], "Likes");
-    // Bounded dimensions: the function only.
-    assert_eq!(d["Dimensions"], serde_json::json!([["Function"]]), "{line}");
+    // Bounded dimensions: the function, and for the write-path counter the
+    // path, from a fixed set.
+    if doc.get("WritePath").is_some() {
+        assert_eq!(
+            d["Dimensions"],
+            serde_json::json!([["Function", "WritePath"]]),
+            "{line}"
+        );
+        assert!(
+            PATHS.contains(&doc["WritePath"].as_str().unwrap()),
+            "{line}"
+        );
+    } else {
+        assert_eq!(d["Dimensions"], serde_json::json!([["Function"]]), "{line}");
+    }
     let function = doc["Function"]
         .as_str()
         .expect("Function dimension")
@@ -48,9 +89,16 @@ fn check(line: &str) -> (String, HashMap<String, f64>) {
             _ => "Count",
         };
         assert_eq!(unit, want, "{name}");
-        let v = doc[name]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{name} has no numeric value: {line}"));
+        assert!(
+            likes::metrics::NAMES.iter().any(|(n, _)| *n == name),
+            "{name} is not in metrics::NAMES"
+        );
+        let v = match &doc[name] {
+            Value::Array(samples) => samples.iter().map(|s| s.as_f64().unwrap()).sum(),
+            other => other
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name} has no numeric value: {line}")),
+        };
         assert!(v >= 0.0, "{line}");
         values.insert(name.to_owned(), v);
     }
@@ -67,8 +115,13 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
     ])
     .await;
     let metrics = t.stack.app.config.metrics.clone();
+    // Records of the requests since line `from`, the write-path ones apart.
     let take = |from: usize| -> Vec<(String, HashMap<String, f64>)> {
-        metrics.lines()[from..].iter().map(|l| check(l)).collect()
+        metrics.lines()[from..]
+            .iter()
+            .filter(|l| !l.contains("\"WritePath\""))
+            .map(|l| check(l))
+            .collect()
     };
 
     let r = t.like("fan-1", "hot").await;
@@ -76,22 +129,28 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
     let r = t.like("fan-1", "hot").await; // a double tap
     assert_eq!(r.body["changed"], false);
     let recs = take(0);
-    assert_eq!(recs.len(), 2);
+    assert_eq!(recs.len(), 2, "one record per request");
     assert_eq!(recs[0].0, "like");
-    assert_eq!(recs[0].1["LikesApplied"], 1.0);
-    assert_eq!(recs[0].1["DuplicatesAbsorbed"], 0.0);
-    assert_eq!(recs[1].1["LikesApplied"], 0.0);
-    assert_eq!(recs[1].1["DuplicatesAbsorbed"], 1.0);
-    for name in [
-        "ConflictsRetried",
-        "ThrottlesRetried",
-        "ConflictsGivenUp",
-        "ThrottlesGivenUp",
-        "Latency",
-        "Requests",
+    assert_eq!(get(&recs[0].1, "LikesApplied"), 1.0);
+    assert_eq!(get(&recs[0].1, "DuplicatesAbsorbed"), 0.0);
+    assert_eq!(get(&recs[1].1, "LikesApplied"), 0.0);
+    assert_eq!(get(&recs[1].1, "DuplicatesAbsorbed"), 1.0);
+    for (name, want) in [
+        ("Requests", 1.0),
+        ("ServerErrors", 0.0),
+        ("ClientErrors", 0.0),
     ] {
-        assert!(recs[0].1.contains_key(name), "{name}");
+        assert_eq!(get(&recs[0].1, name), want, "{name}");
     }
+    assert!(recs[0].1.contains_key("Latency"));
+    // Nothing was retried: the retry counters are left out, not written 0.
+    assert!(!recs[0].1.contains_key("ConflictsRetried"));
+    let paths = by_path(&metrics.lines());
+    assert_eq!(
+        (paths.get("applied"), paths.get("already_in_state")),
+        (Some(&1.0), Some(&1.0)),
+        "{paths:?}"
+    );
 
     // Reads: the first misses the cache (it was filled by the like's count,
     // so this one hits), a batch read of a new reel misses.
@@ -103,14 +162,18 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
     assert_eq!(recs.len(), 2);
     assert!(recs.iter().all(|(f, _)| f == "read"));
     assert_eq!(
-        (recs[0].1["CacheHits"], recs[0].1["CacheMisses"]),
+        (get(&recs[0].1, "CacheHits"), get(&recs[0].1, "CacheMisses")),
         (1.0, 0.0)
     );
     assert_eq!(
-        (recs[1].1["CacheHits"], recs[1].1["CacheMisses"]),
+        (get(&recs[1].1, "CacheHits"), get(&recs[1].1, "CacheMisses")),
         (1.0, 1.0)
     );
-    assert_eq!(recs[1].1["ShardsRead"], 1.0, "one shard of the missed reel");
+    assert_eq!(
+        get(&recs[1].1, "ShardsRead"),
+        1.0,
+        "one shard of the missed reel"
+    );
 
     // Errors are counted as such.
     let n = metrics.lines().len();
@@ -118,7 +181,10 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
         .await;
     let recs = take(n);
     assert_eq!(
-        (recs[0].1["ClientErrors"], recs[0].1["ServerErrors"]),
+        (
+            get(&recs[0].1, "ClientErrors"),
+            get(&recs[0].1, "ServerErrors")
+        ),
         (1.0, 0.0)
     );
 
@@ -140,36 +206,34 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
         .iter()
         .find(|(f, _)| f == "reshard")
         .expect("reshard record");
-    for name in [
-        "ReshardRuns",
-        "ShardedReels",
-        "ResizeSteps",
-        "GrowsStarted",
-        "ShrinksStarted",
-        "OldestResizePhaseAge",
-    ] {
-        assert!(reshard.1.contains_key(name), "{name}");
-    }
+    assert_eq!(get(&reshard.1, "ReshardRuns"), 1.0);
+    assert!(reshard.1.contains_key("OldestResizePhaseAge"));
     let reconcile = recs
         .iter()
         .find(|(f, _)| f == "reconcile")
         .expect("reconcile record");
-    assert_eq!(reconcile.1["ReconcileRuns"], 1.0);
-    assert_eq!(reconcile.1["ReconcileRowsScanned"], 1.0);
-    for name in [
-        "ReconcileAbsDrift",
-        "ReconcileReelsCorrected",
-        "ReconcileReelsDeferred",
-    ] {
-        assert!(reconcile.1.contains_key(name), "{name}");
-    }
+    assert_eq!(get(&reconcile.1, "ReconcileRuns"), 1.0);
+    assert_eq!(get(&reconcile.1, "ReconcileRowsScanned"), 1.0);
+    assert_eq!(get(&reconcile.1, "ReconcileReelsCorrected"), 0.0);
+    assert!(reconcile.1.contains_key("ReconcileRunDuration"));
 
-    // Every metric an alarm or the dashboard names is one the code writes.
-    let written: Vec<String> = metrics
-        .lines()
+    // Every metric an alarm or the dashboard names is one the code writes:
+    // one of metrics::NAMES (every record above was checked against it),
+    // each of which is written by a literal in the handlers or the events.
+    let sources: String = ["shared/src/http/handlers.rs", "shared/src/events.rs"]
         .iter()
-        .flat_map(|l| check(l).1.into_keys())
+        .map(|p| std::fs::read_to_string(common::repo_root().join(p)).unwrap())
         .collect();
+    let written: Vec<String> = likes::metrics::NAMES
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    for name in &written {
+        assert!(
+            sources.contains(&format!("\"{name}\"")),
+            "{name} is in metrics::NAMES but never written"
+        );
+    }
     let template = std::fs::read_to_string(common::repo_root().join("template.yaml")).unwrap();
     let doc: serde_yaml::Value = serde_yaml::from_str(&template).unwrap();
     for (id, res) in doc["Resources"].as_mapping().unwrap() {

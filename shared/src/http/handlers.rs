@@ -5,7 +5,6 @@ use super::request::{self, Command};
 use super::routes::{self, Function, Route};
 use crate::error::Error;
 use crate::keys::{Action, ReelId};
-use crate::metrics::Unit;
 use crate::reshard::Begin;
 use crate::service::WritePath;
 use crate::service::WriteRequest;
@@ -25,8 +24,8 @@ struct WriteMetrics {
     likes: u64,
     unlikes: u64,
     duplicates: u64,
-    /// Which path the write took (`applied`, `replayed`, ...): a property
-    /// of the record, for Logs Insights, not a dimension.
+    /// Which path the write took (`applied`, `replayed`, ...): the
+    /// `WritePath` label of the `Writes` counter (a fixed set of values).
     path: Option<&'static str>,
 }
 
@@ -96,11 +95,12 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     };
     let status = response.status().as_u16();
     let latency_ms = started.elapsed().as_millis() as u64;
-    // One EMF record per request. Counters are deltas of this instance's
-    // totals: exact on Lambda, where an instance serves one request at a time.
-    let mut m = app.config.metrics.record(function.name());
+    // The request's metrics, flushed as its EMF record. Counters are deltas
+    // of this instance's totals: exact on Lambda, where an instance serves
+    // one request at a time.
+    let m = app.config.metrics.record(function.name());
     m.count("Requests", 1)
-        .value("Latency", latency_ms as f64, Unit::Milliseconds)
+        .sample("Latency", latency_ms as f64)
         .count("ServerErrors", u64::from(status >= 500))
         .count("ClientErrors", u64::from((400..500).contains(&status)));
     if route_name == "like" {
@@ -122,7 +122,7 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
             .count("ConflictsGivenUp", given_up(Error::Contended))
             .count("ThrottlesGivenUp", given_up(Error::Throttled));
         if let Some(path) = writes.path {
-            m.property("WritePath", path);
+            m.count_by("Writes", "WritePath", path, 1);
         }
     }
     if matches!(route_name, "like" | "reel_likes" | "batch_likes") {
@@ -131,10 +131,7 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
             .count("CacheMisses", misses.saturating_sub(misses_before))
             .count("ShardsRead", shard_reads(app).saturating_sub(shards_before));
     }
-    if let Some(id) = &request_id {
-        m.property("request_id", id.as_str());
-    }
-    m.emit();
+    app.config.metrics.flush(request_id.as_deref());
     if status >= 500 {
         tracing::error!(request_id, route = route_name, %method, status, latency_ms, "request");
     } else {

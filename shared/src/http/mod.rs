@@ -70,6 +70,7 @@ impl App {
     /// Builds the service, resharder and reconciler over one store (the
     /// clones share the SDK client).
     pub fn new(config: Config, store: DynamoStore) -> Self {
+        config.metrics.install();
         let reshard = Resharder::new(store.clone(), &config);
         let reconcile = Reconciler::new(store.clone(), &config);
         let service = LikeService::new(store, &config);

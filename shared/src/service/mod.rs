@@ -112,8 +112,8 @@ pub enum WritePath {
 }
 
 impl WritePath {
-    /// The `outcome` of the write's log line and the `WritePath` property of
-    /// its metrics record.
+    /// The `outcome` of the write's log line and the `WritePath` label of
+    /// the `Writes` metric.
     pub fn as_str(self) -> &'static str {
         match self {
             WritePath::Applied => "applied",
