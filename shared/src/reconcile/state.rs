@@ -6,7 +6,7 @@ use super::{Inv, Mode, Options, Reconciler};
 use crate::clock::now_ms;
 use crate::error::Error;
 use crate::keys::ReelId;
-use crate::store::ReconcileStore;
+use crate::store::{ReconcileStore, StoredRun};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -190,7 +190,10 @@ impl<S: ReconcileStore> Reconciler<S> {
         }
         let (current, ver) = match self.store.load_run().await? {
             None => (None, 0),
-            Some((json, ver)) => match serde_json::from_str::<RunState>(&json) {
+            Some(StoredRun {
+                state: json,
+                version: ver,
+            }) => match serde_json::from_str::<RunState>(&json) {
                 Ok(s) => (Some(s), ver),
                 Err(e) => {
                     tracing::error!(error = %e, "unreadable reconcile run state; starting over");
@@ -243,7 +246,11 @@ impl<S: ReconcileStore> Reconciler<S> {
     /// Best effort: clears the lease in the stored run state if `me` still
     /// holds it. On any failure the lease simply expires.
     pub(super) async fn release(&self, me: &str, writes: &Limiter) {
-        let Ok(Some((json, ver))) = self.store.load_run().await else {
+        let Ok(Some(StoredRun {
+            state: json,
+            version: ver,
+        })) = self.store.load_run().await
+        else {
             return;
         };
         let Ok(mut state) = serde_json::from_str::<RunState>(&json) else {

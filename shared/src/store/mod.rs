@@ -517,6 +517,16 @@ pub enum CorrectResult {
     Retry(RetryReason),
 }
 
+/// The reconciliation run state as stored: its JSON document and the
+/// version every write of it is conditioned on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRun {
+    /// The run state document (JSON).
+    pub state: String,
+    /// Its version (0: never versioned).
+    pub version: u64,
+}
+
 /// What reconciliation needs beyond [`ResizeStore`] (it repairs items
 /// outside a reel's read range the way a resize would).
 pub trait ReconcileStore: ResizeStore {
@@ -577,8 +587,8 @@ pub trait ReconcileStore: ResizeStore {
         expires_at: i64,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
-    /// The run state document and its version (0: none).
-    fn load_run(&self) -> impl Future<Output = Result<Option<(String, u64)>, Error>> + Send;
+    /// The stored run state, if there is one.
+    fn load_run(&self) -> impl Future<Output = Result<Option<StoredRun>, Error>> + Send;
 
     /// Writes the run state with version `expected + 1` if it is still at
     /// `expected`. `Ok(false)`: another invocation wrote it first.

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::store::{
     CorrectResult, CountItem, CounterStore, Ledger, ReconcileStore, ReelView, RunCount, ScanPage,
-    ScanTable, ShardValue,
+    ScanTable, ShardValue, StoredRun,
 };
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::error::SdkError;
@@ -302,7 +302,7 @@ impl ReconcileStore for DynamoStore {
         }
     }
 
-    async fn load_run(&self) -> Result<Option<(String, u64)>, Error> {
+    async fn load_run(&self) -> Result<Option<StoredRun>, Error> {
         let out = self
             .client
             .get_item()
@@ -313,9 +313,10 @@ impl ReconcileStore for DynamoStore {
             .await
             .map_err(|e| translate("GetItem", e))?;
         Ok(out.item.and_then(|item| {
-            let state = item.string("state")?.to_owned();
-            let ver = item.int("ver").map_or(0, |v| v.max(0) as u64);
-            Some((state, ver))
+            Some(StoredRun {
+                state: item.string("state")?.to_owned(),
+                version: item.int("ver").map_or(0, |v| v.max(0) as u64),
+            })
         }))
     }
 
