@@ -5,7 +5,8 @@
 # crash; the input that crashed is left in fuzz/artifacts/request/.
 #
 #   scripts/fuzz.sh                        # 60 s of fuzzing after the build
-#   FUZZ_SECONDS=3600 FUZZ_PROFILE=release scripts/fuzz.sh   # an hour, optimised
+#   FUZZ_SECONDS=3600 scripts/fuzz.sh      # an hour
+#   FUZZ_PROFILE=dev scripts/fuzz.sh       # unoptimised (faster to build, slower to run)
 #   FUZZ_JOBS=2 FUZZ_SECONDS=3600 scripts/fuzz.sh   # both cores
 #   scripts/fuzz.sh -only_ascii=1          # extra arguments go to libFuzzer
 #
@@ -23,8 +24,10 @@
 # stable through RUSTC_BOOTSTRAP=1.
 #
 # The build has its own target directory (fuzz/target), since everything is
-# compiled with coverage instrumentation; the first build compiles the AWS
-# SDK and takes minutes, later ones are incremental. The corpus the run grows
+# compiled with coverage instrumentation. It builds the `likes` library
+# without its `dynamodb` feature, so no AWS SDK: a clean optimised build took
+# 100 s on a 2-core machine (the SDK's alone used to take ~20 CPU minutes),
+# later ones are incremental. The corpus the run grows
 # is kept in fuzz/target/corpus/request (so a later run on the same machine
 # goes on from it); the committed seeds in fuzz/corpus/request are only read.
 set -euo pipefail
@@ -34,7 +37,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_JOBS=${FUZZ_JOBS:-1}
 FUZZ_SANITIZER=${FUZZ_SANITIZER:-none}
 FUZZ_TOOLCHAIN=${FUZZ_TOOLCHAIN:-}
-FUZZ_PROFILE=${FUZZ_PROFILE:-dev}
+FUZZ_PROFILE=${FUZZ_PROFILE:-release}
 TARGET=request
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -65,11 +68,9 @@ fi
 "${cargo_cmd[@]}" fetch --locked --quiet
 
 fuzz_args=(--sanitizer "$FUZZ_SANITIZER" --target-dir "$root/fuzz/target")
-# The bounded run of `make test` builds without optimisation (--dev): a clean
-# optimised build of the SDK the `likes` library links takes ~20 CPU minutes
-# here, an unoptimised one a fraction of that, and a minute of fuzzing needs
-# executions less than it needs the build to finish. FUZZ_PROFILE=release
-# for long runs (several times more executions a second).
+# Optimised by default (cargo fuzz's --release): with no SDK to compile the
+# build is short, and an optimised target runs several times more
+# executions a second. FUZZ_PROFILE=dev builds unoptimised.
 if [ "$FUZZ_PROFILE" = dev ]; then
     fuzz_args+=(--dev)
 fi
