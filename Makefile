@@ -67,7 +67,7 @@ ARGS ?= --peak 14000 --cap 1000 --headroom 0.3
 plan: check-cargo
 	$(CARGO) run --locked --quiet -p likes-local --bin likes-local -- plan $(ARGS)
 
-## The viral-load benchmark (release build; BENCH_* variables, see README).
+## The viral-load benchmark (release build; BENCH_* variables, see docs/benchmarks.md).
 ## Release builds of the benchmarks share target/bench-release, not target/.
 bench: check-cargo
 	CARGO_TARGET_DIR=target/bench-release $(CARGO) run --locked --quiet --release -p likes-local --bin likes-local -- bench

@@ -15,7 +15,7 @@ use faultproxy::{Faults, Proxy};
 
 const USAGE: &str = "usage: fault-proxy --upstream URL [--listen HOST:PORT] [--faults SPEC]
   SPEC: comma-separated name=value, e.g. 'seed=7,all=0.1,TransactWriteItems.lost=0.2,write_cap=1000'
-  (see the README's \"Fault-injection proxy\" section; FAULTS in the environment works too)";
+  (see docs/hostile-input.md, \"Fault injection\"; FAULTS in the environment works too)";
 
 #[tokio::main]
 async fn main() -> Result<()> {

@@ -1,7 +1,7 @@
 //! `likes-local`: the local stack (`serve`, the default), the viral-burst
 //! demo (`demo`), one reconciliation pass (`reconcile`), the shard-sizing
 //! planner (`plan`) and the benchmark (`bench`). Configuration is by
-//! environment variable; see the README.
+//! environment variable; see `docs/local.md` and `docs/operations.md`.
 //!
 //! A closed stdout (`likes-local reconcile | head -3`) is not an error:
 //! output that cannot be written is dropped and the command finishes with
@@ -34,7 +34,7 @@ fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
 const USAGE: &str = "\
 usage: likes-local [serve|demo|reconcile|plan|bench]
 
-see README.md for the environment variables; likes-local plan --help for the
+see docs/local.md and docs/operations.md for the environment variables; likes-local plan --help for the
 shard-sizing planner.
 
 A closed standard output (`likes-local reconcile | head`) is not an error:

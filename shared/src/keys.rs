@@ -1,6 +1,6 @@
 //! Validated ids and the DynamoDB key formats.
 //!
-//! These formats are a contract (see the README's data model): operations
+//! These formats are a contract (see `docs/guarantees.md`, Data model): operations
 //! tools, reconciliation and tests build the same keys.
 
 use std::fmt;

@@ -8,7 +8,7 @@
 //! * [`config`]: the typed configuration, read once per cold start from the
 //!   environment.
 //! * [`keys`]: validated reel and user ids and the DynamoDB key formats (the
-//!   data-model contract of the README).
+//!   data-model contract of `docs/guarantees.md`).
 //! * [`token`]: the deterministic `ClientRequestToken` and the shard it picks.
 //! * [`error`]: the one error enum of the crate and its single mapping to an
 //!   HTTP status and JSON body.

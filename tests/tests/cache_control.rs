@@ -1,7 +1,8 @@
 //! `Cache-Control` on every answer: count answers may be kept by a browser or
 //! CDN for what is left of the function's own cache lifetime (`public`, or
 //! `private` when the body depends on the caller), everything else is
-//! `no-store`.
+//! `no-store`; with no function cache (`CACHE_TTL_MS=0`) a count answer is
+//! `max-age=0`.
 
 mod common;
 

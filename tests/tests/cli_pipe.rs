@@ -4,7 +4,7 @@
 //! here). Each command runs as the real binary with stdout a pipe whose
 //! reader closes at once (so the first write meets a closed pipe, every
 //! time) or after the first line; `2>&1 | head` is covered by closing stderr
-//! too.
+//! too. An unknown command still exits 1.
 //!
 //! The binary is built by this test with the cargo that runs it, into the
 //! same target directory (`CARGO_BIN_EXE_*` exists only for tests of the

@@ -1,4 +1,4 @@
-//! The viral-burst demo of the README, run against a test stack: distinct
+//! The viral-burst demo (docs/local.md; the README's tour runs it), run against a test stack: distinct
 //! users, double taps and Idempotency-Key retries end in exactly one count
 //! per user, spread over every write shard.
 

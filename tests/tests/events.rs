@@ -3,8 +3,9 @@
 //! 2.0, identity from the JWT authorizer's claims, `AUTH_MODE` unset. Also:
 //! a forged `x-user-id` is ignored outside dev mode, admin routes need IAM
 //! authorization outside dev mode, the reshard function's entry point tells
-//! HTTP events from the schedule, and an unreachable DynamoDB answers 503
-//! quickly.
+//! HTTP events from the schedule (never sleeping past its deadline), the
+//! reconcile events (start, resume, dry run) run the job and a bad mode is
+//! refused, and an unreachable DynamoDB answers 503 quickly.
 
 mod common;
 

@@ -2,7 +2,8 @@
 //! data-plane reads and no control-plane call (`DescribeTable` is
 //! rate-limited per account and shared with deployments); a throttled
 //! DynamoDB makes readiness 503, as documented, never 429; it recovers once
-//! the tables answer again.
+//! the tables answer again. `DDB_RETRY_QUOTA` bounds the SDK's retries
+//! (0: every attempt; below one retry's cost: none).
 
 mod common;
 

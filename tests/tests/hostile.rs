@@ -337,7 +337,7 @@ fn hostile() -> BoxedStrategy<Hostile> {
 
 // ---------------------------------------------------------------- oracle --
 
-/// The documented reel id (README, Limits), checked independently of the
+/// The documented reel id (docs/operations.md, Limits), checked independently of the
 /// product's code.
 fn documented_reel(s: &str) -> bool {
     (1..=64).contains(&s.len())
@@ -462,7 +462,7 @@ fn changed<K: Ord + Clone>(a: &BTreeMap<K, Item>, b: &BTreeMap<K, Item>) -> Vec<
         .collect()
 }
 
-/// Whether a counters-table key belongs to `reel` (README, Data model):
+/// Whether a counters-table key belongs to `reel` (docs/guarantees.md, Data model):
 /// a shard `NNN#reel#{id}#likes`, the base, the settings or the ledger.
 fn counter_key_of(pk: &str, reel: &str) -> bool {
     if let Some(shard) = pk.strip_suffix(&format!("#reel#{reel}#likes")) {

@@ -3,7 +3,12 @@
 //! distinct users count exactly; double taps and Idempotency-Key retries
 //! count once; like → unlike → like is never swallowed; unlikes of
 //! non-likes change nothing; and every write path (applied, replayed,
-//! already-in-state, resolved by the like row) is taken and counted once.
+//! already-in-state, resolved by the key's record, resolved by the like
+//! row, including resizes between a request and its retry) is taken and
+//! counted once; a late retry of a key never undoes a later like or unlike;
+//! a write without identity is 401; answered counts follow the caller's own
+//! changes with the cache on, and stay exact under concurrent likes and
+//! reads.
 
 mod common;
 

@@ -1,7 +1,9 @@
 //! Reads: a reel's count is the sum of its read shards (missing shards count
 //! 0, negative shards count as they are), served from a per-instance cache
 //! for CACHE_TTL_MS with its age; batch reads answer up to 100 reels at once;
-//! `liked_by_me` appears with an identity; /healthz tells readiness.
+//! `liked_by_me` appears with an identity; /healthz tells readiness. Shards
+//! beyond `read_shards` are ignored, batch reads span BatchGetItem's
+//! 100-key chunks, and a missing table is a 503 without internal detail.
 
 mod common;
 

@@ -5,7 +5,9 @@
 //! not "corrected", while quiet reels in the same run are; a run interrupted
 //! after some segments resumes from its checkpoints without scanning a
 //! finished segment again; overlapping runs never apply a correction twice;
-//! a dry run changes nothing.
+//! a reel shrunk during the run is deferred; a run resumed after
+//! `RECONCILE_SEGMENTS` changed keeps its own segment count; a dry run
+//! reports the drift and leaves both tables byte-for-byte unchanged.
 
 mod common;
 

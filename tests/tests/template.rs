@@ -1,7 +1,12 @@
 //! `template.yaml` is the one source of truth, and what the local stack
 //! serves is what it says: every route answers through the local gateway,
 //! every sample event names a route of the template, the tables the stack
-//! created have the template's keys, and no function is put in dev auth.
+//! created have the template's keys, TTL and indexes (the only index is the
+//! sparse `ResizeIndex` the code queries), and no function is put in dev
+//! auth. Every counters-table statement of every function is scoped by
+//! `dynamodb:LeadingKeys` to key formats of `keys.rs`, each function may
+//! touch exactly the key kinds its code uses, and like rows are written
+//! only inside transactions.
 
 mod common;
 
@@ -267,8 +272,9 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         "ResizeStuckAlarm",
     ] {
         assert_eq!(res[alarm]["Type"], "AWS::CloudWatch::Alarm", "{alarm}");
-        let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-        assert!(readme.contains(alarm), "{alarm} missing from the runbook");
+        let runbook =
+            std::fs::read_to_string(repo_root().join("docs").join("operations.md")).unwrap();
+        assert!(runbook.contains(alarm), "{alarm} missing from the runbook");
     }
     assert_eq!(
         res["OperationsDashboard"]["Type"],

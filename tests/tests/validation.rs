@@ -1,6 +1,7 @@
 //! Bad input: every class gets a 4xx JSON error with a stable code, and
 //! changes nothing: after all of them the seeded reel still counts exactly
-//! its likes, and no item was written for any other reel or user.
+//! its likes, and no item was written for any other reel or user. Hostile
+//! forwarding headers do not break the local gateway.
 
 mod common;
 
