@@ -38,13 +38,16 @@ resize:
 reconcile: check-cargo
 	DRY_RUN=$(DRY_RUN) $(CARGO) run --locked --quiet -p likes-local --bin likes-local -- reconcile
 
-## All tests: the template lint, unit + integration tests, an end-to-end
-## run of the `make serve` binary with the demo against it, schemathesis
-## against that binary, and a bounded fuzz run (FUZZ_SECONDS, default 60).
+## All tests: the template lint, unit + integration tests (the HTTP
+## contract in both counting modes), an end-to-end run of the `make serve`
+## binary with the README's tour against it, schemathesis against that
+## binary in both modes, and a bounded fuzz run (FUZZ_SECONDS, default 60).
 test: check-cargo lint-template smoke unit schemathesis fuzz
 
 unit:
 	$(CARGO) test --workspace --locked
+	# The HTTP contract once more in stream mode (COUNTING=stream).
+	LIKES_TEST_COUNTING=stream $(CARGO) test --locked -p likes-tests --test openapi --test validation
 
 lint-template:
 	scripts/lint-template.sh
@@ -57,6 +60,7 @@ smoke:
 schemathesis:
 	$(CARGO) build --locked --quiet -p likes-local --bin likes-local
 	scripts/schemathesis.sh target/debug/likes-local
+	COUNTING=stream scripts/schemathesis.sh target/debug/likes-local
 
 ## A bounded fuzz run of request parsing; FUZZ_SECONDS=3600 make fuzz for longer.
 fuzz: check-cargo
@@ -89,7 +93,7 @@ clippy:
 
 ## Release bootstraps for Lambda (arm64); needs `pip install cargo-lambda`.
 lambda-build:
-	$(CARGO) lambda build --release --arm64 -p like -p read -p reshard -p reconcile
+	$(CARGO) lambda build --release --arm64 -p like -p read -p reshard -p reconcile -p aggregate
 
 ## SAM build/deploy (rust-cargolambda is a beta build method in SAM CLI).
 sam-build:

@@ -14,6 +14,8 @@
 //! * [`plan`]: the shard-sizing planner behind `likes-local plan`: shards for
 //!   a planned peak, checked by simulation, and the cost of reading the count.
 //! * [`out`]: the CLI's stdout and stderr, which a closed pipe cannot fail.
+//! * [`streams`]: stream mode's event source: Lambda's DynamoDB event
+//!   source mapping for the aggregate function, over the emulator's stream.
 
 pub mod bench;
 pub mod demo;
@@ -21,6 +23,7 @@ mod gateway;
 pub mod out;
 pub mod plan;
 pub mod stack;
+pub mod streams;
 pub mod template;
 
 pub use stack::{Dynamo, Stack, StackOptions};

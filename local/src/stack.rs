@@ -9,12 +9,13 @@ use aws_sdk_dynamodb::config::{Credentials, Region};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
     GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
-    ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus, TimeToLiveSpecification,
+    TimeToLiveStatus,
 };
 use faultproxy::{Faults, Proxy};
 use likes::http::App;
 use likes::store::dynamodb::{DynamoStore, sdk_config_loader};
-use likes::{AuthMode, Config};
+use likes::{AuthMode, Config, Counting};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -93,6 +94,11 @@ pub struct Stack {
     /// The fault-injection proxy between the functions and DynamoDB, when
     /// `FAULTS` asked for one.
     pub proxy: Option<Arc<Proxy>>,
+    /// Stream mode: the aggregate function's event sources.
+    pub streams: Vec<crate::streams::StreamSource>,
+    /// A Streams API client on the emulator itself (never through the
+    /// proxy), for tools and tests that look at the stream.
+    pub streams_client: aws_sdk_dynamodbstreams::Client,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -149,12 +155,7 @@ impl Stack {
 
         let client = client_for(&config, &dynamo_endpoint, &lookup_opts).await;
         for table in &template.tables {
-            let name = template
-                .table_env
-                .iter()
-                .find(|(_, id)| *id == &table.logical_id)
-                .and_then(|(var, _)| lookup_opts.lookup(var))
-                .unwrap_or_else(|| table.logical_id.clone());
+            let name = table_name(&template, &lookup_opts, &table.logical_id);
             ensure_table(&client, &name, table).await?;
         }
 
@@ -205,6 +206,55 @@ impl Stack {
                 )?);
             }
         }
+        // Stream mode: the aggregate function's event source mapping, on the
+        // Likes table's stream (through the fault proxy too, with FAULTS).
+        let mut streams = Vec::new();
+        if config.counting == Counting::Stream {
+            let faults = crate::streams::SourceFaults::parse(
+                &lookup_opts
+                    .lookup("LOCAL_STREAM_FAULTS")
+                    .unwrap_or_default(),
+            )
+            .context("LOCAL_STREAM_FAULTS")?;
+            let endpoint = proxy
+                .as_ref()
+                .map_or(dynamo_endpoint.clone(), |p| p.url.clone());
+            let streams_client = streams_client_for(&config, &endpoint, &lookup_opts).await;
+            for def in &template.stream_sources {
+                if def.code_uri.rsplit('/').next() != Some("aggregate") {
+                    anyhow::bail!(
+                        "no local handler for the stream events of {} (CodeUri {})",
+                        def.function,
+                        def.code_uri
+                    );
+                }
+                let table = table_name(&template, &lookup_opts, &def.table);
+                let arn = client
+                    .describe_table()
+                    .table_name(&table)
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(format!("describing {table}"), &e))?
+                    .table()
+                    .and_then(|t| t.latest_stream_arn())
+                    .map(str::to_owned)
+                    .ok_or_else(|| anyhow!("{table} has no stream (StreamSpecification)"))?;
+                let timeout = def
+                    .timeout_secs
+                    .map_or(SCHEDULED_TIMEOUT, |s| Duration::from_secs(s.into()));
+                let (source, task) = crate::streams::spawn(
+                    app.clone(),
+                    streams_client.clone(),
+                    def.clone(),
+                    arn,
+                    timeout,
+                    faults,
+                    stopped.clone(),
+                );
+                streams.push(source);
+                tasks.push(task);
+            }
+        }
         let mut rx = stopped.clone();
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
@@ -218,6 +268,7 @@ impl Stack {
             }
         }));
 
+        let streams_client = streams_client_for(&config, &dynamo_endpoint, &lookup_opts).await;
         Ok(Stack {
             base_url: format!("http://{addr}"),
             dynamo_endpoint,
@@ -225,9 +276,23 @@ impl Stack {
             client,
             app,
             proxy,
+            streams,
+            streams_client,
             stop,
             tasks,
         })
+    }
+
+    /// Whether every event source has handed every record now in its
+    /// stream to the aggregate function for good (stream mode; always true
+    /// in transactional mode).
+    pub async fn streams_caught_up(&self) -> Result<bool> {
+        for s in &self.streams {
+            if !s.caught_up(&self.streams_client).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Stops the gateway and the embedded emulator and waits for them.
@@ -301,6 +366,17 @@ fn spawn_schedule(
     }))
 }
 
+/// The name of the table `logical_id`: the variable the template wires to
+/// it, else the logical id itself.
+fn table_name(template: &Template, opts: &StackOptions, logical_id: &str) -> String {
+    template
+        .table_env
+        .iter()
+        .find(|(_, id)| *id == logical_id)
+        .and_then(|(var, _)| opts.lookup(var))
+        .unwrap_or_else(|| logical_id.to_owned())
+}
+
 /// A period in (fractional) seconds from `name`, or `default`.
 fn seconds(opts: &StackOptions, name: &str, default: Duration) -> Result<Duration> {
     match opts.lookup(name) {
@@ -327,6 +403,32 @@ const SCHEDULED_TIMEOUT: Duration = Duration::from_secs(60);
 /// container); otherwise dummy ones, without probing further (no instance
 /// metadata lookups from a developer's machine or CI).
 pub async fn client_for(config: &Config, endpoint: &str, opts: &StackOptions) -> Client {
+    let sdk = sdk_for(config, opts).await;
+    // Set on the client, so it wins over any endpoint in the environment.
+    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .endpoint_url(endpoint)
+        .retry_partition(likes::store::dynamodb::retry_partition(config))
+        .build();
+    Client::from_conf(conf)
+}
+
+/// A DynamoDB Streams client for `endpoint` (the emulator serves both APIs
+/// on one endpoint), with the credentials and region of [`client_for`].
+pub async fn streams_client_for(
+    config: &Config,
+    endpoint: &str,
+    opts: &StackOptions,
+) -> aws_sdk_dynamodbstreams::Client {
+    let sdk = sdk_for(config, opts).await;
+    aws_sdk_dynamodbstreams::Client::from_conf(
+        aws_sdk_dynamodbstreams::config::Builder::from(&sdk)
+            .endpoint_url(endpoint)
+            .build(),
+    )
+}
+
+/// The SDK configuration of the local clients.
+async fn sdk_for(config: &Config, opts: &StackOptions) -> aws_config::SdkConfig {
     let mut loader = sdk_config_loader(config);
     if !uses_real_credentials(opts) {
         loader = loader.credentials_provider(Credentials::new(
@@ -344,13 +446,7 @@ pub async fn client_for(config: &Config, endpoint: &str, opts: &StackOptions) ->
     {
         loader = loader.region(Region::new("us-east-1"));
     }
-    let sdk = loader.load().await;
-    // Set on the client, so it wins over any endpoint in the environment.
-    let conf = aws_sdk_dynamodb::config::Builder::from(&sdk)
-        .endpoint_url(endpoint)
-        .retry_partition(likes::store::dynamodb::retry_partition(config))
-        .build();
-    Client::from_conf(conf)
+    loader.load().await
 }
 
 fn uses_real_credentials(opts: &StackOptions) -> bool {
@@ -395,6 +491,14 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
         req = req
             .set_key_schema(Some(key_schema(&def.key_schema)?))
             .set_attribute_definitions(Some(attribute_definitions(def)?));
+        if let Some(view) = &def.stream_view_type {
+            req = req.stream_specification(
+                StreamSpecification::builder()
+                    .stream_enabled(true)
+                    .stream_view_type(StreamViewType::from(view.as_str()))
+                    .build()?,
+            );
+        }
         for index in &def.indexes {
             req = req.global_secondary_indexes(
                 GlobalSecondaryIndex::builder()
@@ -460,6 +564,27 @@ async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()>
                     .await
                     .map_err(|e| sdk_error(format!("adding index {} to {name}", index.name), &e))?;
                 tracing::info!(table = name, index = %index.name, "added index");
+                continue;
+            }
+            // A table kept from an older template gets the stream it lacks.
+            if let Some(view) = &def.stream_view_type
+                && table
+                    .and_then(|t| t.stream_specification())
+                    .is_none_or(|s| !s.stream_enabled())
+            {
+                client
+                    .update_table()
+                    .table_name(name)
+                    .stream_specification(
+                        StreamSpecification::builder()
+                            .stream_enabled(true)
+                            .stream_view_type(StreamViewType::from(view.as_str()))
+                            .build()?,
+                    )
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error(format!("enabling the stream of {name}"), &e))?;
+                tracing::info!(table = name, "enabled the stream");
                 continue;
             }
             if let Some(attr) = &def.ttl_attribute {

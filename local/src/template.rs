@@ -17,6 +17,8 @@ pub struct TableDef {
     /// The TTL attribute, when `TimeToLiveSpecification` enables one.
     pub ttl_attribute: Option<String>,
     pub indexes: Vec<IndexDef>,
+    /// `StreamSpecification.StreamViewType`, when the table has a stream.
+    pub stream_view_type: Option<String>,
 }
 
 /// A global secondary index of a table.
@@ -40,6 +42,31 @@ pub struct ScheduleDef {
     pub input: Option<String>,
 }
 
+/// One `DynamoDB` (stream) event of a function: what Lambda's event source
+/// mapping does, which the local stack's event source imitates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamSourceDef {
+    pub function: String,
+    pub code_uri: String,
+    /// The table whose stream it reads (`Stream: !GetAtt <Table>.StreamArn`).
+    pub table: String,
+    pub batch_size: u32,
+    /// `MaximumBatchingWindowInSeconds`.
+    pub batching_window_secs: u32,
+    /// `MaximumRetryAttempts` (-1: until the records expire).
+    pub max_retries: i64,
+    /// `BisectBatchOnFunctionError`.
+    pub bisect: bool,
+    /// `FunctionResponseTypes` holds `ReportBatchItemFailures`.
+    pub report_failures: bool,
+    /// `TumblingWindowInSeconds` (0: none; the event then names no shard).
+    pub tumbling_window_secs: u32,
+    /// `StartingPosition`: `TRIM_HORIZON` or `LATEST`.
+    pub starting_position: String,
+    /// The function's `Timeout` (seconds), when it sets one.
+    pub timeout_secs: Option<u32>,
+}
+
 /// One `HttpApi` event of a function.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteDef {
@@ -58,6 +85,7 @@ pub struct Template {
     pub tables: Vec<TableDef>,
     pub routes: Vec<RouteDef>,
     pub schedules: Vec<ScheduleDef>,
+    pub stream_sources: Vec<StreamSourceDef>,
     /// Environment variable → table logical id, from `!Ref <Table>` values in
     /// `Globals.Function.Environment` and each function's `Environment`.
     pub table_env: BTreeMap<String, String>,
@@ -79,6 +107,7 @@ impl Template {
         let mut tables = Vec::new();
         let mut routes = Vec::new();
         let mut schedules = Vec::new();
+        let mut stream_sources = Vec::new();
         let mut table_env = BTreeMap::new();
         let mut env_blocks: Vec<&Value> = Vec::new();
         if let Some(v) = doc
@@ -116,6 +145,11 @@ impl Template {
                             .map(str::to_owned),
                         indexes: indexes(props.get("GlobalSecondaryIndexes"))
                             .with_context(|| format!("{id}.GlobalSecondaryIndexes"))?,
+                        stream_view_type: props
+                            .get("StreamSpecification")
+                            .and_then(|s| s.get("StreamViewType"))
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
                     });
                 }
                 "AWS::Serverless::Function" => {
@@ -134,6 +168,18 @@ impl Template {
                         let p = ev.get("Properties");
                         match ev.get("Type").and_then(Value::as_str) {
                             Some("HttpApi") => {}
+                            Some("DynamoDB") => {
+                                let p = p.ok_or_else(|| {
+                                    anyhow!("{id}: a DynamoDB event without Properties")
+                                })?;
+                                let mut s = stream_source(&id, &code_uri, p)?;
+                                s.timeout_secs = props
+                                    .get("Timeout")
+                                    .and_then(Value::as_u64)
+                                    .map(|t| t.min(900) as u32);
+                                stream_sources.push(s);
+                                continue;
+                            }
                             Some("Schedule" | "ScheduleV2") => {
                                 let expr = p
                                     .and_then(|p| p.get("Schedule").or(p.get("ScheduleExpression")))
@@ -190,6 +236,7 @@ impl Template {
             tables,
             routes,
             schedules,
+            stream_sources,
             table_env,
         })
     }
@@ -282,6 +329,47 @@ pub fn match_path(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
         }
     }
     Some(params)
+}
+
+/// A function's `DynamoDB` event, with Lambda's defaults for what it leaves
+/// out. The stream must be `!GetAtt <Table>.StreamArn`.
+fn stream_source(function: &str, code_uri: &str, p: &Value) -> Result<StreamSourceDef> {
+    let table = match p.get("Stream") {
+        Some(Value::Tagged(t)) if t.tag == "!GetAtt" => t
+            .value
+            .as_str()
+            .and_then(|s| s.strip_suffix(".StreamArn"))
+            .map(str::to_owned),
+        _ => None,
+    }
+    .ok_or_else(|| anyhow!("{function}: Stream must be !GetAtt <Table>.StreamArn"))?;
+    let int = |name: &str, default: i64| p.get(name).and_then(Value::as_i64).unwrap_or(default);
+    Ok(StreamSourceDef {
+        function: function.to_owned(),
+        code_uri: code_uri.to_owned(),
+        table,
+        batch_size: int("BatchSize", 100).clamp(1, 10_000) as u32,
+        batching_window_secs: int("MaximumBatchingWindowInSeconds", 0).clamp(0, 300) as u32,
+        max_retries: int("MaximumRetryAttempts", -1),
+        bisect: p
+            .get("BisectBatchOnFunctionError")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        report_failures: p
+            .get("FunctionResponseTypes")
+            .and_then(Value::as_sequence)
+            .is_some_and(|s| {
+                s.iter()
+                    .any(|v| v.as_str() == Some("ReportBatchItemFailures"))
+            }),
+        tumbling_window_secs: int("TumblingWindowInSeconds", 0).clamp(0, 900) as u32,
+        starting_position: p
+            .get("StartingPosition")
+            .and_then(Value::as_str)
+            .unwrap_or("LATEST")
+            .to_owned(),
+        timeout_secs: None,
+    })
 }
 
 #[cfg(test)]

@@ -15,6 +15,27 @@ pub enum AuthMode {
     Dev,
 }
 
+/// How likes are counted (`COUNTING`), chosen per deployment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counting {
+    /// `transactional` (the default): each like is one transaction of its
+    /// row and a shard increment.
+    Transactional,
+    /// `stream`: a like writes only its row; the aggregate function adds
+    /// the Likes table's stream to the shards ([`crate::aggregate`]).
+    Stream,
+}
+
+impl Counting {
+    /// The value of `COUNTING` that selects it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Counting::Transactional => "transactional",
+            Counting::Stream => "stream",
+        }
+    }
+}
+
 /// Everything a function reads from its environment, once per cold start
 /// (see [`Config::from_env`]); each field names its variable and default.
 #[derive(Clone, Debug)]
@@ -88,6 +109,24 @@ pub struct Config {
     /// Where metrics go: `METRICS`, `METRICS_NAMESPACE` (see
     /// [`crate::metrics::Metrics::from_lookup`]).
     pub metrics: crate::metrics::Metrics,
+    /// `COUNTING` (default `transactional`): how likes are counted.
+    pub counting: Counting,
+    /// `STREAM_VISIBLE_MS` (default 10000, stream mode): how long this
+    /// instance adds its own likes and unlikes to the counts it serves,
+    /// while the stream carries them to the shards. Longer than the
+    /// stream's usual lag (the `AggregationLag` metric), so the tapper sees
+    /// their own like land and never fall back.
+    pub stream_visible: Duration,
+    /// `STREAM_SINCE_MS` (default 0, stream mode): when the deployment
+    /// switched to stream mode (Unix ms, taken as the whole second at or
+    /// after it; 0: it always counted by stream).
+    /// Removals the stream recorded before it were counted by their own
+    /// transactions (see `docs/counting.md` for the switch).
+    pub stream_since_ms: i64,
+    /// `AGGREGATE_CHUNK_REELS` (default and most 49, stream mode): reels one
+    /// aggregation transaction adds to (a checkpoint and, per reel, a
+    /// settings check and a shard update: 100 items at most).
+    pub aggregate_chunk_reels: usize,
 }
 
 /// How the reconciliation job scans and how hard it may push.
@@ -113,6 +152,13 @@ pub struct ReconcileConfig {
     /// shards were stamped after `run start − REQUEST_TIMEOUT_MS − skew` is
     /// deferred.
     pub clock_skew: Duration,
+    /// `RECONCILE_STREAM_SETTLE_SECS` (default 93600, 26 hours; stream
+    /// mode): how long a drift must stay exactly as it was (same rows, same
+    /// shard values) before it is corrected. Longer than the stream keeps a
+    /// record (24 hours), so no record that was in flight at the first
+    /// sighting can still be on its way: each was applied (which changes the
+    /// shards), sent to the failure queue, or trimmed.
+    pub stream_settle: Duration,
 }
 
 /// How reels are resized, by hand and automatically.
@@ -260,6 +306,12 @@ impl Config {
             max_read_units: rate("RECONCILE_MAX_READ_UNITS", 500.0)?,
             max_write_units: rate("RECONCILE_MAX_WRITE_UNITS", 100.0)?,
             clock_skew: ms("RECONCILE_CLOCK_SKEW_MS", 5_000, 0, 3_600_000)?,
+            stream_settle: Duration::from_secs(num(
+                "RECONCILE_STREAM_SETTLE_SECS",
+                93_600,
+                0,
+                30 * 86_400,
+            )?),
         };
         if resize.cool_per_sec >= resize.hot_per_sec {
             return Err(ConfigError(
@@ -310,6 +362,23 @@ impl Config {
             resize,
             reconcile,
             metrics: crate::metrics::Metrics::from_lookup(&get),
+            counting: match get("COUNTING").as_deref().map(str::trim) {
+                None | Some("") | Some("transactional") => Counting::Transactional,
+                Some("stream") => Counting::Stream,
+                Some(other) => {
+                    return Err(ConfigError(format!(
+                        "COUNTING={other:?}: expected \"transactional\" or \"stream\""
+                    )));
+                }
+            },
+            stream_visible: ms("STREAM_VISIBLE_MS", 10_000, 0, 600_000)?,
+            stream_since_ms: num("STREAM_SINCE_MS", 0, 0, 32_503_680_000_000)? as i64,
+            aggregate_chunk_reels: num(
+                "AGGREGATE_CHUNK_REELS",
+                crate::aggregate::MAX_CHUNK_REELS as u64,
+                1,
+                crate::aggregate::MAX_CHUNK_REELS as u64,
+            )? as usize,
         })
     }
 }

@@ -1,8 +1,10 @@
 //! The functions' entry points that are not HTTP requests: the `reshard`
 //! function's event (an admin route's API Gateway request, or the
-//! EventBridge schedule) and the `reconcile` function's event. They record
-//! their runs' metrics; the HTTP handling itself stays in [`crate::http`].
+//! EventBridge schedule), the `reconcile` function's event and the
+//! `aggregate` function's stream batch (stream mode). They record their
+//! runs' metrics; the HTTP handling itself stays in [`crate::http`].
 
+use crate::aggregate::records::StreamEvent;
 use crate::error::Error;
 use crate::http::{App, Function, error_response, handle};
 use crate::reconcile::{Mode, Options as ReconcileOptions};
@@ -127,4 +129,54 @@ pub async fn handle_reconcile_event(
         app.config.metrics.flush(None);
     }
     serde_json::to_value(summary).map_err(|_| Error::Internal)
+}
+
+/// One batch of the `aggregate` function (stream mode): Lambda's DynamoDB
+/// stream event, with the tumbling-window fields (`shardId`). The answer is
+/// Lambda's `TimeWindowEventResponse`: `batchItemFailures` names the record
+/// from which Lambda must deliver again (empty: the whole batch is
+/// applied), and `state` is left empty (the checkpoint item is the state,
+/// kept across windows). An unreadable event or a store failure is an
+/// error, so Lambda retries the batch (or bisects it).
+pub async fn handle_aggregate_event(
+    app: &App,
+    event: Value,
+    deadline: Option<Instant>,
+) -> Result<Value, Error> {
+    let event: StreamEvent = serde_json::from_value(event).map_err(|e| {
+        tracing::error!(error = %e, "unreadable stream event");
+        Error::Internal
+    })?;
+    let records = event.records.len() as u64;
+    let result = app.aggregate.handle(&event, deadline).await;
+    let m = app.config.metrics.record("aggregate");
+    m.count("AggregateBatches", 1);
+    match &result {
+        Ok(out) => {
+            m.count("AggregatedRecords", out.applied as u64)
+                .count("AggregateSkippedRecords", out.skipped as u64)
+                .count("AggregateChunks", out.chunks as u64)
+                .count("AggregateRetries", u64::from(out.retries))
+                .count(
+                    "AggregateBatchesHandedBack",
+                    u64::from(out.failed_from.is_some()),
+                );
+            if let Some(lag) = out.lag_ms {
+                m.sample("AggregationLag", lag as f64);
+            }
+            tracing::info!(records, applied = out.applied, skipped = out.skipped, chunks = out.chunks, retries = out.retries, failed_from = ?out.failed_from, lag_ms = ?out.lag_ms, "aggregate batch");
+        }
+        Err(e) => {
+            m.count("AggregateErrors", 1);
+            tracing::warn!(records, error = %e, "aggregate batch failed; Lambda retries it");
+        }
+    }
+    app.config.metrics.flush(None);
+    let out = result?;
+    let failures: Vec<Value> = out
+        .failed_from
+        .iter()
+        .map(|seq| json!({ "itemIdentifier": seq }))
+        .collect();
+    Ok(json!({ "state": {}, "batchItemFailures": failures }))
 }

@@ -217,6 +217,24 @@ pub fn idempotency_record_key(token: &str) -> String {
     format!("idem#{token}")
 }
 
+/// `agg#{hash}`: the aggregator's checkpoint of one stream shard (stream
+/// mode, [`crate::aggregate`]): the last sequence number applied. The hash
+/// (128 bits of SHA-256 of the stream ARN and the shard id) keeps the key
+/// short whatever the ids look like; they are never parsed. Expires through
+/// TTL once its shard is closed.
+pub fn aggregate_checkpoint_key(stream_arn: &str, shard_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"likes/checkpoint/v1");
+    for field in [stream_arn, shard_id] {
+        h.update((field.len() as u64).to_be_bytes());
+        h.update(field.as_bytes());
+    }
+    let digest = h.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("agg#{hex}")
+}
+
 /// Inverse of [`settings_key`].
 pub fn parse_settings_key(pk: &str) -> Option<ReelId> {
     let reel = pk.strip_prefix("reel#")?.strip_suffix("#settings")?;

@@ -31,15 +31,19 @@
 //! * [`reshard`]: the resize protocol (grow, shrink by folding), its
 //!   crash-safe state machine and the scheduled run with the automatic
 //!   grow/shrink policy.
+//! * [`aggregate`]: stream mode's consumer of the Likes table's stream,
+//!   exactly once with a checkpoint per stream shard; `records` parses
+//!   Lambda's event, `chunk` cuts it into transactions.
 //! * [`events`]: the entry points that are not HTTP requests: the reshard
-//!   function's event (an admin request or the schedule) and the reconcile
-//!   function's.
+//!   function's event (an admin request or the schedule), the reconcile
+//!   function's and the aggregate function's stream batch.
 //! * [`http`]: request parsing, validation and the `like` and `read` handlers
 //!   that the Lambda functions and the local stack both run, admin routes
 //!   included.
 
 #![warn(missing_docs)]
 
+pub mod aggregate;
 pub(crate) mod clock;
 pub mod config;
 pub mod error;
@@ -55,7 +59,7 @@ pub mod service;
 pub mod store;
 pub mod token;
 
-pub use config::{AuthMode, Config, ReconcileConfig, ResizeConfig};
+pub use config::{AuthMode, Config, Counting, ReconcileConfig, ResizeConfig};
 pub use error::Error;
 #[cfg(feature = "dynamodb")]
 pub use http::App;

@@ -18,7 +18,7 @@
 //! # Bounded dimensions
 //!
 //! Every metric carries one label, `Function` (`like`, `read`, `reshard`,
-//! `reconcile`), and the write-path counter a second from a fixed set
+//! `reconcile`, `aggregate`), and the write-path counter a second from a fixed set
 //! ([`crate::service::WritePath`]); each distinct label set is its own EMF
 //! document. Never a reel or user id: those go to the logs. The names, with
 //! their units, are [`NAMES`]: the ones the template's alarms and dashboard
@@ -69,6 +69,15 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("ReconcileReelsDeferred", Unit::Count),
     ("ReconcileAbsDrift", Unit::Count),
     ("ReconcileRunDuration", Unit::Seconds),
+    // The stream aggregator (stream mode), per batch.
+    ("AggregateBatches", Unit::Count),
+    ("AggregatedRecords", Unit::Count),
+    ("AggregateSkippedRecords", Unit::Count),
+    ("AggregateChunks", Unit::Count),
+    ("AggregateRetries", Unit::Count),
+    ("AggregateBatchesHandedBack", Unit::Count),
+    ("AggregateErrors", Unit::Count),
+    ("AggregationLag", Unit::Milliseconds),
 ];
 
 /// Where flushed records go.

@@ -304,3 +304,57 @@ async fn an_unreachable_database_answers_503_within_the_budget() {
     }
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
+
+/// The aggregate function's sample batch (`events/aggregate.json`, Lambda's
+/// DynamoDB stream event with the tumbling-window fields): applied once,
+/// answered with an empty `batchItemFailures` and an empty `state`;
+/// delivered again, it changes nothing. A batch without `shardId` (no
+/// tumbling window on the mapping) is refused as an error, so Lambda keeps
+/// it instead of losing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_batch_event_is_applied_once() {
+    let t = TestStack::start(&[("COUNTING", "stream"), ("LOCAL_SCHEDULE_SECS", "0")]).await;
+    // The event source of the stack is held back: only the sample batch
+    // reaches the aggregator here.
+    t.stack.streams[0].pause(true);
+    let text = std::fs::read_to_string(repo_root().join("events/aggregate.json")).unwrap();
+    let batch: Value = serde_json::from_str(&text).unwrap();
+    // fan-1's like (written in stream mode) and fan-2's unlike of r1.
+    t.put_shard("r1", 0, 10).await;
+    let out = likes::events::handle_aggregate_event(&t.stack.app, batch.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        serde_json::json!({"state": {}, "batchItemFailures": []})
+    );
+    assert_eq!(t.shard_sum("r1").await, 10, "+1 and -1");
+    let checkpoints = t.scan_prefix("agg#").await;
+    assert_eq!(checkpoints.len(), 1);
+    assert_eq!(
+        checkpoints[0]["seq"].as_s().unwrap(),
+        &format!("{:0>40}", "111100000000004242424202")
+    );
+    // The same batch again: every record is at or below the checkpoint.
+    let mut only_like = batch.clone();
+    only_like["Records"].as_array_mut().unwrap().truncate(1);
+    likes::events::handle_aggregate_event(&t.stack.app, only_like, None)
+        .await
+        .unwrap();
+    likes::events::handle_aggregate_event(&t.stack.app, batch.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(t.shard_sum("r1").await, 10);
+    assert_eq!(
+        t.scan_prefix("agg#").await[0]["records"].as_n().unwrap(),
+        "2"
+    );
+    let mut no_shard = batch;
+    no_shard.as_object_mut().unwrap().remove("shardId");
+    assert!(
+        likes::events::handle_aggregate_event(&t.stack.app, no_shard, None)
+            .await
+            .is_err()
+    );
+    t.stop().await;
+}

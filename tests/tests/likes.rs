@@ -194,7 +194,7 @@ async fn every_write_path_counts_once() {
         reel: ReelId::parse("paths").unwrap(),
         action: Action::Like,
         token: RequestToken::for_fields("test", &["resend"]),
-        shard: 0,
+        shard: Some(0),
         now_ms: 1,
         record: None,
     };
@@ -259,7 +259,7 @@ async fn every_write_path_counts_once() {
         .write(write("u2", "paths", Action::Unlike, Some(&key), "req-6"))
         .await
         .unwrap();
-    assert_eq!((c.path, c.shard), (WritePath::Applied, 0));
+    assert_eq!((c.path, c.shard), (WritePath::Applied, Some(0)));
     t.set_shards("paths", 50, 50).await;
     let d = svc
         .write(write("u2", "paths", Action::Unlike, Some(&key), "req-7"))

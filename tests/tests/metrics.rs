@@ -84,7 +84,7 @@ fn check(line: &str) -> (String, HashMap<String, f64>) {
         let unit = m["Unit"].as_str().expect("Unit");
         assert!(UNITS.contains(&unit), "{line}");
         let want = match name {
-            "Latency" => "Milliseconds",
+            "Latency" | "AggregationLag" => "Milliseconds",
             n if n.ends_with("Age") || n.ends_with("Duration") => "Seconds",
             _ => "Count",
         };

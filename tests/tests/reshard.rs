@@ -402,7 +402,7 @@ async fn a_fold_racing_a_like_on_the_folded_shard_loses_nothing() {
         reel: id.clone(),
         action: Action::Like,
         token: RequestToken::for_fields("test", &["late"]),
-        shard: 3,
+        shard: Some(3),
         now_ms: likes_now_ms(),
         record: None,
     };

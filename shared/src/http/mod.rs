@@ -38,6 +38,8 @@ pub use request::{Command, MAX_BATCH_REELS, MAX_BODY_BYTES, parse};
 pub use routes::Function;
 
 #[cfg(feature = "dynamodb")]
+use crate::aggregate::Aggregator;
+#[cfg(feature = "dynamodb")]
 use crate::config::Config;
 #[cfg(feature = "dynamodb")]
 use crate::reconcile::Reconciler;
@@ -61,6 +63,8 @@ pub struct App {
     pub reshard: Resharder<DynamoStore>,
     /// The scheduled recount that repairs drift.
     pub reconcile: Reconciler<DynamoStore>,
+    /// Stream mode's consumer of the Likes table's stream.
+    pub aggregate: Aggregator<DynamoStore>,
     /// The cached readiness probe of `GET /healthz`.
     pub(crate) health: health::Health,
 }
@@ -73,12 +77,14 @@ impl App {
         config.metrics.install();
         let reshard = Resharder::new(store.clone(), &config);
         let reconcile = Reconciler::new(store.clone(), &config);
+        let aggregate = Aggregator::new(store.clone(), &config);
         let service = LikeService::new(store, &config);
         App {
             config,
             service,
             reshard,
             reconcile,
+            aggregate,
             health: health::Health::default(),
         }
     }

@@ -4,10 +4,12 @@
 use super::state::{CHUNK_TTL_SECS, Segment};
 use super::{CHECK_CONCURRENCY, Inv, Reconciler, Task, near};
 use crate::clock::now_ms;
+use crate::config::Counting;
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::store::{
-    CorrectResult, CountItem, FoldResult, Phase, ReconcileStore, ScanPage, ScanTable, ShardValue,
+    CorrectResult, CountItem, FoldResult, Phase, ReconcileStore, ScanPage, ScanTable, Settling,
+    ShardValue,
 };
 use futures::StreamExt;
 use std::collections::HashSet;
@@ -340,6 +342,32 @@ impl<S: ReconcileStore> Reconciler<S> {
         }
         if dry {
             return Ok(Outcome::Drift(drift));
+        }
+        if self.counting == Counting::Stream {
+            // Records still in the stream are in the rows and not yet in
+            // the shards: a drift is exact only once it has stayed as it is
+            // for longer than a record can stay in flight.
+            let now = Settling {
+                rows,
+                n: view.sum.n,
+                w: view.sum.w,
+                at_ms: crate::clock::now_ms(),
+            };
+            let settled = view.ledger.settling.is_some_and(|s| {
+                (s.rows, s.n, s.w) == (now.rows, now.n, now.w)
+                    && now.at_ms - s.at_ms >= self.stream_settle_ms
+            });
+            if !settled {
+                if view
+                    .ledger
+                    .settling
+                    .is_none_or(|s| (s.rows, s.n, s.w) != (now.rows, now.n, now.w))
+                {
+                    inv.writes.take(2.0).await;
+                    self.store.note_settling(reel, &now).await?;
+                }
+                return Ok(Outcome::Deferred("stream_settling"));
+            }
         }
         let mut attempt = 0;
         loop {

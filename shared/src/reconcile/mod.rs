@@ -80,7 +80,7 @@
 //! * `pace`: the limiter that paces every read and write of a run.
 
 use crate::clock::now_ms;
-use crate::config::{Config, ReconcileConfig};
+use crate::config::{Config, Counting, ReconcileConfig};
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::retry::Backoff;
@@ -215,6 +215,10 @@ pub struct Reconciler<S> {
     /// `RECONCILE_CLOCK_SKEW_MS`.
     margin_ms: i64,
     backoff: Backoff,
+    /// See [`Config::counting`]: stream mode corrects only settled drift.
+    counting: Counting,
+    /// `RECONCILE_STREAM_SETTLE_SECS`, in milliseconds.
+    stream_settle_ms: i64,
 }
 
 /// One invocation: the run state its tasks share, its options, and the
@@ -251,6 +255,8 @@ impl<S: ReconcileStore> Reconciler<S> {
                 + config.reconcile.clock_skew)
                 .as_millis() as i64,
             backoff: Backoff::from_config(config),
+            counting: config.counting,
+            stream_settle_ms: config.reconcile.stream_settle.as_millis() as i64,
         }
     }
 

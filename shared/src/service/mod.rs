@@ -30,7 +30,7 @@
 //! * `observer`: the write-rate and contention observations that start a
 //!   grow of a hot reel.
 
-use crate::config::Config;
+use crate::config::{Config, Counting};
 use crate::error::Error;
 use crate::keys::{Action, ReelId, UserId};
 use crate::retry::Backoff;
@@ -145,8 +145,9 @@ pub struct WriteOutcome {
     pub conflicts: u32,
     /// Of the attempts, how many DynamoDB throttled.
     pub throttles: u32,
-    /// The write shard the request's token picked.
-    pub shard: u32,
+    /// The write shard the request's token picked (`None` in stream
+    /// mode: the aggregator picks it).
+    pub shard: Option<u32>,
 }
 
 /// Like, unlike and count for one function instance, over a
@@ -177,6 +178,10 @@ pub struct LikeService<S> {
     call_timeout: Duration,
     /// See [`Config::idempotency_ttl`].
     key_ttl: Duration,
+    /// See [`Config::counting`].
+    counting: Counting,
+    /// See [`Config::stream_visible`].
+    stream_visible: Duration,
 }
 
 impl<S: CounterStore> LikeService<S> {
@@ -192,12 +197,22 @@ impl<S: CounterStore> LikeService<S> {
             cache_misses: AtomicU64::new(0),
             conflicts: AtomicU64::new(0),
             throttles: AtomicU64::new(0),
-            observer: config.resize.auto.then(|| Observer::new(config)),
+            // Stream mode writes no shard on the like path, so no reel has a
+            // write ceiling to grow past there.
+            observer: (config.resize.auto && config.counting == Counting::Transactional)
+                .then(|| Observer::new(config)),
             backoff: Backoff::from_config(config),
             budget: config.request_budget,
             call_timeout: config.ddb_operation_timeout,
             key_ttl: config.idempotency_ttl,
+            counting: config.counting,
+            stream_visible: config.stream_visible,
         }
+    }
+
+    /// How this instance counts likes.
+    pub fn counting(&self) -> Counting {
+        self.counting
     }
 
     /// The store it writes through (the health probe, the read metrics and

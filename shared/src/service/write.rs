@@ -3,6 +3,7 @@
 
 use super::read::Cached;
 use super::{Count, LikeService, WriteOutcome, WritePath, WriteRequest};
+use crate::config::Counting;
 use crate::error::Error;
 use crate::keys::{Action, ReelId};
 use crate::store::{CounterStore, KeyRecordSpec, LikeTx, RetryReason, TxResult};
@@ -44,7 +45,7 @@ impl<S: CounterStore> LikeService<S> {
             user: req.user.clone(),
             reel: req.reel.clone(),
             action: req.action,
-            shard: token.shard(settings.write_shards),
+            shard: self.shard_for(&token, settings.write_shards),
             token: token.clone(),
             now_ms: now.as_millis() as i64,
             record,
@@ -137,7 +138,7 @@ impl<S: CounterStore> LikeService<S> {
                     // now is not acting twice. A fresh token, the same record.
                     follow_ups += 1;
                     tx.token = token.follow_up(follow_ups);
-                    tx.shard = tx.token.shard(settings.write_shards);
+                    tx.shard = self.shard_for(&tx.token, settings.write_shards);
                     last_retry = RetryReason::Conflict;
                 }
                 TxResult::ParameterMismatch => {
@@ -160,6 +161,12 @@ impl<S: CounterStore> LikeService<S> {
         };
         let committed_at = Instant::now();
         let count = match path {
+            // Stream mode: the shards get the change only once the stream
+            // has carried it to the aggregator.
+            WritePath::Applied if self.counting == Counting::Stream => {
+                self.count_after_own_streamed_change(&req.reel, req.action.delta(), committed_at)
+                    .await?
+            }
             WritePath::Applied => {
                 self.count_after_own_change(&req.reel, req.action.delta(), sent_at, committed_at)
                     .await?
@@ -178,7 +185,7 @@ impl<S: CounterStore> LikeService<S> {
         tracing::info!(
             reel = %req.reel,
             action = req.action.as_str(),
-            shard = tx.shard,
+            shard = ?tx.shard,
             retries,
             outcome = path.as_str(),
             changed,
@@ -195,6 +202,60 @@ impl<S: CounterStore> LikeService<S> {
             throttles,
             shard: tx.shard,
         })
+    }
+
+    /// The write shard for `token`: the one its hash picks among
+    /// `write_shards`, or none in stream mode (the row alone is written).
+    fn shard_for(&self, token: &RequestToken, write_shards: u32) -> Option<u32> {
+        (self.counting == Counting::Transactional).then(|| token.shard(write_shards))
+    }
+
+    /// Stream mode: the count after this instance committed a like row
+    /// change of `delta` at `committed_at`, which no shard holds yet.
+    ///
+    /// The answer is what this instance would serve now plus the change
+    /// (the larger of its cached sum and what it last served: an earlier
+    /// own change may be in the latter and not yet in the former). It is
+    /// served with `covers` set [`Config::stream_visible`] ahead: until
+    /// then a sum read without the change cannot replace it (likes only,
+    /// the larger of the two is served), after that the aggregator has
+    /// applied it and a fresh sum holds it.
+    ///
+    /// [`Config::stream_visible`]: crate::config::Config::stream_visible
+    async fn count_after_own_streamed_change(
+        &self,
+        reel: &ReelId,
+        delta: i64,
+        committed_at: Instant,
+    ) -> Result<i64, Error> {
+        let current = self.cached(reel).await?;
+        let base = match self.served.get(reel).await {
+            Some(r) if r.count > current.count.count => r.count,
+            _ => current.count.count,
+        };
+        let adjusted = Cached {
+            count: Count {
+                count: base + delta,
+                ..current.count
+            },
+            adjusted: current.adjusted.saturating_add(1),
+            covers: current.covers.max(committed_at + self.stream_visible),
+            ..current
+        };
+        if let Some(c) = &self.counts {
+            c.entry(reel.clone())
+                .and_compute_with(|entry| async move {
+                    match entry.map(|e| e.into_value()) {
+                        // Still the entry read above: it now holds the change.
+                        Some(n) if n.load == current.load && n.adjusted == current.adjusted => {
+                            Op::Put(adjusted)
+                        }
+                        _ => Op::Nop,
+                    }
+                })
+                .await;
+        }
+        Ok(self.serve(reel, adjusted).await.count)
     }
 
     /// The count after this instance committed `delta` with a transaction

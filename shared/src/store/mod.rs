@@ -229,7 +229,9 @@ pub struct LikeTx {
     /// The `ClientRequestToken`: the same for every retry of the request.
     pub token: RequestToken,
     /// The write shard, derived from `token` so a retry picks it again.
-    pub shard: u32,
+    /// `None` in stream mode: the transaction writes the row alone (and
+    /// the key's record), and the aggregator adds it to a shard.
+    pub shard: Option<u32>,
     /// Milliseconds since the Unix epoch, stored as `liked_at`. Fixed when the
     /// request is built, so that every retry of it is byte-identical.
     pub now_ms: i64,
@@ -492,6 +494,22 @@ pub struct Ledger {
     pub last_run: Option<String>,
     /// The drift that run corrected (added to shard 0; 0: none yet).
     pub last_drift: i64,
+    /// Stream mode: a drift seen and not yet corrected, waiting to be seen
+    /// again unchanged (see `ReconcileConfig::stream_settle`).
+    pub settling: Option<Settling>,
+}
+
+/// A reel's state when a drift was seen in stream mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settling {
+    /// The like rows counted.
+    pub rows: u64,
+    /// The sum of its shards' `n`.
+    pub n: i64,
+    /// The sum of its shards' `w` (every aggregation write moves it).
+    pub w: i64,
+    /// When it was seen (Unix ms).
+    pub at_ms: i64,
 }
 
 /// What reconciliation reads of one reel after its scan: the ledger first,
@@ -587,6 +605,14 @@ pub trait ReconcileStore: ResizeStore {
         expires_at: i64,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
+    /// Records that a drift of `reel` was seen as `settling` (stream mode),
+    /// for a later run to compare with.
+    fn note_settling(
+        &self,
+        reel: &ReelId,
+        settling: &Settling,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
     /// The stored run state, if there is one.
     fn load_run(&self) -> impl Future<Output = Result<Option<StoredRun>, Error>> + Send;
 
@@ -609,4 +635,68 @@ pub trait ReconcileStore: ResizeStore {
     /// One checkpoint chunk as [`ReconcileStore::put_chunk`] stored it
     /// (`None`: never stored, or deleted by its TTL).
     fn get_chunk(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>, Error>> + Send;
+}
+
+/// One chunk of a stream shard's records, as one transaction (stream mode,
+/// see [`crate::aggregate`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkWrite {
+    /// The stream shard's checkpoint item.
+    pub checkpoint_key: String,
+    /// The stream shard's id, kept on the checkpoint for operators.
+    pub shard_id: String,
+    /// The checkpoint read (zero-padded sequence number), `None`: none yet.
+    pub expected: Option<String>,
+    /// The checkpoint once applied: the chunk's last record, zero-padded.
+    pub next: String,
+    /// The deltas, one per reel whose count the chunk changes.
+    pub adds: Vec<ChunkAdd>,
+    /// Records in the chunk.
+    pub records: u64,
+    /// The transaction's `ClientRequestToken`.
+    pub token: RequestToken,
+    /// The aggregator's clock (the shards' `updated_at`).
+    pub now_ms: i64,
+    /// When the checkpoint may expire (Unix seconds, TTL).
+    pub expires_at: i64,
+}
+
+/// A reel's net change in a [`ChunkWrite`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkAdd {
+    /// The reel.
+    pub reel: ReelId,
+    /// The shard it is added to (below the settings' `write_shards`).
+    pub shard: u32,
+    /// The net change of its count.
+    pub delta: i64,
+    /// The settings version it was planned with (0: no settings item).
+    pub settings_version: u64,
+}
+
+/// What became of a [`ChunkWrite`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkResult {
+    /// Committed (or replayed): the checkpoint is now its last record.
+    Applied,
+    /// The checkpoint was not what was read (another invocation applied
+    /// records meanwhile): nothing written.
+    CheckpointMoved,
+    /// A reel's settings changed since they were read: plan again.
+    SettingsChanged,
+    /// Worth another attempt after backoff.
+    Retry(RetryReason),
+}
+
+/// What the stream aggregator needs beyond [`CounterStore`].
+pub trait AggregateStore: CounterStore {
+    /// The checkpoint of the stream shard behind `key`: the last sequence
+    /// number applied, zero-padded (`None`: nothing applied yet).
+    fn checkpoint(&self, key: &str) -> impl Future<Output = Result<Option<String>, Error>> + Send;
+
+    /// Applies `write` in one transaction (see [`ChunkWrite`]).
+    fn apply_chunk(
+        &self,
+        write: &ChunkWrite,
+    ) -> impl Future<Output = Result<ChunkResult, Error>> + Send;
 }

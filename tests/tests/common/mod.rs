@@ -25,8 +25,15 @@ pub struct Reply {
 
 impl TestStack {
     /// A fresh, isolated stack; `env` overrides configuration variables.
+    ///
+    /// `LIKES_TEST_COUNTING` in the test's environment sets `COUNTING` for
+    /// stacks that do not set it themselves: `make test` runs the contract
+    /// tests (openapi, validation) once more in stream mode that way.
     pub async fn start(env: &[(&str, &str)]) -> TestStack {
         let mut opts = StackOptions::isolated(repo_root().join("template.yaml"));
+        if let Ok(mode) = std::env::var("LIKES_TEST_COUNTING") {
+            opts.env.insert("COUNTING".into(), mode);
+        }
         for (k, v) in env {
             opts.env.insert((*k).into(), (*v).into());
         }
@@ -35,6 +42,41 @@ impl TestStack {
             stack,
             http: reqwest::Client::new(),
         }
+    }
+
+    /// A stack whose emulator keeps its tables in the SQLite file `file`, so
+    /// that a later stack on the same file sees them (a redeploy).
+    pub async fn start_on_file(file: &std::path::Path, env: &[(&str, &str)]) -> TestStack {
+        let mut opts = StackOptions::isolated(repo_root().join("template.yaml"));
+        opts.dynamo = likes_local::Dynamo::Embedded {
+            host: "127.0.0.1".into(),
+            port: 0,
+            file: Some(file.to_owned()),
+        };
+        for (k, v) in env {
+            opts.env.insert((*k).into(), (*v).into());
+        }
+        let stack = Stack::start(opts).await.expect("stack starts");
+        TestStack {
+            stack,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Items of the counters table whose key starts with `prefix`.
+    pub async fn scan_prefix(
+        &self,
+        prefix: &str,
+    ) -> Vec<std::collections::HashMap<String, AttributeValue>> {
+        self.scan(&self.stack.config.counters_table)
+            .await
+            .into_iter()
+            .filter(|i| {
+                i.get("pk")
+                    .and_then(|v| v.as_s().ok())
+                    .is_some_and(|pk| pk.starts_with(prefix))
+            })
+            .collect()
     }
 
     /// A stack whose reads are never cached, so every read is the truth.

@@ -5,6 +5,7 @@ use super::DynamoStore;
 use super::error::{cancellation_codes, like_tx_cancellation, request_build_failed, translate};
 use super::ext::{Item, ItemExt, Projection, settings_item};
 use super::reads::BATCH_GET_PARALLELISM;
+use crate::aggregate::records::COUNTED_BY_STREAM;
 use crate::error::Error;
 use crate::keys::{self, Action, ReelId, UserId};
 use crate::store::{
@@ -14,6 +15,7 @@ use crate::store::{
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::transact_write_items::builders::TransactWriteItemsFluentBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConsumedCapacity, Delete, Put, ReturnConsumedCapacity, TransactWriteItem,
     Update,
@@ -109,19 +111,26 @@ impl CounterStore for DynamoStore {
 
     async fn write_like(&self, tx: &LikeTx) -> Result<TxResult, Error> {
         let row_op = match tx.action {
-            Action::Like => TransactWriteItem::builder()
-                .put(
-                    Put::builder()
-                        .table_name(&self.likes_table)
-                        .item("user_id", AttributeValue::S(tx.user.as_str().to_owned()))
-                        .item("reel_id", AttributeValue::S(tx.reel.as_str().to_owned()))
-                        .item("liked_at", AttributeValue::N(tx.now_ms.to_string()))
-                        .item("tok", AttributeValue::S(tx.token.as_str().to_owned()))
-                        .condition_expression("attribute_not_exists(user_id)")
-                        .build()
-                        .map_err(|e| request_build_failed("Put", &e))?,
-                )
-                .build(),
+            Action::Like => {
+                let mut put = Put::builder()
+                    .table_name(&self.likes_table)
+                    .item("user_id", AttributeValue::S(tx.user.as_str().to_owned()))
+                    .item("reel_id", AttributeValue::S(tx.reel.as_str().to_owned()))
+                    .item("liked_at", AttributeValue::N(tx.now_ms.to_string()))
+                    .item("tok", AttributeValue::S(tx.token.as_str().to_owned()))
+                    .condition_expression("attribute_not_exists(user_id)");
+                if tx.shard.is_none() {
+                    // Stream mode: no shard in this transaction, the
+                    // aggregator counts the row (and only such rows).
+                    put = put.item(
+                        COUNTED_BY_STREAM.0,
+                        AttributeValue::S(COUNTED_BY_STREAM.1.to_owned()),
+                    );
+                }
+                TransactWriteItem::builder()
+                    .put(put.build().map_err(|e| request_build_failed("Put", &e))?)
+                    .build()
+            }
             Action::Unlike => TransactWriteItem::builder()
                 .delete(
                     Delete::builder()
@@ -134,11 +143,14 @@ impl CounterStore for DynamoStore {
                 )
                 .build(),
         };
+        let Some(shard) = tx.shard else {
+            return self.write_like_row(tx, row_op).await;
+        };
         let shard_op = TransactWriteItem::builder()
             .update(
                 Update::builder()
                     .table_name(&self.counters_table)
-                    .key("pk", AttributeValue::S(keys::shard_key(&tx.reel, tx.shard)))
+                    .key("pk", AttributeValue::S(keys::shard_key(&tx.reel, shard)))
                     // `w` counts every write the shard took: its rate is the
                     // reel's write rate (automatic resizing), and a change
                     // of it marks the shard as written (reconciliation).
@@ -168,34 +180,7 @@ impl CounterStore for DynamoStore {
             request =
                 request.transact_items(record_put(&self.counters_table, spec, tx.action, true)?);
         }
-        let result = request
-            .client_request_token(tx.token.as_str())
-            // INDEXES, not TOTAL: it documents the per-table `Capacity`
-            // (read and write units apart), which is what tells a replay.
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
-            .send()
-            .await;
-        match result {
-            Ok(out) => Ok(commit_kind(out.consumed_capacity())),
-            Err(SdkError::ServiceError(se)) => match se.err() {
-                TransactWriteItemsError::TransactionCanceledException(c) => {
-                    like_tx_cancellation(&cancellation_codes(c))
-                }
-                TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
-                    Ok(TxResult::ParameterMismatch)
-                }
-                TransactWriteItemsError::TransactionInProgressException(_) => {
-                    Ok(TxResult::Retry(RetryReason::InProgress))
-                }
-                _ => match translate("TransactWriteItems", SdkError::ServiceError(se)) {
-                    // Throttling that outlasted the SDK's retries: our own
-                    // backoff loop gets a go at it too.
-                    Error::Throttled => Ok(TxResult::Retry(RetryReason::Throttled)),
-                    other => Err(other),
-                },
-            },
-            Err(other) => Err(translate("TransactWriteItems", other)),
-        }
+        self.send_like_tx(request, tx, 2).await
     }
 
     async fn like_row(&self, user: &UserId, reel: &ReelId) -> Result<Option<LikeRow>, Error> {
@@ -249,7 +234,7 @@ impl CounterStore for DynamoStore {
             }),
             Err(SdkError::ServiceError(se)) => match se.err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
-                    match like_tx_cancellation(&cancellation_codes(c))? {
+                    match like_tx_cancellation(&cancellation_codes(c), 2)? {
                         // A record appeared first (a concurrent request with
                         // the same key): it is the answer.
                         TxResult::AlreadyInState => self
@@ -319,6 +304,111 @@ impl CounterStore for DynamoStore {
         a.map_err(|e| translate("GetItem", e))?;
         b.map_err(|e| translate("GetItem", e))?;
         Ok(())
+    }
+}
+
+impl DynamoStore {
+    /// Sends a like transaction (the token on it), and reads its answer.
+    /// `record_at`: the index of the key record among its actions.
+    async fn send_like_tx(
+        &self,
+        request: TransactWriteItemsFluentBuilder,
+        tx: &LikeTx,
+        record_at: usize,
+    ) -> Result<TxResult, Error> {
+        let result = request
+            .client_request_token(tx.token.as_str())
+            // INDEXES, not TOTAL: it documents the per-table `Capacity`
+            // (read and write units apart), which is what tells a replay.
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+            .send()
+            .await;
+        match result {
+            Ok(out) => Ok(commit_kind(out.consumed_capacity())),
+            Err(SdkError::ServiceError(se)) => match se.err() {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    like_tx_cancellation(&cancellation_codes(c), record_at)
+                }
+                TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
+                    Ok(TxResult::ParameterMismatch)
+                }
+                TransactWriteItemsError::TransactionInProgressException(_) => {
+                    Ok(TxResult::Retry(RetryReason::InProgress))
+                }
+                _ => match translate("TransactWriteItems", SdkError::ServiceError(se)) {
+                    // Throttling that outlasted the SDK's retries: our own
+                    // backoff loop gets a go at it too.
+                    Error::Throttled => Ok(TxResult::Retry(RetryReason::Throttled)),
+                    other => Err(other),
+                },
+            },
+            Err(other) => Err(translate("TransactWriteItems", other)),
+        }
+    }
+
+    /// Stream mode: the like row alone (the aggregator adds it to a shard).
+    ///
+    /// * With a key: one transaction of the row and the key's record, so
+    ///   that a retry of the key answers from the record, even after the
+    ///   user changed state since.
+    /// * An unkeyed like: one conditional `PutItem` (one write unit). Its
+    ///   row carries the token, so a retry after a lost answer (the SDK's,
+    ///   or the client's with the same request id) finds its own row and
+    ///   answers as a replay.
+    /// * An unkeyed unlike: a one-item transaction with the token. A
+    ///   removed row keeps no trace of who removed it, so only the token's
+    ///   replay tells a retry that it was this request.
+    async fn write_like_row(
+        &self,
+        tx: &LikeTx,
+        row_op: TransactWriteItem,
+    ) -> Result<TxResult, Error> {
+        if let Some(spec) = &tx.record {
+            let request = self
+                .client
+                .transact_write_items()
+                .transact_items(row_op)
+                .transact_items(record_put(&self.counters_table, spec, tx.action, true)?);
+            return self.send_like_tx(request, tx, 1).await;
+        }
+        if tx.action == Action::Unlike {
+            let request = self.client.transact_write_items().transact_items(row_op);
+            return self.send_like_tx(request, tx, 1).await;
+        }
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.likes_table)
+            .item("user_id", AttributeValue::S(tx.user.as_str().to_owned()))
+            .item("reel_id", AttributeValue::S(tx.reel.as_str().to_owned()))
+            .item("liked_at", AttributeValue::N(tx.now_ms.to_string()))
+            .item("tok", AttributeValue::S(tx.token.as_str().to_owned()))
+            .item(
+                COUNTED_BY_STREAM.0,
+                AttributeValue::S(COUNTED_BY_STREAM.1.to_owned()),
+            )
+            .condition_expression("attribute_not_exists(user_id)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(TxResult::Committed { replayed: false }),
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                let row = self.like_row(&tx.user, &tx.reel).await?;
+                Ok(
+                    if row.and_then(|r| r.token).as_deref() == Some(tx.token.as_str()) {
+                        TxResult::Committed { replayed: true }
+                    } else {
+                        TxResult::AlreadyInState
+                    },
+                )
+            }
+            // Throttling that outlasted the SDK's retries: the service's
+            // backoff loop gets a go at it too.
+            Err(e) => match translate("PutItem", e) {
+                Error::Throttled => Ok(TxResult::Retry(RetryReason::Throttled)),
+                other => Err(other),
+            },
+        }
     }
 }
 

@@ -68,10 +68,12 @@ pub(super) fn throttled(codes: &[&str]) -> bool {
 }
 
 /// What a cancelled like transaction's reasons mean. They come one per
-/// action, in the order `write_like` builds them: the like row, the shard,
-/// and (for keyed requests) the `Idempotency-Key` record.
-pub(super) fn like_tx_cancellation(codes: &[&str]) -> Result<TxResult, Error> {
-    if codes.get(2) == Some(&"ConditionalCheckFailed") {
+/// action, in the order `write_like` builds them: the like row first, the
+/// `Idempotency-Key` record (keyed requests) at `record_at` (after the
+/// shard's increment in transactional mode; right after the row in stream
+/// mode, which writes no shard).
+pub(super) fn like_tx_cancellation(codes: &[&str], record_at: usize) -> Result<TxResult, Error> {
+    if codes.get(record_at) == Some(&"ConditionalCheckFailed") {
         return Ok(TxResult::KeyUsed);
     }
     if codes.first() == Some(&"ConditionalCheckFailed") {
@@ -144,7 +146,7 @@ mod tests {
 
     #[test]
     fn cancellation_reasons_are_classified() {
-        let ok = |codes: &[&str]| like_tx_cancellation(codes).unwrap();
+        let ok = |codes: &[&str]| like_tx_cancellation(codes, 2).unwrap();
         assert_eq!(
             ok(&["ConditionalCheckFailed", "None"]),
             TxResult::AlreadyInState
@@ -166,7 +168,7 @@ mod tests {
             TxResult::Retry(RetryReason::Throttled)
         );
         assert_eq!(
-            like_tx_cancellation(&["ValidationError", "None"]),
+            like_tx_cancellation(&["ValidationError", "None"], 2),
             Err(Error::Internal)
         );
     }

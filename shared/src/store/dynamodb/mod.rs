@@ -13,11 +13,12 @@
 //! * `reads`: consistent multi-item reads of the counters table
 //!   (BatchGetItem with unprocessed keys, TransactGetItems, the fold-group
 //!   snapshot of a draining reel).
-//! * `counter`, `resize`, `reconcile`: one trait impl each.
+//! * `counter`, `resize`, `reconcile`, `aggregate`: one trait impl each.
 //! * `error`: the one translation of SDK errors into [`Error`], and the
 //!   reading of cancelled transactions' reasons. The detail is logged
 //!   there and never leaves this module.
 
+mod aggregate;
 mod counter;
 mod error;
 mod ext;

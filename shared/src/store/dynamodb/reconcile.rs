@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::store::{
     CorrectResult, CountItem, CounterStore, Ledger, ReconcileStore, ReelView, RunCount, ScanPage,
-    ScanTable, ShardValue, StoredRun,
+    ScanTable, Settling, ShardValue, StoredRun,
 };
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::error::SdkError;
@@ -157,7 +157,10 @@ impl ReconcileStore for DynamoStore {
         let mut ledger = Update::builder()
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(keys::reconcile_key(reel)))
-            .update_expression("SET #c = :next, #r = :run, #d = :d, #at = :at")
+            // A correction ends any settling of the reel.
+            .update_expression(
+                "SET #c = :next, #r = :run, #d = :d, #at = :at REMOVE s_rows, s_n, s_w, s_at",
+            )
             .expression_attribute_names("#c", "corrections")
             .expression_attribute_names("#r", "last_run")
             .expression_attribute_names("#d", "last_drift")
@@ -299,6 +302,37 @@ impl ReconcileStore for DynamoStore {
                     .is_some_and(|c| c == claimer))
             }
             Err(e) => Err(translate("PutItem", e)),
+        }
+    }
+
+    async fn note_settling(&self, reel: &ReelId, s: &Settling) -> Result<(), Error> {
+        let n = |v: i64| AttributeValue::N(v.to_string());
+        // A one-item transaction: the ledger is written inside transactions
+        // only (as the correction writes it).
+        let update = Update::builder()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(keys::reconcile_key(reel)))
+            .update_expression("SET s_rows = :rows, s_n = :n, s_w = :w, s_at = :at")
+            .expression_attribute_values(":rows", n(s.rows as i64))
+            .expression_attribute_values(":n", n(s.n))
+            .expression_attribute_values(":w", n(s.w))
+            .expression_attribute_values(":at", n(s.at_ms))
+            .build()
+            .map_err(|e| request_build_failed("Update", &e))?;
+        match self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .send()
+            .await
+            .map_err(|e| maintenance_tx_failure("settling note", e))
+        {
+            Ok(_) => Ok(()),
+            // Advisory: a later run notes it again.
+            Err(failure) => match failure? {
+                MaintenanceTxFailure::Retry(_) | MaintenanceTxFailure::Condition(_) => Ok(()),
+                MaintenanceTxFailure::Mismatch => Ok(()),
+            },
         }
     }
 

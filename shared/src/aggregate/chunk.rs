@@ -1,0 +1,118 @@
+//! Deterministic sub-batches: a batch's changes cut into consecutive runs
+//! that each fit one transaction, so that each can advance the shard's
+//! checkpoint to its last record.
+
+use super::records::{Change, SequenceNumber};
+use crate::keys::ReelId;
+use std::collections::BTreeMap;
+
+/// Consecutive changes of one stream shard, applied by one transaction:
+/// every change after the checkpoint up to and including `last`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// Its first record.
+    pub first: SequenceNumber,
+    /// Its last record: the checkpoint once it is applied.
+    pub last: SequenceNumber,
+    /// Index in the batch of its first record (what a failure reports).
+    pub first_index: usize,
+    /// Records in it.
+    pub records: usize,
+    /// The net change of each reel it touches (a like and an unlike of one
+    /// reel cancel out; the reel is still listed).
+    pub deltas: BTreeMap<ReelId, i64>,
+    /// The latest `ApproximateCreationDateTime` in it (Unix ms).
+    pub newest_ms: Option<i64>,
+}
+
+impl Chunk {
+    /// The reels whose count it changes, with their net change.
+    pub fn nonzero(&self) -> impl Iterator<Item = (&ReelId, i64)> {
+        self.deltas
+            .iter()
+            .filter(|(_, d)| **d != 0)
+            .map(|(r, d)| (r, *d))
+    }
+}
+
+/// Cuts `changes` (in stream order, none at or below the checkpoint) into
+/// consecutive chunks of at most `max_reels` distinct reels each. The cut
+/// depends only on the changes, so a batch delivered again after a failure
+/// is cut the same way from the checkpoint on (a smaller or larger batch
+/// may end its last chunk elsewhere: the checkpoint, not the cut, is what
+/// makes a record count once).
+pub fn chunks(changes: &[(usize, Change)], max_reels: usize) -> Vec<Chunk> {
+    let max_reels = max_reels.max(1);
+    let mut out: Vec<Chunk> = Vec::new();
+    for (index, c) in changes {
+        let fits = out.last().is_some_and(|chunk| match &c.reel {
+            Some(r) => chunk.deltas.contains_key(r) || chunk.deltas.len() < max_reels,
+            None => true,
+        });
+        if !fits {
+            out.push(Chunk {
+                first: c.seq.clone(),
+                last: c.seq.clone(),
+                first_index: *index,
+                records: 0,
+                deltas: BTreeMap::new(),
+                newest_ms: None,
+            });
+        }
+        let chunk = out.last_mut().expect("a chunk was just pushed");
+        chunk.last = c.seq.clone();
+        chunk.records += 1;
+        if let Some(r) = &c.reel {
+            *chunk.deltas.entry(r.clone()).or_default() += c.delta;
+        }
+        chunk.newest_ms = chunk.newest_ms.max(c.at_ms);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(seq: u64, reel: &str, delta: i64) -> Change {
+        Change {
+            seq: SequenceNumber::parse(&seq.to_string()).unwrap(),
+            reel: ReelId::parse(reel).ok(),
+            delta,
+            at_ms: Some(seq as i64),
+        }
+    }
+
+    #[test]
+    fn chunks_are_consecutive_and_hold_at_most_the_reels_allowed() {
+        let cs: Vec<(usize, Change)> = [
+            change(1, "a", 1),
+            change(2, "b", 1),
+            change(3, "a", -1),
+            change(4, "c", 1),
+            change(5, "bad#", 1),
+            change(6, "c", 1),
+            change(7, "d", 1),
+        ]
+        .into_iter()
+        .enumerate()
+        .collect();
+        let out = chunks(&cs, 2);
+        let cut: Vec<(String, String, usize)> = out
+            .iter()
+            .map(|c| (c.first.to_string(), c.last.to_string(), c.records))
+            .collect();
+        assert_eq!(
+            cut,
+            [("1".into(), "3".into(), 3), ("4".into(), "7".into(), 4)]
+        );
+        assert_eq!(out[0].nonzero().count(), 1, "a's like and unlike cancel");
+        assert_eq!(out[1].first_index, 3);
+        assert_eq!(out[1].newest_ms, Some(7));
+        let c = ReelId::parse("c").unwrap();
+        assert_eq!(out[1].deltas[&c], 2);
+        // The same changes from a later point are cut the same way there.
+        assert_eq!(chunks(&cs[3..], 2), out[1..]);
+        assert!(chunks(&[], 5).is_empty());
+    }
+}

@@ -1,0 +1,320 @@
+//! Stream-aggregated counting (`COUNTING=stream`): a like writes only its
+//! row; this module turns the Likes table's stream into the reels' shard
+//! items, exactly once although Lambda delivers records at least once.
+//!
+//! # Exactly once
+//!
+//! Each stream shard has a checkpoint item in the counters table
+//! ([`crate::keys::aggregate_checkpoint_key`]): the sequence number of the
+//! last record applied. A batch is applied in [`chunk::Chunk`]s of
+//! consecutive records, each by one `TransactWriteItems` that adds the
+//! chunk's per-reel deltas to the reels' shards and moves the checkpoint
+//! from the value read to the chunk's last record, conditioned on the
+//! checkpoint still holding the value read. So:
+//!
+//! * records at or below the checkpoint are skipped: a redelivered batch,
+//!   or the part of a batch Lambda sends again after a partial failure,
+//!   changes nothing already applied;
+//! * a chunk lands whole or not at all, and never twice: two invocations
+//!   holding the same records cannot both move the checkpoint from one
+//!   value; the `ClientRequestToken` (derived from the checkpoint key, the
+//!   value read, the chunk's range and the settings it was planned with)
+//!   makes the SDK's retry after a lost answer a replay;
+//! * each shard update is also conditioned on the reel's settings version,
+//!   so a resize that moved on meanwhile makes the chunk plan again with
+//!   the new settings (the resize protocol's waits need no bound on how
+//!   long an aggregation takes).
+//!
+//! Sequence numbers are compared as numbers ([`records::SequenceNumber`]).
+//! Records of one key are ordered only within a stream shard, and a like
+//! row's INSERT and REMOVE may come from different shards after a
+//! partition split; the deltas commute, so the sums are exact either way.
+//!
+//! # Which shard a chunk adds to
+//!
+//! One derived from the stream shard ([`counter_shard`]), so one stream
+//! shard's chunks never conflict with each other; chunks of different
+//! stream shards may meet on one item, and are retried like a like.
+//!
+//! # Rooms
+//!
+//! `records` parses Lambda's event, `chunk` cuts it into transactions; this
+//! file applies them.
+
+pub mod chunk;
+pub mod records;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::keys::{self, ReelId};
+use crate::retry::Backoff;
+use crate::store::{AggregateStore, ChunkAdd, ChunkResult, ChunkWrite};
+use crate::token::RequestToken;
+use records::{SequenceNumber, StreamEvent};
+use std::time::{Duration, Instant};
+
+/// Reels one transaction can take: a checkpoint update plus, per reel, a
+/// settings check and a shard update, within DynamoDB's 100 items.
+pub const MAX_CHUNK_REELS: usize = ((keys::MAX_TRANSACT_ITEMS as usize) - 1) / 2;
+
+/// How long a checkpoint outlives its last write: stream records are kept
+/// 24 hours, so a closed shard's checkpoint is useless a day after its
+/// last record; two days leaves room for a replay from the start.
+const CHECKPOINT_TTL: Duration = Duration::from_secs(2 * 86_400);
+
+/// An invocation stops starting chunks this long before its deadline and
+/// reports the rest as failed, so Lambda sends them again.
+const DEADLINE_SAFETY: Duration = Duration::from_secs(3);
+
+/// Settings re-reads one chunk may take (each after a resize moved on)
+/// before the batch is handed back to Lambda.
+const MAX_PLANS: u32 = 8;
+
+/// What one invocation did with its batch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BatchOutcome {
+    /// Records applied now.
+    pub applied: usize,
+    /// Records at or below the checkpoint: applied before.
+    pub skipped: usize,
+    /// Transactions committed.
+    pub chunks: usize,
+    /// Transactions retried (conflicts, throttling, settings changes).
+    pub retries: u32,
+    /// The sequence number from which Lambda must deliver again (Lambda's
+    /// `batchItemFailures`), if the batch was not applied to its end.
+    pub failed_from: Option<String>,
+    /// Age of the newest record applied (now minus its creation time).
+    pub lag_ms: Option<i64>,
+}
+
+/// The stream consumer: applies batches of the Likes table's stream to the
+/// reels' shard items.
+pub struct Aggregator<S> {
+    store: S,
+    backoff: Backoff,
+    /// See [`Config::stream_since_ms`].
+    since_ms: i64,
+    /// See [`Config::aggregate_chunk_reels`].
+    chunk_reels: usize,
+}
+
+/// `out` with its skipped records counted: those the checkpoint covers that
+/// this invocation did not apply itself.
+fn finish(
+    mut out: BatchOutcome,
+    changes: &[records::Change],
+    checkpoint: Option<&SequenceNumber>,
+) -> BatchOutcome {
+    let covered = changes
+        .iter()
+        .filter(|c| checkpoint.is_some_and(|k| c.seq <= *k))
+        .count();
+    out.skipped = covered.saturating_sub(out.applied);
+    out
+}
+
+/// The shard of a reel with `write_shards` shards that the stream shard
+/// behind `checkpoint_key` adds to.
+pub fn counter_shard(checkpoint_key: &str, write_shards: u32) -> u32 {
+    RequestToken::for_fields("aggregate-shard", &[checkpoint_key]).shard(write_shards)
+}
+
+impl<S: AggregateStore> Aggregator<S> {
+    /// An aggregator over `store`, with the retry settings of `config`.
+    pub fn new(store: S, config: &Config) -> Self {
+        Aggregator {
+            store,
+            backoff: Backoff::from_config(config),
+            // Stream records are stamped rounded down to the second: the
+            // boundary is the whole second at or after the one given.
+            since_ms: (config.stream_since_ms + 999) / 1000 * 1000,
+            chunk_reels: config.aggregate_chunk_reels,
+        }
+    }
+
+    /// The store it writes through.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Applies one batch. `Ok` with `failed_from` set hands the rest of the
+    /// batch back to Lambda; `Err` fails the whole invocation (Lambda
+    /// retries it, or bisects it).
+    pub async fn handle(
+        &self,
+        event: &StreamEvent,
+        deadline: Option<Instant>,
+    ) -> Result<BatchOutcome, Error> {
+        let mut out = BatchOutcome::default();
+        if event.records.is_empty() {
+            return Ok(out);
+        }
+        let Some(shard_id) = event.shard_id.as_deref() else {
+            // Without a tumbling window Lambda does not say which shard a
+            // batch is from, and there is no checkpoint to keep.
+            tracing::error!(
+                "stream event without shardId: the event source mapping needs TumblingWindowInSeconds"
+            );
+            return Err(Error::Internal);
+        };
+        let arn = event
+            .event_source_arn
+            .as_deref()
+            .or_else(|| event.records[0].event_source_arn.as_deref())
+            .unwrap_or("");
+        let key = keys::aggregate_checkpoint_key(arn, shard_id);
+        let (changes, unordered) = match records::changes(&event.records, self.since_ms) {
+            Ok(c) => (c, None),
+            Err(bad) => {
+                tracing::error!(index = bad.index, seq = %bad.raw, "stream record without a readable sequence number");
+                let good = event.records[..bad.index]
+                    .iter()
+                    .filter_map(|r| r.change(self.since_ms))
+                    .collect();
+                (good, Some(bad.raw))
+            }
+        };
+        let mut checkpoint = self.checkpoint(&key).await?;
+        let mut plans = 0u32;
+        'batch: loop {
+            let pending: Vec<(usize, records::Change)> = changes
+                .iter()
+                .cloned()
+                .enumerate()
+                .filter(|(_, c)| checkpoint.as_ref().is_none_or(|k| c.seq > *k))
+                .collect();
+            for chunk in chunk::chunks(&pending, self.chunk_reels) {
+                // Fixed for the chunk's attempts, so that a retry under the
+                // same token sends the same body.
+                let now = crate::clock::since_epoch();
+                let mut attempt = 0u32;
+                loop {
+                    if deadline.is_some_and(|d| Instant::now() + DEADLINE_SAFETY >= d) {
+                        out.failed_from = Some(chunk.first.to_string());
+                        return Ok(finish(out, &changes, checkpoint.as_ref()));
+                    }
+                    attempt += 1;
+                    let write = self
+                        .plan(&key, shard_id, checkpoint.as_ref(), &chunk, now)
+                        .await?;
+                    match self.store.apply_chunk(&write).await? {
+                        ChunkResult::Applied => {
+                            out.applied += chunk.records;
+                            out.chunks += 1;
+                            if let Some(at) = chunk.newest_ms {
+                                out.lag_ms = Some((crate::clock::now_ms() - at).max(0));
+                            }
+                            checkpoint = Some(chunk.last.clone());
+                            break;
+                        }
+                        ChunkResult::CheckpointMoved => {
+                            // Another invocation holds these records too (a
+                            // retry that overlapped this one), or this
+                            // chunk committed under an answer lost past the
+                            // token's lifetime: go on from where it is now.
+                            let now = self.checkpoint(&key).await?;
+                            tracing::info!(shard = shard_id, from = ?checkpoint, to = ?now, "checkpoint moved under the aggregator");
+                            if now == checkpoint {
+                                return Err(Error::Contended);
+                            }
+                            checkpoint = now;
+                            out.retries += 1;
+                            continue 'batch;
+                        }
+                        ChunkResult::SettingsChanged => {
+                            plans += 1;
+                            out.retries += 1;
+                            if plans >= MAX_PLANS {
+                                out.failed_from = Some(chunk.first.to_string());
+                                return Ok(finish(out, &changes, checkpoint.as_ref()));
+                            }
+                        }
+                        ChunkResult::Retry(reason) => {
+                            out.retries += 1;
+                            if !self.backoff.allows(attempt) {
+                                tracing::warn!(
+                                    shard = shard_id,
+                                    ?reason,
+                                    attempts = attempt,
+                                    "aggregation retries exhausted; Lambda delivers the rest again"
+                                );
+                                out.failed_from = Some(chunk.first.to_string());
+                                return Ok(finish(out, &changes, checkpoint.as_ref()));
+                            }
+                            tokio::time::sleep(self.backoff.delay(attempt)).await;
+                        }
+                    }
+                }
+            }
+            break;
+        }
+        if let Some(raw) = unordered {
+            out.failed_from = Some(raw);
+        }
+        Ok(finish(out, &changes, checkpoint.as_ref()))
+    }
+
+    /// The stream shard's checkpoint; a stored value that is not a sequence
+    /// number is a fault of ours, never read as "nothing applied".
+    async fn checkpoint(&self, key: &str) -> Result<Option<SequenceNumber>, Error> {
+        match self.store.checkpoint(key).await? {
+            None => Ok(None),
+            Some(s) => SequenceNumber::parse(&s).map(Some).ok_or_else(|| {
+                tracing::error!(key, value = %s, "unreadable aggregation checkpoint");
+                Error::Internal
+            }),
+        }
+    }
+
+    /// The transaction of `chunk`: each reel's delta on the shard its
+    /// current settings give this stream shard, conditioned on those
+    /// settings' version.
+    async fn plan(
+        &self,
+        key: &str,
+        shard_id: &str,
+        checkpoint: Option<&SequenceNumber>,
+        chunk: &chunk::Chunk,
+        now: Duration,
+    ) -> Result<ChunkWrite, Error> {
+        let reels: Vec<ReelId> = chunk.nonzero().map(|(r, _)| r.clone()).collect();
+        let settings = if reels.is_empty() {
+            Default::default()
+        } else {
+            self.store.settings(&reels).await?
+        };
+        let mut adds = Vec::with_capacity(reels.len());
+        let mut versions = Vec::with_capacity(reels.len());
+        for (reel, delta) in chunk.nonzero() {
+            let s = settings.get(reel).copied().unwrap_or_default();
+            versions.push(s.version.to_string());
+            adds.push(ChunkAdd {
+                reel: reel.clone(),
+                shard: counter_shard(key, s.write_shards),
+                delta,
+                settings_version: s.version,
+            });
+        }
+        let expected = checkpoint.map(|c| c.padded().to_owned());
+        let mut fields: Vec<&str> = vec![
+            key,
+            expected.as_deref().unwrap_or("-"),
+            chunk.first.padded(),
+            chunk.last.padded(),
+        ];
+        fields.extend(versions.iter().map(String::as_str));
+        let token = RequestToken::for_fields("aggregate", &fields);
+        Ok(ChunkWrite {
+            checkpoint_key: key.to_owned(),
+            shard_id: shard_id.to_owned(),
+            expected,
+            next: chunk.last.padded().to_owned(),
+            adds,
+            records: chunk.records as u64,
+            token,
+            now_ms: now.as_millis() as i64,
+            expires_at: (now + CHECKPOINT_TTL).as_secs() as i64,
+        })
+    }
+}

@@ -1,0 +1,104 @@
+//! [`AggregateStore`] on DynamoDB: a stream shard's checkpoint, and the
+//! transaction that applies one chunk of its records.
+
+use super::DynamoStore;
+use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
+use super::ext::ItemExt;
+use crate::error::Error;
+use crate::keys;
+use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+
+impl AggregateStore for DynamoStore {
+    async fn checkpoint(&self, key: &str) -> Result<Option<String>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(key.to_owned()))
+            .consistent_read(true)
+            .projection_expression("seq")
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?;
+        Ok(out.item.and_then(|i| i.string("seq").map(str::to_owned)))
+    }
+
+    async fn apply_chunk(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
+        let n = |v: i64| AttributeValue::N(v.to_string());
+        let checkpoint = Update::builder()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(write.checkpoint_key.clone()))
+            .update_expression("SET #s = :next, #id = :id, #at = :at, #exp = :exp ADD #r :records")
+            .expression_attribute_names("#s", "seq")
+            .expression_attribute_names("#id", "shard_id")
+            .expression_attribute_names("#at", "updated_at")
+            .expression_attribute_names("#exp", "expires_at")
+            .expression_attribute_names("#r", "records")
+            .expression_attribute_values(":next", AttributeValue::S(write.next.clone()))
+            .expression_attribute_values(":id", AttributeValue::S(write.shard_id.clone()))
+            .expression_attribute_values(":at", n(write.now_ms))
+            .expression_attribute_values(":exp", n(write.expires_at))
+            .expression_attribute_values(":records", n(write.records as i64));
+        // Zero-padded sequence numbers: equal as strings when equal as numbers.
+        let checkpoint = match &write.expected {
+            None => checkpoint.condition_expression("attribute_not_exists(#s)"),
+            Some(seq) => checkpoint
+                .condition_expression("#s = :expected")
+                .expression_attribute_values(":expected", AttributeValue::S(seq.clone())),
+        };
+        let mut request = self.client.transact_write_items().transact_items(
+            TransactWriteItem::builder()
+                .update(
+                    checkpoint
+                        .build()
+                        .map_err(|e| request_build_failed("Update", &e))?,
+                )
+                .build(),
+        );
+        for add in &write.adds {
+            request = request
+                .transact_items(self.settings_at(&add.reel, add.settings_version)?)
+                .transact_items(
+                    TransactWriteItem::builder()
+                        .update(
+                            Update::builder()
+                                .table_name(&self.counters_table)
+                                .key(
+                                    "pk",
+                                    AttributeValue::S(keys::shard_key(&add.reel, add.shard)),
+                                )
+                                // `w` counts the writes the shard took (one
+                                // per chunk here): its rate drives automatic
+                                // resizing, which stream mode rarely needs.
+                                .update_expression("ADD #n :d, #w :one SET #u = :at")
+                                .expression_attribute_names("#n", "n")
+                                .expression_attribute_names("#w", "w")
+                                .expression_attribute_names("#u", "updated_at")
+                                .expression_attribute_values(":d", n(add.delta))
+                                .expression_attribute_values(":one", n(1))
+                                .expression_attribute_values(":at", n(write.now_ms))
+                                .build()
+                                .map_err(|e| request_build_failed("Update", &e))?,
+                        )
+                        .build(),
+                );
+        }
+        let result = request
+            .client_request_token(write.token.as_str())
+            .send()
+            .await;
+        match result.map_err(|e| maintenance_tx_failure("aggregation", e)) {
+            Ok(_) => Ok(ChunkResult::Applied),
+            Err(failure) => match failure? {
+                MaintenanceTxFailure::Condition(0) => Ok(ChunkResult::CheckpointMoved),
+                MaintenanceTxFailure::Condition(_) => Ok(ChunkResult::SettingsChanged),
+                MaintenanceTxFailure::Retry(reason) => Ok(ChunkResult::Retry(reason)),
+                // The token is derived from the checkpoint read and the
+                // chunk: used before with another body means the
+                // checkpoint moved on since.
+                MaintenanceTxFailure::Mismatch => Ok(ChunkResult::CheckpointMoved),
+            },
+        }
+    }
+}

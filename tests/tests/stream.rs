@@ -1,0 +1,371 @@
+//! Stream mode (`COUNTING=stream`): a like writes only its row, and the
+//! aggregate function, fed by the local event source from the emulator's
+//! stream with Lambda's semantics, adds it to the reel's shards exactly once.
+//!
+//! * The HTTP contract is the transactional mode's: statuses, `changed`,
+//!   `Idempotency-Key` retries (also after like → unlike), and the tapper
+//!   sees their own like in the answer while the stream carries it.
+//! * Once the stream is drained, every reel's shard sum equals its like
+//!   rows, and no like wrote a shard item itself.
+//! * Through the fault proxy (the aggregator's transactions: lost answers
+//!   after commit, conflicts, throttles; the Streams API calls too) and the
+//!   event source's own faults (batches delivered again, invocations whose
+//!   answer is lost so the batch is retried and bisected), with chunks of two
+//!   reels so that a crash lands between the transactions of one batch:
+//!   still exactly once.
+//! * Rows written by transactional mode are not counted again after a
+//!   switch to stream mode, and removals recorded before `STREAM_SINCE_MS`
+//!   are not subtracted again.
+
+mod common;
+
+use common::TestStack;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const STREAM: &[(&str, &str)] = &[
+    ("COUNTING", "stream"),
+    ("LOCAL_SCHEDULE_SECS", "0"),
+    ("AUTO_RESHARD", "off"),
+];
+
+/// Waits until the event source has handed the whole stream to the
+/// aggregator (or fails the test after `within`).
+async fn drained(t: &TestStack, within: Duration) {
+    let started = Instant::now();
+    loop {
+        if t.stack
+            .streams_caught_up()
+            .await
+            .expect("reading the stream")
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "the stream was not drained within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A like or unlike, retried by the client on 429/503 like a real app.
+async fn act(
+    t: &TestStack,
+    user: &str,
+    reel: &str,
+    like: bool,
+    key: Option<&str>,
+) -> common::Reply {
+    let path = format!("/reels/{reel}/like");
+    let method = if like { "PUT" } else { "DELETE" };
+    let headers: Vec<(&str, &str)> = key.map(|k| ("idempotency-key", k)).into_iter().collect();
+    for _ in 0..50 {
+        let r = t.send(method, &path, Some(user), &headers, None).await;
+        if r.status != 429 && r.status != 503 {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{method} {path} as {user}: still refused after 50 tries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_mode_counts_every_like_once_with_the_same_contract() {
+    let t = TestStack::start(STREAM).await;
+    assert_eq!(
+        t.stack.streams.len(),
+        1,
+        "one event source, from template.yaml"
+    );
+
+    // The tapper's own like shows in the answer at once, and a double tap
+    // changes nothing.
+    let first = act(&t, "fan-0", "viral", true, None).await;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    assert_eq!(
+        (
+            first.body["liked"].as_bool(),
+            first.body["changed"].as_bool()
+        ),
+        (Some(true), Some(true))
+    );
+    assert_eq!(first.body["count"], 1, "the answer holds the own like");
+    let again = act(&t, "fan-0", "viral", true, None).await;
+    assert_eq!(again.body["changed"], false);
+    assert!(again.body["count"].as_i64() >= Some(1), "never falls back");
+
+    // Many users at once; every answer counts at least the own like, and
+    // one instance's answers never fall while only likes happen.
+    let answers: Vec<i64> = futures::future::join_all((1..40).map(|u| {
+        let t = &t;
+        async move {
+            let r = act(t, &format!("fan-{u}"), "viral", true, None).await;
+            assert_eq!((r.status, r.body["changed"].as_bool()), (200, Some(true)));
+            r.body["count"].as_i64().unwrap()
+        }
+    }))
+    .await;
+    assert!(answers.iter().all(|c| *c >= 1));
+
+    // Idempotency-Key: a retry of a key answers as the first did, also
+    // after the user unliked since; the unlike is counted once.
+    let keyed = act(&t, "keyed", "viral", true, Some("k-like")).await;
+    assert_eq!(keyed.body["changed"], true);
+    let unlike = act(&t, "keyed", "viral", false, Some("k-unlike")).await;
+    assert_eq!(unlike.body["changed"], true);
+    let late = act(&t, "keyed", "viral", true, Some("k-like")).await;
+    assert_eq!(
+        (late.body["changed"].as_bool(), late.body["liked"].as_bool()),
+        (Some(true), Some(true)),
+        "the key's answer, not a new like"
+    );
+    let unliked_again = act(&t, "keyed", "viral", false, Some("k-unlike")).await;
+    assert_eq!(unliked_again.body["changed"], true);
+    // An unlike of a non-like changes nothing.
+    let none = act(&t, "nobody", "viral", false, None).await;
+    assert_eq!(none.body["changed"], false);
+
+    drained(&t, Duration::from_secs(30)).await;
+    let rows = t.like_rows("viral").await as i64;
+    assert_eq!(rows, 40, "fan-0..fan-39; keyed unliked");
+    assert_eq!(
+        t.shard_sum("viral").await,
+        rows,
+        "the shards hold every row once"
+    );
+    // The like path wrote no shard: the only writer of shard items is the
+    // aggregator, whose checkpoint names the stream shard.
+    let checkpoints = t.scan_prefix("agg#").await;
+    assert_eq!(checkpoints.len(), 1, "one stream shard, one checkpoint");
+    // Reads show the truth once the cache and the own-change promise
+    // (STREAM_VISIBLE_MS) have run out.
+    let started = Instant::now();
+    loop {
+        let c = t.http_count("viral").await;
+        if c == rows {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "reads still answer {c}, not {rows}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_like_counts_once_under_stream_and_aggregator_faults() {
+    let mut env = STREAM.to_vec();
+    env.extend([
+        // The aggregator's transactions lose answers after committing,
+        // conflict and are throttled; the Streams API calls are throttled
+        // and slowed too; the like path is left alone (its faults are
+        // faults.rs's).
+        (
+            "FAULTS",
+            "seed=11,TransactWriteItems.lost=0.15,TransactWriteItems.conflict=0.1,\
+             TransactWriteItems.throttle=0.1,GetRecords.throttle=0.1,GetRecords.latency=0.2,\
+             max_latency_ms=20,stall_ms=600",
+        ),
+        ("LOCAL_STREAM_FAULTS", "seed=5,redeliver=0.3,lost=0.3"),
+        // Two reels a transaction: a batch is several transactions, and a
+        // lost invocation answer lands between them.
+        ("AGGREGATE_CHUNK_REELS", "2"),
+        ("DDB_ATTEMPT_TIMEOUT_MS", "400"),
+        ("DDB_OPERATION_TIMEOUT_MS", "2000"),
+        ("CACHE_TTL_MS", "0"),
+    ]);
+    let t = TestStack::start(&env).await;
+    let reels: Vec<String> = (0..8).map(|i| format!("hot{i}")).collect();
+    let mut want: BTreeMap<String, i64> = BTreeMap::new();
+    // Waves of likes and some unlikes on eight reels.
+    for wave in 0..3 {
+        futures::future::join_all((0..24).map(|u| {
+            let (t, reels) = (&t, &reels);
+            async move {
+                let reel = &reels[(u + wave) % reels.len()];
+                let user = format!("w{wave}-u{u}");
+                let r = act(t, &user, reel, true, None).await;
+                assert_eq!(r.status, 200, "{:?}", r.body);
+                if u % 5 == 0 {
+                    let r = act(t, &user, reel, false, Some(&format!("unlike-{user}"))).await;
+                    assert_eq!(r.body["changed"], true);
+                }
+            }
+        }))
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for reel in &reels {
+        want.insert(reel.clone(), t.like_rows(reel).await as i64);
+    }
+    drained(&t, Duration::from_secs(120)).await;
+    let mut got = BTreeMap::new();
+    for reel in &reels {
+        got.insert(reel.clone(), t.shard_sum(reel).await);
+    }
+    let stats = &t.stack.streams[0].stats;
+    let seen = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "event source: invocations {}, delivered {}, retries {}, bisections {}, redelivered {}, lost {}, discarded {}",
+        seen(&stats.invocations),
+        seen(&stats.delivered),
+        seen(&stats.retries),
+        seen(&stats.bisections),
+        seen(&stats.redelivered),
+        seen(&stats.lost),
+        seen(&stats.discarded),
+    );
+    assert_eq!(stats.discarded(), 0, "no batch ran out of retries");
+    assert_eq!(got, want, "shard sums equal the like rows once drained");
+    assert!(
+        seen(&stats.redelivered) > 0,
+        "some batches were delivered twice"
+    );
+    assert!(seen(&stats.lost) > 0, "some invocations lost their answer");
+    assert!(
+        seen(&stats.bisections) > 0,
+        "some retried batches were split"
+    );
+    let proxy = t
+        .stack
+        .proxy
+        .as_ref()
+        .expect("FAULTS starts the proxy")
+        .stats();
+    assert!(
+        proxy.injected_of("lost_dropped") + proxy.injected_of("lost_stalled") > 0
+            && proxy.injected_of("conflict") > 0,
+        "{proxy:?}"
+    );
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_counted_by_their_transactions_are_not_counted_again() {
+    let dir = std::env::temp_dir().join(format!("likes-switch-{}", fastrand::u64(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("db.sqlite");
+    let file_str = file.to_string_lossy().into_owned();
+    // Transactional mode: five likes, one unlike, counted by transactions.
+    let t = TestStack::start_on_file(&file, &[("LOCAL_SCHEDULE_SECS", "0")]).await;
+    for u in 0..5 {
+        assert_eq!(
+            act(&t, &format!("old{u}"), "switched", true, None)
+                .await
+                .body["changed"],
+            true
+        );
+    }
+    assert_eq!(
+        act(&t, "old0", "switched", false, None).await.body["changed"],
+        true
+    );
+    assert_eq!(t.shard_sum("switched").await, 4);
+    t.stop().await;
+    // The switch: writes paused (here: none in flight), then stream mode
+    // from now on.
+    // The boundary: the next whole second (stream records are stamped
+    // rounded down to the second); writes resume after it.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let since_ms = (now_ms / 1000 + 1) * 1000;
+    tokio::time::sleep(Duration::from_millis(since_ms - now_ms + 50)).await;
+    let since = since_ms.to_string();
+    let mut env = STREAM.to_vec();
+    env.push(("STREAM_SINCE_MS", &since));
+    let t = TestStack::start_on_file(&file, &env).await;
+    // The event source starts from the stream's oldest record: the old
+    // inserts carry no stream mark and the old removal is before the
+    // switch, so neither changes the count; new likes and an unlike of an
+    // old row do.
+    assert_eq!(
+        act(&t, "new0", "switched", true, None).await.body["changed"],
+        true
+    );
+    assert_eq!(
+        act(&t, "old1", "switched", false, None).await.body["changed"],
+        true
+    );
+    drained(&t, Duration::from_secs(30)).await;
+    assert_eq!(t.like_rows("switched").await, 4);
+    assert_eq!(t.shard_sum("switched").await, 4);
+    t.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(file_str);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_corrects_only_drift_that_no_record_in_flight_explains() {
+    let mut env = STREAM.to_vec();
+    // A short settle time stands in for the 26 hours: the test makes sure
+    // the records in flight are applied (or not) within it.
+    env.push(("RECONCILE_STREAM_SETTLE_SECS", "1"));
+    // Reconciliation defers reels written within a request's bound of its
+    // start: short bounds, so that the test need not wait long.
+    env.extend([
+        ("REQUEST_TIMEOUT_MS", "1000"),
+        ("REQUEST_BUDGET_MS", "800"),
+        ("DDB_OPERATION_TIMEOUT_MS", "900"),
+        ("RECONCILE_CLOCK_SKEW_MS", "0"),
+    ]);
+    let t = TestStack::start(&env).await;
+    let reconcile = |t: &TestStack| {
+        let app = t.stack.app.clone();
+        async move {
+            let out = likes::events::handle_reconcile_event(
+                &app,
+                &serde_json::json!({"mode": "start"}),
+                None,
+            )
+            .await
+            .unwrap();
+            (
+                out["reels_corrected"].as_u64().unwrap(),
+                out["reels_deferred"].as_u64().unwrap(),
+            )
+        }
+    };
+    // Records in flight: the aggregator is held back, so the rows hold five
+    // likes and the shards none.
+    let source = &t.stack.streams[0];
+    source.pause(true);
+    for u in 0..5 {
+        assert_eq!(
+            act(&t, &format!("u{u}"), "late", true, None).await.body["changed"],
+            true
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        (t.like_rows("late").await, t.shard_sum("late").await),
+        (5, 0)
+    );
+    // Seen once: deferred, nothing corrected.
+    assert_eq!(reconcile(&t).await, (0, 1));
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Still in flight after the settle time, the rows and shards unchanged:
+    // a second sighting would correct it, which is why the real settle time
+    // outlasts the stream's retention. Here the records land first.
+    source.pause(false);
+    drained(&t, Duration::from_secs(30)).await;
+    assert_eq!(t.shard_sum("late").await, 5);
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    // The shards moved since the first sighting: no correction, no drift.
+    assert_eq!(reconcile(&t).await, (0, 0));
+    assert_eq!(t.shard_sum("late").await, 5);
+
+    // Real drift (a shard edited by hand): deferred at first sight,
+    // corrected once seen again unchanged after the settle time.
+    t.put_shard("late", 0, 8).await;
+    assert_eq!(reconcile(&t).await, (0, 1));
+    assert_eq!(t.shard_sum("late").await, 8, "not corrected at first sight");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(reconcile(&t).await, (1, 0));
+    assert_eq!(t.shard_sum("late").await, 5);
+    t.stop().await;
+}
