@@ -55,7 +55,7 @@ echo "benchmarks: planner" >&2
 
 echo "benchmarks: viral load" >&2
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-RUST_LOG=${RUST_LOG:-off} BENCH_OUT=target/bench/viral.json "$bin" bench > "$work/bench.md"
+RUST_LOG=${RUST_LOG:-off} BENCH_OUT=target/bench/viral.json BENCH_SVG=BENCHMARKS-onset.svg "$bin" bench > "$work/bench.md"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 if [ "${SKIP_LAMBDA:-0}" != 1 ]; then
@@ -91,7 +91,7 @@ EOF
   cat "$work/plan.md"
   cat <<'EOF'
 
-## Viral load: naive counter vs fixed shards vs automatic growth
+## Viral load: naive counter vs fixed shards vs automatic growth vs stream mode
 
 `likes-local bench` (`make bench`): the real handlers behind the local
 gateway, embedded dynoxide behind the fault proxy's per-key capacity model
@@ -110,9 +110,16 @@ EOF
   # The BENCH_* settings, captured whole (no `env | grep -q`, whose early exit
   # can fail `env` under pipefail).
   bench_vars=$(env | { grep '^BENCH_' || true; } | sort | tr '\n' ' ' | sed 's/ $//')
-  echo "Command: \`RUST_LOG=off BENCH_OUT=target/bench/viral.json $bin bench\`${bench_vars:+, with $bench_vars}."
+  echo "Command: \`RUST_LOG=off BENCH_OUT=target/bench/viral.json BENCH_SVG=BENCHMARKS-onset.svg $bin bench\`${bench_vars:+, with $bench_vars}."
   echo
   cat "$work/bench.md"
+  cat <<'EOF'
+
+The onset, per variant (first run): likes accepted and refused each second,
+and the viral reel's shard count, drawn by the bench itself.
+
+![Onset per variant](BENCHMARKS-onset.svg)
+EOF
   cat <<'EOF'
 
 How to read it (the figures are in the table above; nothing below is
@@ -139,6 +146,17 @@ copied from a run):
     the reel is still contended is ×4 again (16 → 64). "Shards when the
     load ends" is read before the refused likes are retried (their burst
     may grow the reel again).
+- **Stream mode.** `stream` offers 5× the `fixed` ceiling (BENCH_STREAM_RATE)
+  with the viral reel at 1 shard and no growth: no like writes a counter
+  item, so the cap applies to the like rows (one per user) and to the one
+  shard the aggregator writes once per batch. Its viral likes carry no
+  `Idempotency-Key` (an unkeyed like is one `PutItem`, 1 unit; a keyed one
+  is a transaction of the row and the key's record, 4 units); the
+  aggregator's transactions are in the reel's units, its checkpoints
+  (`agg#…`) shared out over every like. Freshness is from a like's answer
+  to the shard holding it, polled every 20 ms: the stream, the 1 s batching
+  window, the aggregation; a reader adds up to `CACHE_TTL_MS` (2 s) on top.
+  Transactional variants show 0: the shard is written before the answer.
 - **Exactness.** "stored − offered" counts every like once its client has
   retried it. The naive counter is exact here too, because the proxy's
   capacity model refuses before writing and the bench injects no lost

@@ -65,7 +65,7 @@ echo "CARGO_TARGET_DIR=target/bench-release" >>"$COMMANDS"
 build_start=$(now)
 if [ "$SKIP_BUILD" != 1 ]; then
   # The functions, exactly as the workspace builds them.
-  run cargo build --release --locked -p like -p read -p reshard -p reconcile
+  run cargo build --release --locked -p like -p read -p reshard -p reconcile -p aggregate
   # The local stack, only for its embedded DynamoDB (dynoxide) and tables.
   run cargo build --release --locked -p likes-local
   # The baselines: own workspaces, same release profile, lock seeded from
@@ -75,7 +75,7 @@ if [ "$SKIP_BUILD" != 1 ]; then
   run cargo bench --locked --manifest-path bench/lambda/overhead/Cargo.toml --no-run
 fi
 build_end=$(now)
-for b in like read reshard reconcile hello hello-http likes-local; do
+for b in like read reshard reconcile aggregate hello hello-http likes-local; do
   [ -x "$BIN/$b" ] || { echo "lambda-figures: $BIN/$b missing (run without SKIP_BUILD)" >&2; exit 1; }
 done
 
@@ -160,6 +160,7 @@ if [ -n "$CA_BUNDLE" ]; then
 fi
 cold reshard reshard events/reshard-schedule.json 256
 cold reconcile reconcile events/reconcile-dry-run.json 1024
+cold aggregate aggregate events/aggregate.json 256
 cleanup
 LOCAL_PID=
 

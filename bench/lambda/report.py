@@ -27,6 +27,7 @@ FUNCTIONS = [
     ("read /healthz, CA bundle only", "read", "events/healthz.json", "as above, with SSL_CERT_FILE=the system CA bundle and SSL_CERT_DIR empty: the SDK's rustls client reads the trust store as one file instead of this host's certificate directory"),
     ("reshard", "reshard", "events/reshard-schedule.json", "scheduled run (EventBridge event)"),
     ("reconcile", "reconcile", "events/reconcile-dry-run.json", "dry-run start ({\"mode\":\"start\",\"dry_run\":true})"),
+    ("aggregate", "aggregate", "events/aggregate.json", "stream mode: one stream batch (checkpoint read, settings read, one chunk transaction)"),
 ]
 BASELINES = [
     ("hello", "hello", "events/read.json", "lambda_runtime hello-world: event as serde_json::Value, JSON answer"),
@@ -158,7 +159,7 @@ def main():
     WORK = args.work
 
     sizes = {}
-    for name in ["hello", "hello-http", "like", "read", "reshard", "reconcile"]:
+    for name in ["hello", "hello-http", "like", "read", "reshard", "reconcile", "aggregate"]:
         p = os.path.join(args.bin_dir, name)
         sizes[name] = os.path.getsize(p) if os.path.exists(p) else None
 

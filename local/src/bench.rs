@@ -9,7 +9,15 @@
 //!    count, cache on;
 //! 3. `fixed-nocache`: the same with the read cache off (`CACHE_TTL_MS=0`),
 //!    to show what the cache saves;
-//! 4. `auto`: this project from 1 shard, growing automatically.
+//! 4. `auto`: this project from 1 shard, growing automatically;
+//! 5. `stream`: stream-aggregated counting (`COUNTING=stream`): likes write
+//!    their row only, the aggregate function (fed by the local event
+//!    source) adds them to one shard; offered at `BENCH_STREAM_RATE`
+//!    (default 5× the `fixed` variant's ceiling), with its freshness
+//!    (acknowledged → in the shards) measured.
+//!
+//! The bench also draws, per variant, the likes accepted and refused each
+//! second and the viral reel's shard count over time (`BENCH_SVG`).
 //!
 //! The capacity cap is scaled down (`write_cap` units per key per second)
 //! so that this machine can reach it; everything else (the sizing rule's
@@ -25,7 +33,8 @@ use serde::Serialize;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// What to run; every field has a `BENCH_*` variable.
@@ -33,6 +42,9 @@ use std::time::{Duration, Instant};
 pub struct BenchOptions {
     /// Likes a second offered on the viral reel (`BENCH_RATE`).
     pub viral_rate: f64,
+    /// ... by the `stream` variant (`BENCH_STREAM_RATE`; default 5× the
+    /// `fixed` variant's ceiling, `BENCH_SHARDS` × cap ÷ 2).
+    pub stream_rate: f64,
     /// Likes a second on the background reels (`BENCH_BACKGROUND_RATE`).
     pub background_rate: f64,
     /// Feed reads a second, each of the viral reel and the background
@@ -55,6 +67,8 @@ pub struct BenchOptions {
     pub rru_price: f64,
     /// Where the JSON results go (`BENCH_OUT`).
     pub out: PathBuf,
+    /// Where the onset chart goes (`BENCH_SVG`).
+    pub svg: PathBuf,
     #[serde(skip)]
     pub template: PathBuf,
 }
@@ -75,28 +89,37 @@ impl BenchOptions {
         let variants = std::env::var("BENCH_VARIANTS")
             .ok()
             .filter(|v| !v.trim().is_empty())
-            .unwrap_or_else(|| "naive,fixed,fixed-nocache,auto".into())
+            .unwrap_or_else(|| "naive,fixed,fixed-nocache,auto,stream".into())
             .split(',')
             .map(|s| s.trim().to_owned())
             .collect::<Vec<_>>();
         for v in &variants {
-            if !["naive", "fixed", "fixed-nocache", "auto"].contains(&v.as_str()) {
+            if !["naive", "fixed", "fixed-nocache", "auto", "stream"].contains(&v.as_str()) {
                 return Err(anyhow!("BENCH_VARIANTS: unknown variant {v:?}"));
             }
         }
+        let write_cap = num("BENCH_WRITE_CAP", 60.0)?;
+        let fixed_shards = num("BENCH_SHARDS", 10.0)? as u32;
         Ok(BenchOptions {
             viral_rate: num("BENCH_RATE", 150.0)?,
+            stream_rate: num(
+                "BENCH_STREAM_RATE",
+                5.0 * f64::from(fixed_shards) * write_cap / 2.0,
+            )?,
             background_rate: num("BENCH_BACKGROUND_RATE", 20.0)?,
             read_rate: num("BENCH_READ_RATE", 20.0)?,
             seconds: num("BENCH_SECONDS", 20.0)?,
-            write_cap: num("BENCH_WRITE_CAP", 60.0)?,
-            fixed_shards: num("BENCH_SHARDS", 10.0)? as u32,
+            write_cap,
+            fixed_shards,
             runs: num("BENCH_RUNS", 3.0)? as u32,
             variants,
             wru_price: num("BENCH_WRU_PRICE", 0.625)?,
             rru_price: num("BENCH_RRU_PRICE", 0.125)?,
             out: PathBuf::from(
                 std::env::var("BENCH_OUT").unwrap_or_else(|_| "target/bench/viral.json".into()),
+            ),
+            svg: PathBuf::from(
+                std::env::var("BENCH_SVG").unwrap_or_else(|_| "target/bench/onset.svg".into()),
             ),
             template,
         })
@@ -152,6 +175,27 @@ pub struct RunResult {
     /// From `wcu_per_background_like`.
     pub dollars_per_million_background_likes: f64,
     pub dollars_per_million_reads: f64,
+    /// Write units of the aggregator's checkpoints (stream mode), shared
+    /// out over every like in the per-like figures above.
+    pub wcu_checkpoints: f64,
+    /// Stream mode: from a like's acknowledgement to the shards holding it
+    /// (the stream, the batching window, the aggregation; readers add up
+    /// to `CACHE_TTL_MS`). 0 for the transactional variants: the shard is
+    /// written before the answer.
+    pub freshness_p50_ms: f64,
+    pub freshness_p99_ms: f64,
+    /// Per second of the load: likes accepted and refused, and the viral
+    /// reel's shard count (the onset chart).
+    pub timeline: Vec<Second>,
+}
+
+/// One second of a run, for the onset chart.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Second {
+    pub t: u32,
+    pub accepted: u32,
+    pub refused: u32,
+    pub shards: u32,
 }
 
 const VIRAL: &str = "viral";
@@ -182,6 +226,9 @@ fn stack_env(opts: &BenchOptions, variant: &str) -> Vec<(String, String)> {
         "fixed-nocache" => ("off", "0"),
         _ => ("off", "2000"),
     };
+    if variant == "stream" {
+        env.push(("COUNTING".into(), "stream".into()));
+    }
     env.push(("AUTO_RESHARD".into(), auto.into()));
     env.push(("CACHE_TTL_MS".into(), cache.into()));
     env
@@ -278,6 +325,21 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
         .load(Ordering::Relaxed);
     let t0 = Instant::now();
     let prefix = format!("r{run}");
+    let stream = variant == "stream";
+    let rate = if stream {
+        opts.stream_rate
+    } else {
+        opts.viral_rate
+    };
+    // The viral reel's shard count, and in stream mode its shard, over time.
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = tokio::spawn(watch_viral(
+        stack.client.clone(),
+        counters.clone(),
+        watching.clone(),
+        t0,
+        stream,
+    ));
 
     let viral = {
         let (http, base, naive, counters, prefix) = (
@@ -288,13 +350,22 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
             prefix.clone(),
         );
         let naive_variant = variant == "naive";
-        open_loop(opts.viral_rate, opts.seconds, move |i| {
+        open_loop(rate, opts.seconds, move |i| {
             let (http, base, naive, counters) =
                 (http.clone(), base.clone(), naive.clone(), counters.clone());
             let user = format!("{prefix}v{i}");
             async move {
                 let sent = Instant::now();
-                let ok = viral_like(naive_variant, &naive, &counters, &http, &base, &user).await;
+                let ok = viral_like(
+                    naive_variant,
+                    !stream,
+                    &naive,
+                    &counters,
+                    &http,
+                    &base,
+                    &user,
+                )
+                .await;
                 Sample {
                     user,
                     at: t0.elapsed(),
@@ -373,7 +444,17 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
     for chunk in refused_users.chunks(16) {
         let settled = futures::future::join_all(chunk.iter().map(|user| async {
             for attempt in 0..50u64 {
-                if viral_like(naive_variant, &naive_client, &counters, &http, &base, user).await {
+                if viral_like(
+                    naive_variant,
+                    !stream,
+                    &naive_client,
+                    &counters,
+                    &http,
+                    &base,
+                    user,
+                )
+                .await
+                {
                     return true;
                 }
                 tokio::time::sleep(Duration::from_millis(20 * attempt.min(10))).await;
@@ -391,6 +472,18 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
         .shard_reads_batch
         .load(Ordering::Relaxed)
         - reads_before;
+    // Stream mode: the counts are exact once the stream is drained.
+    if stream {
+        let drain_start = Instant::now();
+        while !stack.streams_caught_up().await? {
+            if drain_start.elapsed() > Duration::from_secs(300) {
+                return Err(anyhow!("the stream was not drained within 5 minutes"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    watching.store(false, Ordering::Relaxed);
+    let (shard_counts, sums) = watcher.await.context("the watcher")?;
 
     // Exactness: every offered like was acknowledged in the end; the store
     // must hold exactly one per user.
@@ -437,11 +530,22 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
     let all: Vec<&Sample> = viral.iter().collect();
     let background_accepted = background.iter().filter(|ok| **ok).count();
     let reads_ok = reads.iter().filter(|ok| **ok).count().max(1);
-    let wcu_per_viral_like = units.viral / accepted.max(1) as f64;
-    let wcu_per_background_like = units.background / background_accepted.max(1) as f64;
+    // The checkpoints serve every like of a batch: shared out by likes.
+    let all_accepted = (accepted + background_accepted).max(1) as f64;
+    let checkpoint_share = units.checkpoints / all_accepted;
+    let wcu_per_viral_like = units.viral / accepted.max(1) as f64 + checkpoint_share;
+    let wcu_per_background_like =
+        units.background / background_accepted.max(1) as f64 + checkpoint_share;
+    let (freshness_p50_ms, freshness_p99_ms) = freshness(&viral, &sums);
+    let timeline = timeline(&viral, &shard_counts, opts.seconds);
     let rcu_per_read = stats.total_read_units() / reads_ok as f64;
     let units_per_like_on_hot_key = if variant == "naive" { 1.0 } else { 2.0 };
-    let ceiling = shards as f64 * opts.write_cap / units_per_like_on_hot_key;
+    // Stream mode has no per-reel ceiling: no like writes a counter item.
+    let ceiling = if stream {
+        f64::NAN
+    } else {
+        shards as f64 * opts.write_cap / units_per_like_on_hot_key
+    };
     let busiest = stats.hot_keys.iter().max_by(|a, b| {
         a.max_write_units_per_sec
             .total_cmp(&b.max_write_units_per_sec)
@@ -450,7 +554,7 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
     let uncached = reads_ok as f64 * (shards as f64 + BACKGROUND_REELS as f64) / elapsed;
     let result = RunResult {
         variant: variant.to_owned(),
-        offered_likes_per_sec: opts.viral_rate,
+        offered_likes_per_sec: rate,
         accepted_likes_per_sec: accepted as f64 / opts.seconds,
         refused_pct: refused(&all),
         refused_pct_second_half: refused(&second_half),
@@ -461,7 +565,7 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
         cap: opts.write_cap,
         shards,
         ceiling_likes_per_sec: ceiling,
-        offered_to_ceiling: opts.viral_rate / ceiling,
+        offered_to_ceiling: rate / ceiling,
         wcu_per_viral_like,
         wcu_per_background_like,
         wcu_unattributed: units.other,
@@ -474,6 +578,10 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
         dollars_per_million_likes: wcu_per_viral_like * opts.wru_price,
         dollars_per_million_background_likes: wcu_per_background_like * opts.wru_price,
         dollars_per_million_reads: rcu_per_read * opts.rru_price,
+        wcu_checkpoints: units.checkpoints,
+        freshness_p50_ms,
+        freshness_p99_ms,
+        timeline,
     };
     stack.shutdown().await;
     Ok(result)
@@ -484,6 +592,8 @@ async fn run_variant(opts: &BenchOptions, variant: &str, run: u32) -> Result<Run
 struct Units {
     viral: f64,
     background: f64,
+    /// The aggregator's checkpoints (stream mode): every like's.
+    checkpoints: f64,
     other: f64,
 }
 
@@ -500,6 +610,10 @@ fn attribute(loads: &[faultproxy::KeyLoad], counters: &str, likes: &str, prefix:
             .partition
             .split_once('/')
             .unwrap_or(("", &load.partition));
+        if table == counters && key.starts_with("agg#") {
+            u.checkpoints += load.write_units;
+            continue;
+        }
         let viral = if table == counters {
             if key == format!("naive#{VIRAL}") || key.starts_with("idem#") {
                 Some(true)
@@ -556,6 +670,7 @@ fn text<'a>(item: &'a Item, attr: &str) -> &'a str {
 /// has nothing of the kind.
 async fn viral_like(
     naive_variant: bool,
+    keyed: bool,
     naive: &aws_sdk_dynamodb::Client,
     counters: &str,
     http: &reqwest::Client,
@@ -573,12 +688,112 @@ async fn viral_like(
             .await;
         return r.is_ok();
     }
-    http.put(format!("{base}/reels/{VIRAL}/like"))
-        .header("x-user-id", user)
-        .header("idempotency-key", format!("bench-{user}"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
+    let mut req = http
+        .put(format!("{base}/reels/{VIRAL}/like"))
+        .header("x-user-id", user);
+    if keyed {
+        req = req.header("idempotency-key", format!("bench-{user}"));
+    }
+    req.send().await.is_ok_and(|r| r.status().is_success())
+}
+
+/// Polls the viral reel's settings (every 250 ms: its shard count) and, in
+/// stream mode, its one shard (every 20 ms: the aggregated count) until
+/// `watching` is cleared. Times are seconds since `t0`.
+async fn watch_viral(
+    client: aws_sdk_dynamodb::Client,
+    counters: String,
+    watching: Arc<AtomicBool>,
+    t0: Instant,
+    stream: bool,
+) -> (Vec<(f64, u32)>, Vec<(f64, i64)>) {
+    let (mut shards, mut sums) = (Vec::new(), Vec::new());
+    let viral = likes::keys::ReelId::parse(VIRAL).expect("a valid reel id");
+    let get = |pk: String| {
+        client
+            .get_item()
+            .table_name(&counters)
+            .key("pk", AttributeValue::S(pk))
+            .consistent_read(true)
+            .send()
+    };
+    let number = |item: &Option<Item>, attr: &str| -> Option<i64> {
+        item.as_ref()?.get(attr)?.as_n().ok()?.parse().ok()
+    };
+    let mut tick = 0u64;
+    while watching.load(Ordering::Relaxed) {
+        if tick.is_multiple_of(12)
+            && let Ok(out) = get(likes::keys::settings_key(&viral)).await
+        {
+            let n = number(&out.item, "write_shards").unwrap_or(1);
+            shards.push((t0.elapsed().as_secs_f64(), n as u32));
+        }
+        // With one shard (stream mode never grows it), the aggregator
+        // writes shard 0.
+        if stream && let Ok(out) = get(likes::keys::shard_key(&viral, 0)).await {
+            sums.push((
+                t0.elapsed().as_secs_f64(),
+                number(&out.item, "n").unwrap_or(0),
+            ));
+        }
+        tick += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (shards, sums)
+}
+
+/// Acknowledged → visible, p50 and p99 in ms: the k-th accepted like (by
+/// the time its answer came) is visible at the first poll that shows at
+/// least k likes in the shard. Likes only, so the sum only grows.
+fn freshness(viral: &[Sample], sums: &[(f64, i64)]) -> (f64, f64) {
+    if sums.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mut acks: Vec<f64> = viral
+        .iter()
+        .filter(|s| s.ok)
+        .map(|s| s.at.as_secs_f64())
+        .collect();
+    acks.sort_by(f64::total_cmp);
+    let mut lags = Vec::with_capacity(acks.len());
+    let mut j = 0;
+    for (k, ack) in acks.iter().enumerate() {
+        while j < sums.len() && sums[j].1 < (k + 1) as i64 {
+            j += 1;
+        }
+        let Some((seen, _)) = sums.get(j) else { break };
+        lags.push(((seen - ack) * 1000.0).max(0.0));
+    }
+    lags.sort_by(f64::total_cmp);
+    (percentile(&lags, 0.5), percentile(&lags, 0.99))
+}
+
+/// Per second of the load: viral likes accepted and refused (by when their
+/// answer came) and the shard count last seen.
+fn timeline(viral: &[Sample], shards: &[(f64, u32)], seconds: f64) -> Vec<Second> {
+    let n = seconds.ceil().max(1.0) as usize;
+    let mut out: Vec<Second> = (0..n)
+        .map(|t| Second {
+            t: t as u32,
+            ..Second::default()
+        })
+        .collect();
+    for s in viral {
+        let i = (s.at.as_secs_f64() as usize).min(n - 1);
+        if s.ok {
+            out[i].accepted += 1;
+        } else {
+            out[i].refused += 1;
+        }
+    }
+    for second in &mut out {
+        second.shards = shards
+            .iter()
+            .take_while(|(at, _)| *at <= f64::from(second.t) + 1.0)
+            .last()
+            .map_or(1, |(_, n)| *n);
+    }
+    out
 }
 
 /// Like rows of `reel`, counted with a scan (the truth).
@@ -637,6 +852,10 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
         }
     }
     let table = markdown(&opts, &results);
+    if let Some(dir) = opts.svg.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&opts.svg, onset_svg(&opts, &results))?;
     if let Some(dir) = opts.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -649,7 +868,7 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
 
 fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> String {
     type Get = fn(&RunResult) -> f64;
-    let rows: [(&str, Get, usize); 18] = [
+    let rows: [(&str, Get, usize); 20] = [
         (
             "accepted likes/s (offered)",
             |r| r.accepted_likes_per_sec,
@@ -667,13 +886,23 @@ fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> 
             0,
         ),
         ("offered ÷ ceiling", |r| r.offered_to_ceiling, 2),
-        ("WCU per viral like", |r| r.wcu_per_viral_like, 2),
+        (
+            "WCU per viral like (keyed, but stream: none)",
+            |r| r.wcu_per_viral_like,
+            2,
+        ),
         (
             "WCU per background like (no key)",
             |r| r.wcu_per_background_like,
             2,
         ),
         ("RCU per feed read (10 reels)", |r| r.rcu_per_read, 2),
+        (
+            "freshness p50 ms (answer → in the shards)",
+            |r| r.freshness_p50_ms,
+            0,
+        ),
+        ("freshness p99 ms", |r| r.freshness_p99_ms, 0),
         ("shard reads/s", |r| r.shard_reads_per_sec, 0),
         (
             "shard reads/s without a cache (equiv.)",
@@ -703,8 +932,9 @@ fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> 
     ];
     let mut out = String::new();
     out.push_str(&format!(
-        "Offered: {:.0} likes/s on one reel from distinct users, {:.0} likes/s on {} background reels, {:.0} feed reads/s (10 reels each); {:.0} s per variant, {} runs; write cap {:.0} units per key per second; fixed variants {} shards. Medians, with min–max over the runs.\n\n",
+        "Offered: {:.0} likes/s on one reel from distinct users ({:.0}/s for `stream`), {:.0} likes/s on {} background reels, {:.0} feed reads/s (10 reels each); {:.0} s per variant, {} runs; write cap {:.0} units per key per second; fixed variants {} shards. Medians, with min–max over the runs; — where a figure does not apply.\n\n",
         opts.viral_rate,
+        opts.stream_rate,
         opts.background_rate,
         BACKGROUND_REELS,
         opts.read_rate,
@@ -732,7 +962,9 @@ fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> 
                     (a.min(*x), b.max(*x))
                 });
             let m = median(vals.clone());
-            if (hi - lo).abs() < 1e-9 {
+            if vals.iter().any(|v| !v.is_finite()) {
+                out.push_str(" — |");
+            } else if (hi - lo).abs() < 1e-9 {
                 out.push_str(&format!(" {m:.prec$} |"));
             } else {
                 out.push_str(&format!(" {m:.prec$} ({lo:.prec$}–{hi:.prec$}) |"));
@@ -746,6 +978,124 @@ fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> 
         if exact { "yes" } else { "NO" }
     ));
     out
+}
+
+/// The onset chart: per variant (its first run), the viral likes accepted
+/// (green) and refused (red) each second, against the offered rate
+/// (dashed), and the viral reel's shard count (blue, right-hand scale).
+/// Plain SVG, no fonts or crates needed to draw it.
+fn onset_svg(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> String {
+    const W: f64 = 860.0;
+    const H: f64 = 190.0;
+    const LEFT: f64 = 64.0;
+    const RIGHT: f64 = 56.0;
+    const TOP: f64 = 26.0;
+    const BOTTOM: f64 = 30.0;
+    let panels: Vec<(&String, &RunResult)> = results
+        .iter()
+        .filter_map(|(v, rs)| rs.first().map(|r| (v, r)))
+        .collect();
+    let height = H * panels.len().max(1) as f64 + 30.0;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{height}\" viewBox=\"0 0 {W} {height}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{LEFT}\" y=\"18\" font-size=\"13\">Viral reel: likes accepted (green) and refused (red) per second, offered rate (dashed), shards (blue, right scale)</text>\n"
+    );
+    let y_max = panels
+        .iter()
+        .map(|(_, r)| r.offered_likes_per_sec)
+        .fold(1.0, f64::max)
+        * 1.1;
+    for (i, (variant, r)) in panels.iter().enumerate() {
+        let y0 = 30.0 + H * i as f64;
+        let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+        let secs = opts.seconds.max(1.0);
+        let shards_max = r
+            .timeline
+            .iter()
+            .map(|p| p.shards)
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64
+            * 1.2;
+        let x = |t: f64| LEFT + pw * (t / secs);
+        let y = |v: f64| y0 + TOP + ph * (1.0 - (v / y_max).min(1.0));
+        let ys = |v: f64| y0 + TOP + ph * (1.0 - v / shards_max);
+        s.push_str(&format!(
+            "<text x=\"{LEFT}\" y=\"{:.1}\" font-size=\"12\" font-weight=\"bold\">{variant}</text>\n<rect x=\"{LEFT}\" y=\"{:.1}\" width=\"{pw:.1}\" height=\"{ph:.1}\" fill=\"none\" stroke=\"#999\"/>\n",
+            y0 + TOP - 6.0,
+            y0 + TOP
+        ));
+        for k in 0..=4 {
+            let v = y_max * f64::from(k) / 4.0;
+            s.push_str(&format!(
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{v:.0}</text>\n",
+                LEFT - 4.0,
+                y(v) + 4.0
+            ));
+        }
+        for k in 0..=4 {
+            let v = shards_max * f64::from(k) / 4.0;
+            s.push_str(&format!(
+                "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#1f4fbf\">{v:.0}</text>\n",
+                W - RIGHT + 4.0,
+                ys(v) + 4.0
+            ));
+        }
+        let step = (secs / 10.0).ceil().max(1.0);
+        let mut t = 0.0;
+        while t <= secs {
+            s.push_str(&format!(
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{t:.0} s</text>\n",
+                x(t),
+                y0 + H - BOTTOM + 14.0
+            ));
+            t += step;
+        }
+        let line = |pts: Vec<(f64, f64)>, color: &str, dash: bool| -> String {
+            let d: Vec<String> = pts.iter().map(|(a, b)| format!("{a:.1},{b:.1}")).collect();
+            format!(
+                "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.6\"{} points=\"{}\"/>\n",
+                if dash {
+                    " stroke-dasharray=\"4 3\""
+                } else {
+                    ""
+                },
+                d.join(" ")
+            )
+        };
+        let mid = |p: &Second| f64::from(p.t) + 0.5;
+        s.push_str(&line(
+            vec![
+                (x(0.0), y(r.offered_likes_per_sec)),
+                (x(secs), y(r.offered_likes_per_sec)),
+            ],
+            "#777",
+            true,
+        ));
+        s.push_str(&line(
+            r.timeline
+                .iter()
+                .map(|p| (x(mid(p)), y(f64::from(p.accepted))))
+                .collect(),
+            "#2a9d3a",
+            false,
+        ));
+        s.push_str(&line(
+            r.timeline
+                .iter()
+                .map(|p| (x(mid(p)), y(f64::from(p.refused))))
+                .collect(),
+            "#d62728",
+            false,
+        ));
+        let mut steps = Vec::new();
+        for p in &r.timeline {
+            steps.push((x(f64::from(p.t)), ys(f64::from(p.shards))));
+            steps.push((x(f64::from(p.t) + 1.0), ys(f64::from(p.shards))));
+        }
+        s.push_str(&line(steps, "#1f4fbf", false));
+    }
+    s.push_str("</svg>\n");
+    s
 }
 
 #[cfg(test)]
@@ -776,12 +1126,14 @@ mod tests {
             load("L/r10v1", 2.0),
             load("X/r1v1", 4.0),
             load("C/recon#run", 1.0),
+            load("C/agg#0123", 2.0),
         ];
         assert_eq!(
             attribute(&loads, "C", "L", "r1"),
             Units {
                 viral: 8.0,
                 background: 5.0,
+                checkpoints: 2.0,
                 other: 7.0
             }
         );
