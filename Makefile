@@ -47,7 +47,7 @@ test: check-cargo lint-template smoke unit schemathesis fuzz
 unit:
 	$(CARGO) test --workspace --locked
 	# The HTTP contract once more in stream mode (COUNTING=stream).
-	LIKES_TEST_COUNTING=stream $(CARGO) test --locked -p likes-tests --test openapi --test validation
+	LIKES_TEST_COUNTING=stream $(CARGO) test --locked -p likes-tests --test openapi --test validation --test hostile
 
 lint-template:
 	scripts/lint-template.sh

@@ -57,6 +57,10 @@ pub struct StreamSourceStats {
     pub retries: AtomicU64,
     /// Batches split in two after a function error.
     pub bisections: AtomicU64,
+    /// Invocations that applied the start of their batch and reported the
+    /// rest as failed (`batchItemFailures` past the first record): the
+    /// rest was delivered again.
+    pub partial: AtomicU64,
     /// Batches delivered once more by the `redeliver` fault.
     pub redelivered: AtomicU64,
     /// Answers taken away by the `lost` fault.
@@ -451,6 +455,9 @@ impl Mapping {
                         .iter()
                         .position(|r| sequence(r) == Some(seq.as_str()))
                         .unwrap_or(0);
+                    if at > 0 {
+                        self.stats.partial.fetch_add(1, Ordering::Relaxed);
+                    }
                     self.mark_done(shard, &records[..at]);
                     (records[at..].to_vec(), false)
                 }
@@ -464,6 +471,9 @@ impl Mapping {
                 continue;
             }
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            // Lambda sends a failed batch again at its next poll of the
+            // shard, not at once.
+            tokio::time::sleep(POLL).await;
             if error && self.def.bisect && rest.len() > 1 {
                 self.stats.bisections.fetch_add(1, Ordering::Relaxed);
                 let mut left = rest;

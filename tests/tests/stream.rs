@@ -107,6 +107,23 @@ async fn stream_mode_counts_every_like_once_with_the_same_contract() {
     }))
     .await;
     assert!(answers.iter().all(|c| *c >= 1));
+    // One after another, each tapper's answer holds their like and never
+    // falls below the one before (likes only), while the stream lags.
+    let mut last = 0;
+    for u in 0..15 {
+        let r = act(&t, &format!("seq-{u}"), "steady", true, None).await;
+        let c = r.body["count"].as_i64().unwrap();
+        assert!(
+            c > last,
+            "answer {c} after {last}: each like lands, none falls back"
+        );
+        last = c;
+        let read = t.http_count("steady").await;
+        assert!(
+            read >= last,
+            "a read right after answers {read}, the like said {last}"
+        );
+    }
 
     // Idempotency-Key: a retry of a key answers as the first did, also
     // after the user unliked since; the unlike is counted once.
@@ -127,6 +144,7 @@ async fn stream_mode_counts_every_like_once_with_the_same_contract() {
     assert_eq!(none.body["changed"], false);
 
     drained(&t, Duration::from_secs(30)).await;
+    assert_eq!(t.like_rows("steady").await, 15);
     let rows = t.like_rows("viral").await as i64;
     assert_eq!(rows, 40, "fan-0..fan-39; keyed unliked");
     assert_eq!(
@@ -165,7 +183,7 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
         // faults.rs's).
         (
             "FAULTS",
-            "seed=11,TransactWriteItems.lost=0.15,TransactWriteItems.conflict=0.1,\
+            "seed=11,TransactWriteItems.lost=0.15,TransactWriteItems.conflict=0.3,\
              TransactWriteItems.throttle=0.1,GetRecords.throttle=0.1,GetRecords.latency=0.2,\
              max_latency_ms=20,stall_ms=600",
         ),
@@ -173,6 +191,9 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
         // Two reels a transaction: a batch is several transactions, and a
         // lost invocation answer lands between them.
         ("AGGREGATE_CHUNK_REELS", "2"),
+        // Few attempts per transaction: some chunks give up, and the batch
+        // is handed back from there after the chunks before it committed.
+        ("TX_MAX_ATTEMPTS", "3"),
         ("DDB_ATTEMPT_TIMEOUT_MS", "400"),
         ("DDB_OPERATION_TIMEOUT_MS", "2000"),
         ("CACHE_TTL_MS", "0"),
@@ -209,11 +230,12 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
     let stats = &t.stack.streams[0].stats;
     let seen = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "event source: invocations {}, delivered {}, retries {}, bisections {}, redelivered {}, lost {}, discarded {}",
+        "event source: invocations {}, delivered {}, retries {}, bisections {}, partial {}, redelivered {}, lost {}, discarded {}",
         seen(&stats.invocations),
         seen(&stats.delivered),
         seen(&stats.retries),
         seen(&stats.bisections),
+        seen(&stats.partial),
         seen(&stats.redelivered),
         seen(&stats.lost),
         seen(&stats.discarded),
@@ -367,5 +389,43 @@ async fn reconciliation_corrects_only_drift_that_no_record_in_flight_explains() 
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(reconcile(&t).await, (1, 0));
     assert_eq!(t.shard_sum("late").await, 5);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_stopped_between_its_transactions_is_finished_once() {
+    let mut env = STREAM.to_vec();
+    env.extend([
+        // Two write units a second per key: a stream shard's checkpoint
+        // takes one chunk a second, so the second chunk of a batch is
+        // throttled until its retries give up, after the first committed.
+        ("FAULTS", "seed=3,write_cap=2"),
+        ("AGGREGATE_CHUNK_REELS", "1"),
+        ("TX_MAX_ATTEMPTS", "2"),
+        ("RETRY_BASE_MS", "5"),
+        ("RETRY_MAX_MS", "20"),
+    ]);
+    let t = TestStack::start(&env).await;
+    let source = &t.stack.streams[0];
+    source.pause(true);
+    for r in 0..4 {
+        assert_eq!(
+            act(&t, "one-fan", &format!("split{r}"), true, None)
+                .await
+                .body["changed"],
+            true
+        );
+    }
+    source.pause(false);
+    drained(&t, Duration::from_secs(60)).await;
+    for r in 0..4 {
+        assert_eq!(t.shard_sum(&format!("split{r}")).await, 1, "split{r}");
+    }
+    let stats = &source.stats;
+    assert!(
+        stats.partial.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "a batch was handed back after its first transaction"
+    );
+    assert_eq!(stats.discarded(), 0);
     t.stop().await;
 }
