@@ -143,6 +143,15 @@ async fn serve() -> Result<()> {
             p.url
         );
     }
+    outln!(
+        "  counting: {}",
+        match stack.config.counting {
+            likes::Counting::Transactional =>
+                "transactional (COUNTING=stream: aggregated from the stream)",
+            likes::Counting::Stream =>
+                "stream (the aggregate function reads the Likes table's stream; counts follow within about a second)",
+        }
+    );
     outln!("  auth:     dev (x-user-id header accepted; admin routes open)");
     outln!(
         "  resize:   curl -X POST -d '{{\"shards\": 20}}' {}/admin/reels/r1/shards  (completed by the schedule)",
