@@ -48,6 +48,7 @@ unit:
 	$(CARGO) test --workspace --locked
 	# The HTTP contract once more in stream mode (COUNTING=stream).
 	LIKES_TEST_COUNTING=stream $(CARGO) test --locked -p likes-tests --test openapi --test validation --test hostile
+	LIKES_TEST_COUNTING=stream $(CARGO) test --locked -p likes-tests --test faults -- every_like_counts_once_under_every_fault
 
 lint-template:
 	scripts/lint-template.sh

@@ -58,7 +58,13 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 RUST_LOG=${RUST_LOG:-off} BENCH_OUT=target/bench/viral.json BENCH_SVG=BENCHMARKS-onset.svg "$bin" bench > "$work/bench.md"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
-if [ "${SKIP_LAMBDA:-0}" != 1 ]; then
+if [ "${LAMBDA_FIGURES:-run}" = reuse ] && [ -f target/lambda-figures.md ]; then
+  # The Lambda figures of an earlier `make lambda-figures` run (they state
+  # their own date, source and machine), when only the load benchmark is
+  # being regenerated.
+  echo "benchmarks: Lambda figures reused from target/lambda-figures.md" >&2
+  sed '1{/^## Lambda figures$/d}' target/lambda-figures.md | sed '1{/^$/d}' > "$work/lambda.md"
+elif [ "${SKIP_LAMBDA:-0}" != 1 ]; then
   echo "benchmarks: Lambda figures" >&2
   scripts/lambda-figures.sh > /dev/null
   # Its own title is this file's section heading.
@@ -139,10 +145,10 @@ copied from a run):
     The refusals happen before it reaches its size, so compare the whole
     run with its second half. While saturated (at or above its safe rate,
     or throttled) each grow is at least ×`SATURATED_GROWTH` (4), since the
-    rate it sees is only what got through; once all of the 150 likes/s get
+    rate it sees is only what got through; once all of the 75 likes/s get
     through, the sizing rule with the cap scaled,
     `ceil(rate × SHARD_HEADROOM ÷ SHARD_WRITES_PER_SEC)`, asks for
-    `ceil(150 × 2 ÷ 24)` = 13. It can end above that: a grow started while
+    `ceil(75 × 2 ÷ 12)` = 13. It can end above that: a grow started while
     the reel is still contended is ×4 again (16 → 64). "Shards when the
     load ends" is read before the refused likes are retried (their burst
     may grow the reel again).

@@ -98,10 +98,10 @@ impl BenchOptions {
                 return Err(anyhow!("BENCH_VARIANTS: unknown variant {v:?}"));
             }
         }
-        let write_cap = num("BENCH_WRITE_CAP", 60.0)?;
+        let write_cap = num("BENCH_WRITE_CAP", 30.0)?;
         let fixed_shards = num("BENCH_SHARDS", 10.0)? as u32;
         Ok(BenchOptions {
-            viral_rate: num("BENCH_RATE", 150.0)?,
+            viral_rate: num("BENCH_RATE", 75.0)?,
             stream_rate: num(
                 "BENCH_STREAM_RATE",
                 5.0 * f64::from(fixed_shards) * write_cap / 2.0,
@@ -999,12 +999,16 @@ fn onset_svg(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) ->
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{height}\" viewBox=\"0 0 {W} {height}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{LEFT}\" y=\"18\" font-size=\"13\">Viral reel: likes accepted (green) and refused (red) per second, offered rate (dashed), shards (blue, right scale)</text>\n"
     );
-    let y_max = panels
-        .iter()
-        .map(|(_, r)| r.offered_likes_per_sec)
-        .fold(1.0, f64::max)
-        * 1.1;
     for (i, (variant, r)) in panels.iter().enumerate() {
+        // Each panel on its own scale: the stream variant is offered ten
+        // times the others' rate.
+        let y_max = r
+            .timeline
+            .iter()
+            .map(|p| f64::from(p.accepted.max(p.refused)))
+            .fold(r.offered_likes_per_sec, f64::max)
+            .max(1.0)
+            * 1.1;
         let y0 = 30.0 + H * i as f64;
         let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
         let secs = opts.seconds.max(1.0);

@@ -42,6 +42,9 @@ const ENV: &[(&str, &str)] = &[
     ("AUTO_RESHARD", "off"),
     ("LOCAL_SCHEDULE_SECS", "0"),
     ("METRICS", "memory"),
+    // Stream mode (LIKES_TEST_COUNTING=stream): served counts catch up with
+    // the shards soon after the stream is drained.
+    ("STREAM_VISIBLE_MS", "500"),
 ];
 
 /// The longest any request may take: the function's own bound
@@ -323,10 +326,29 @@ fn proxy_stats(t: &TestStack) -> Stats {
         .stats()
 }
 
-/// Turns the faults off, for the final reads.
-fn calm(t: &TestStack) {
+/// Turns the faults off, for the final reads; in stream mode
+/// (`LIKES_TEST_COUNTING=stream`) also waits until the aggregator has
+/// applied the whole stream.
+async fn calm(t: &TestStack) {
     if let Some(p) = &t.stack.proxy {
         p.set_faults(Faults::default());
+    }
+    let started = Instant::now();
+    while !t
+        .stack
+        .streams_caught_up()
+        .await
+        .expect("reading the stream")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the stream was not drained"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !t.stack.streams.is_empty() {
+        // Past the own-change promise of stream mode (STREAM_VISIBLE_MS).
+        tokio::time::sleep(Duration::from_millis(600)).await;
     }
 }
 
@@ -372,7 +394,7 @@ async fn every_like_counts_once_under_every_fault() {
     let elapsed = started.elapsed();
 
     let stats = proxy_stats(&t);
-    calm(&t);
+    calm(&t).await;
     let expected = clients.expected();
     let mut counts = BTreeMap::new();
     for reel in &reels {
@@ -561,7 +583,7 @@ async fn resizing_and_reconciling_under_faults_stay_exact() {
             Err(_) => errors += 1,
         }
     };
-    calm(&t);
+    calm(&t).await;
     for reel in &reels {
         let want = expected.get(reel).copied().unwrap_or(0);
         assert_eq!(
