@@ -49,17 +49,21 @@ pub fn chunks(changes: &[(usize, Change)], max_reels: usize) -> Vec<Chunk> {
             Some(r) => chunk.deltas.contains_key(r) || chunk.deltas.len() < max_reels,
             None => true,
         });
-        if !fits {
-            out.push(Chunk {
-                first: c.seq.clone(),
-                last: c.seq.clone(),
-                first_index: *index,
-                records: 0,
-                deltas: BTreeMap::new(),
-                newest_ms: None,
-            });
-        }
-        let chunk = out.last_mut().expect("a chunk was just pushed");
+        let chunk = match out.last_mut() {
+            Some(chunk) if fits => chunk,
+            _ => {
+                out.push(Chunk {
+                    first: c.seq.clone(),
+                    last: c.seq.clone(),
+                    first_index: *index,
+                    records: 0,
+                    deltas: BTreeMap::new(),
+                    newest_ms: None,
+                });
+                let last = out.len() - 1;
+                &mut out[last]
+            }
+        };
         chunk.last = c.seq.clone();
         chunk.records += 1;
         if let Some(r) = &c.reel {

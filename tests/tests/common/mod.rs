@@ -34,14 +34,7 @@ impl TestStack {
         if let Ok(mode) = std::env::var("LIKES_TEST_COUNTING") {
             opts.env.insert("COUNTING".into(), mode);
         }
-        for (k, v) in env {
-            opts.env.insert((*k).into(), (*v).into());
-        }
-        let stack = Stack::start(opts).await.expect("stack starts");
-        TestStack {
-            stack,
-            http: reqwest::Client::new(),
-        }
+        Self::start_with(opts, env).await
     }
 
     /// A stack whose emulator keeps its tables in the SQLite file `file`, so
@@ -53,6 +46,11 @@ impl TestStack {
             port: 0,
             file: Some(file.to_owned()),
         };
+        Self::start_with(opts, env).await
+    }
+
+    /// Starts a stack on `opts`, with `env` over its configuration.
+    async fn start_with(mut opts: StackOptions, env: &[(&str, &str)]) -> TestStack {
         for (k, v) in env {
             opts.env.insert((*k).into(), (*v).into());
         }
