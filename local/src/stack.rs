@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::{
     TimeToLiveStatus,
 };
 use faultproxy::{Faults, Proxy};
-use likes::http::App;
+use likes::App;
 use likes::store::dynamodb::{DynamoStore, sdk_config_loader};
 use likes::{AuthMode, Config, Counting};
 use std::collections::HashMap;
@@ -351,9 +351,9 @@ fn spawn_schedule(
             let deadline = Instant::now() + SCHEDULED_TIMEOUT;
             let run = async {
                 if reconcile {
-                    likes::events::handle_reconcile_event(&app, &input, Some(deadline)).await
+                    likes::triggers::handle_reconcile_event(&app, &input, Some(deadline)).await
                 } else {
-                    likes::events::handle_reshard_event(&app, input.clone(), Some(deadline)).await
+                    likes::triggers::handle_reshard_event(&app, input.clone(), Some(deadline)).await
                 }
             };
             tokio::select! {

@@ -29,7 +29,7 @@ use anyhow::{Context, Result, anyhow};
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::{AttributeValue, Record, ShardIteratorType};
 use base64::Engine;
-use likes::http::App;
+use likes::App;
 use serde_json::{Map, Value, json};
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -493,7 +493,7 @@ impl Mapping {
             .fetch_add(records.len() as u64, Ordering::Relaxed);
         let event = self.event(shard, records);
         let deadline = Instant::now() + self.timeout;
-        let run = likes::events::handle_aggregate_event(&self.app, event, Some(deadline));
+        let run = likes::triggers::handle_aggregate_event(&self.app, event, Some(deadline));
         let answer = match tokio::time::timeout(self.timeout, run).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(e)) => {

@@ -375,9 +375,9 @@ impl Config {
             stream_since_ms: num("STREAM_SINCE_MS", 0, 0, 32_503_680_000_000)? as i64,
             aggregate_chunk_reels: num(
                 "AGGREGATE_CHUNK_REELS",
-                crate::aggregate::MAX_CHUNK_REELS as u64,
+                crate::keys::MAX_CHUNK_REELS as u64,
                 1,
-                crate::aggregate::MAX_CHUNK_REELS as u64,
+                crate::keys::MAX_CHUNK_REELS as u64,
             )? as usize,
         })
     }

@@ -77,6 +77,18 @@ impl Error {
         }
     }
 
+    /// A 500 for a fault of ours (a malformed stored item, a value that
+    /// cannot be encoded, a misconfiguration): the one place such a fault
+    /// is logged, with `what` failed, its `cause` and the caller's source
+    /// location, so every 500 has its cause in the logs exactly once. The
+    /// client sees only [`Error::Internal`], never the cause.
+    #[track_caller]
+    pub fn internal(what: &str, cause: impl std::fmt::Display) -> Self {
+        let at = std::panic::Location::caller();
+        tracing::error!(what, cause = %cause, at = %at, "internal error");
+        Error::Internal
+    }
+
     /// The HTTP status of this error: the only place it is decided.
     pub fn status(&self) -> u16 {
         match self {
@@ -168,5 +180,39 @@ mod tests {
         }
         assert_eq!(Error::Throttled.retry_after_secs(), Some(1));
         assert_eq!(Error::NotFound.retry_after_secs(), None);
+    }
+
+    /// A 500's cause reaches the logs once, with where it arose, and never
+    /// the client's body.
+    #[test]
+    fn internal_logs_its_cause_once_and_shows_none() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let e = tracing::subscriber::with_default(subscriber, || {
+            Error::internal("decoding a chunk", "bad byte at 3")
+        });
+        assert_eq!(e, Error::Internal);
+        let logged = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(logged.matches("internal error").count(), 1, "{logged}");
+        for part in ["decoding a chunk", "bad byte at 3", "error.rs"] {
+            assert!(logged.contains(part), "{part} missing from {logged}");
+        }
+        assert!(!e.body().to_string().contains("bad byte"));
     }
 }

@@ -22,6 +22,14 @@ pub const MAX_TRANSACT_ITEMS: u32 = 100;
 /// The most shards a resize may go to (and the ceiling of `MAX_SHARDS` in
 /// the configuration): one `TransactGetItems` must read them all.
 pub const MAX_RESIZE_SHARDS: u32 = MAX_TRANSACT_ITEMS;
+/// Reels one stream-mode aggregation transaction can take: a checkpoint
+/// update plus, per reel, a settings check and a shard update, within
+/// DynamoDB's [`MAX_TRANSACT_ITEMS`].
+pub const MAX_CHUNK_REELS: usize = ((MAX_TRANSACT_ITEMS as usize) - 1) / 2;
+
+/// The like row's attribute that says stream mode wrote it (and so that no
+/// transaction counted it): `cm = "s"`.
+pub const COUNTED_BY_STREAM: (&str, &str) = ("cm", "s");
 
 /// A reel id: 1–64 characters of `[A-Za-z0-9_-]`. The alphabet excludes `#`,
 /// the key separator, so one id can never spell another reel's keys.
@@ -29,7 +37,8 @@ pub const MAX_RESIZE_SHARDS: u32 = MAX_TRANSACT_ITEMS;
 pub struct ReelId(String);
 
 /// Why an id was refused; the message is safe to show to the client.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct InvalidId(pub &'static str);
 
 impl ReelId {

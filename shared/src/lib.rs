@@ -34,9 +34,12 @@
 //! * [`aggregate`]: stream mode's consumer of the Likes table's stream,
 //!   exactly once with a checkpoint per stream shard; `records` parses
 //!   Lambda's event, `chunk` cuts it into transactions.
-//! * [`events`]: the entry points that are not HTTP requests: the reshard
+//! * [`triggers`]: the entry points that are not HTTP requests: the reshard
 //!   function's event (an admin request or the schedule), the reconcile
 //!   function's and the aggregate function's stream batch.
+//! * [`app`]: [`App`], what a function instance builds once per cold start
+//!   (configuration, service, resharder, reconciler, aggregator) and every
+//!   entry point takes.
 //! * [`http`]: request parsing, validation and the `like` and `read` handlers
 //!   that the Lambda functions and the local stack both run, admin routes
 //!   included.
@@ -44,11 +47,11 @@
 #![warn(missing_docs)]
 
 pub mod aggregate;
+#[cfg(feature = "dynamodb")]
+pub mod app;
 pub(crate) mod clock;
 pub mod config;
 pub mod error;
-#[cfg(feature = "dynamodb")]
-pub mod events;
 pub mod http;
 pub mod keys;
 pub mod metrics;
@@ -58,8 +61,10 @@ pub(crate) mod retry;
 pub mod service;
 pub mod store;
 pub mod token;
+#[cfg(feature = "dynamodb")]
+pub mod triggers;
 
 pub use config::{AuthMode, Config, Counting, ReconcileConfig, ResizeConfig};
 pub use error::Error;
 #[cfg(feature = "dynamodb")]
-pub use http::App;
+pub use app::App;

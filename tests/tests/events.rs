@@ -11,8 +11,9 @@ mod common;
 
 use common::{TestStack, repo_root};
 use lambda_http::Body;
-use likes::events::{handle_reconcile_event, handle_reshard_event};
-use likes::http::{App, Function, handle};
+use likes::triggers::{handle_reconcile_event, handle_reshard_event};
+use likes::App;
+use likes::http::{Function, handle};
 use likes::store::dynamodb::DynamoStore;
 use likes::{AuthMode, Config};
 use serde_json::Value;
@@ -321,7 +322,7 @@ async fn the_stream_batch_event_is_applied_once() {
     let batch: Value = serde_json::from_str(&text).unwrap();
     // fan-1's like (written in stream mode) and fan-2's unlike of r1.
     t.put_shard("r1", 0, 10).await;
-    let out = likes::events::handle_aggregate_event(&t.stack.app, batch.clone(), None)
+    let out = likes::triggers::handle_aggregate_event(&t.stack.app, batch.clone(), None)
         .await
         .unwrap();
     assert_eq!(
@@ -338,10 +339,10 @@ async fn the_stream_batch_event_is_applied_once() {
     // The same batch again: every record is at or below the checkpoint.
     let mut only_like = batch.clone();
     only_like["Records"].as_array_mut().unwrap().truncate(1);
-    likes::events::handle_aggregate_event(&t.stack.app, only_like, None)
+    likes::triggers::handle_aggregate_event(&t.stack.app, only_like, None)
         .await
         .unwrap();
-    likes::events::handle_aggregate_event(&t.stack.app, batch.clone(), None)
+    likes::triggers::handle_aggregate_event(&t.stack.app, batch.clone(), None)
         .await
         .unwrap();
     assert_eq!(t.shard_sum("r1").await, 10);
@@ -352,7 +353,7 @@ async fn the_stream_batch_event_is_applied_once() {
     let mut no_shard = batch;
     no_shard.as_object_mut().unwrap().remove("shardId");
     assert!(
-        likes::events::handle_aggregate_event(&t.stack.app, no_shard, None)
+        likes::triggers::handle_aggregate_event(&t.stack.app, no_shard, None)
             .await
             .is_err()
     );

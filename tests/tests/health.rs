@@ -9,7 +9,7 @@ mod common;
 
 use common::TestStack;
 use faultproxy::Faults;
-use likes::http::HEALTH_TTL;
+use likes::service::HEALTH_TTL;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -191,10 +191,10 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
     // A resize run and a reconciliation run each write one record.
     let n = metrics.lines().len();
     let event = serde_json::json!({"source": "aws.events", "detail-type": "Scheduled Event"});
-    likes::events::handle_reshard_event(&t.stack.app, event, None)
+    likes::triggers::handle_reshard_event(&t.stack.app, event, None)
         .await
         .unwrap();
-    likes::events::handle_reconcile_event(
+    likes::triggers::handle_reconcile_event(
         &t.stack.app,
         &serde_json::json!({"mode": "start"}),
         None,
@@ -220,7 +220,7 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
     // Every metric an alarm or the dashboard names is one the code writes:
     // one of metrics::NAMES (every record above was checked against it),
     // each of which is written by a literal in the handlers or the events.
-    let sources: String = ["shared/src/http/handlers.rs", "shared/src/events.rs"]
+    let sources: String = ["shared/src/http/handlers.rs", "shared/src/triggers.rs"]
         .iter()
         .map(|p| std::fs::read_to_string(common::repo_root().join(p)).unwrap())
         .collect();

@@ -17,7 +17,8 @@ mod common;
 
 use common::{TestStack, repo_root};
 use lambda_http::Body;
-use likes::http::{App, Function, handle};
+use likes::App;
+use likes::http::{Function, handle};
 use likes::store::dynamodb::DynamoStore;
 use likes::{AuthMode, Error};
 use serde_json::{Value, json};

@@ -339,7 +339,7 @@ async fn reconciliation_corrects_only_drift_that_no_record_in_flight_explains() 
     let reconcile = |t: &TestStack| {
         let app = t.stack.app.clone();
         async move {
-            let out = likes::events::handle_reconcile_event(
+            let out = likes::triggers::handle_reconcile_event(
                 &app,
                 &serde_json::json!({"mode": "start"}),
                 None,

@@ -9,7 +9,8 @@
 #![recursion_limit = "256"]
 
 use lambda_http::{Error, Request, run, service_fn};
-use likes::http::{App, Function, handle};
+use likes::App;
+use likes::http::{Function, handle};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

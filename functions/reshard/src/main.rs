@@ -4,15 +4,16 @@
 //! grows and shrinks reels automatically.
 //!
 //! Set-up only; both kinds of event are told apart and handled in
-//! `likes::events::handle_reshard_event`.
+//! `likes::triggers::handle_reshard_event`.
 
 // The handlers' futures nest deeply; rustc's default query depth is not
 // always enough to lay out `main`'s future on a clean build.
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-use likes::events::handle_reshard_event;
-use likes::http::{App, lambda_deadline};
+use likes::triggers::handle_reshard_event;
+use likes::App;
+use likes::http::lambda_deadline;
 use serde_json::Value;
 
 #[tokio::main]

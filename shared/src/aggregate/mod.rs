@@ -53,10 +53,6 @@ use crate::token::RequestToken;
 use records::{SequenceNumber, StreamEvent};
 use std::time::{Duration, Instant};
 
-/// Reels one transaction can take: a checkpoint update plus, per reel, a
-/// settings check and a shard update, within DynamoDB's 100 items.
-pub const MAX_CHUNK_REELS: usize = ((keys::MAX_TRANSACT_ITEMS as usize) - 1) / 2;
-
 /// How long a checkpoint outlives its last write: stream records are kept
 /// 24 hours, so a closed shard's checkpoint is useless a day after its
 /// last record; two days leaves room for a replay from the start.
@@ -153,10 +149,10 @@ impl<S: AggregateStore> Aggregator<S> {
         let Some(shard_id) = event.shard_id.as_deref() else {
             // Without a tumbling window Lambda does not say which shard a
             // batch is from, and there is no checkpoint to keep.
-            tracing::error!(
-                "stream event without shardId: the event source mapping needs TumblingWindowInSeconds"
-            );
-            return Err(Error::Internal);
+            return Err(Error::internal(
+                "stream event without shardId",
+                "the event source mapping needs TumblingWindowInSeconds",
+            ));
         };
         let arn = event
             .event_source_arn
@@ -261,8 +257,10 @@ impl<S: AggregateStore> Aggregator<S> {
         match self.store.checkpoint(key).await? {
             None => Ok(None),
             Some(s) => SequenceNumber::parse(&s).map(Some).ok_or_else(|| {
-                tracing::error!(key, value = %s, "unreadable aggregation checkpoint");
-                Error::Internal
+                Error::internal(
+                    "unreadable aggregation checkpoint",
+                    format_args!("{key}: {s:?}"),
+                )
             }),
         }
     }

@@ -2,7 +2,7 @@
 //! DynamoDB event (with the tumbling-window fields that name the stream
 //! shard), parsed into ordered changes of one reel's count each.
 
-use crate::keys::ReelId;
+use crate::keys::{self, ReelId};
 use serde::Deserialize;
 use std::cmp::Ordering;
 use std::fmt;
@@ -132,10 +132,6 @@ pub struct Unordered {
     pub raw: String,
 }
 
-/// The like row's attribute that says stream mode wrote it (and so that no
-/// transaction counted it): `cm = "s"`.
-pub const COUNTED_BY_STREAM: (&str, &str) = ("cm", "s");
-
 impl StreamRecord {
     /// What the record does to a count; removals stamped before `since_ms`
     /// (the switch to stream mode) count 0, their transactions counted them.
@@ -154,7 +150,7 @@ impl StreamRecord {
             .approximate_creation_date_time
             .filter(|t| t.is_finite() && *t > 0.0)
             .map(|t| (t * 1000.0) as i64);
-        let (attr, value) = COUNTED_BY_STREAM;
+        let (attr, value) = keys::COUNTED_BY_STREAM;
         let by_stream = self
             .dynamodb
             .new_image
@@ -180,7 +176,7 @@ impl StreamRecord {
 /// The batch's changes in stream order, or the first record that has no
 /// readable sequence number.
 ///
-/// A new row counts only if stream mode wrote it ([`COUNTED_BY_STREAM`]):
+/// A new row counts only if stream mode wrote it ([`keys::COUNTED_BY_STREAM`]):
 /// a row written by transactional mode was counted by its own transaction,
 /// which is what makes inserts exact across a switch of modes. A removal
 /// carries no such mark (a deleted item has no new image), so removals are

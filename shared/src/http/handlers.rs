@@ -1,6 +1,6 @@
 //! The `like` and `read` handlers.
 
-use super::App;
+use crate::App;
 use super::request::{self, Command};
 use super::routes::{self, Function, Route};
 use crate::error::Error;
@@ -222,7 +222,7 @@ async fn execute(
             Ok((StatusCode::OK, body))
         }
         Command::Health => {
-            app.health.check(app.service.store()).await?;
+            app.service.ready().await?;
             Ok((StatusCode::OK, json!({ "status": "ok" })))
         }
         Command::ListResized => {

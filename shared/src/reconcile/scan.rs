@@ -241,8 +241,7 @@ impl<S: ReconcileStore> Reconciler<S> {
                 for i in 0..pending.chunks {
                     let key = keys::reconcile_chunk_key(&run_id, &name, i);
                     let data = self.store.get_chunk(&key).await?.ok_or_else(|| {
-                        tracing::error!(key, "a committed checkpoint chunk is missing");
-                        Error::Internal
+                        Error::internal("a committed checkpoint chunk is missing", &key)
                     })?;
                     inv.reads.take(read_units(data.len())).await;
                     out.push(data);

@@ -315,7 +315,10 @@ pub(super) fn part_name(segment: usize, seq: u64, owner: &str) -> String {
 /// The state as stored: its JSON, after recording its own size in its
 /// statistics. Refused (never written) past [`STATE_BYTES_MAX`].
 fn encode_state(state: &mut RunState) -> Result<String, Error> {
-    let mut json = serde_json::to_string(state).map_err(|_| Error::Internal)?;
+    let encode = |state: &RunState| {
+        serde_json::to_string(state).map_err(|e| Error::internal("encoding the reconcile run state", e))
+    };
+    let mut json = encode(state)?;
     // Recording the size may lengthen it by a digit or two: settle it.
     for _ in 0..3 {
         let len = json.len() as u64;
@@ -325,11 +328,13 @@ fn encode_state(state: &mut RunState) -> Result<String, Error> {
         }
         stats.largest_state_bytes = stats.largest_state_bytes.max(len);
         stats.largest_item_bytes = stats.largest_item_bytes.max(len);
-        json = serde_json::to_string(state).map_err(|_| Error::Internal)?;
+        json = encode(state)?;
     }
     if json.len() > STATE_BYTES_MAX {
-        tracing::error!(bytes = json.len(), "reconcile run state too large to store");
-        return Err(Error::Internal);
+        return Err(Error::internal(
+            "reconcile run state too large to store",
+            format_args!("{} bytes", json.len()),
+        ));
     }
     Ok(json)
 }
@@ -354,11 +359,12 @@ pub(super) fn encode_counts(counts: &HashMap<ReelId, u64>) -> Vec<Vec<u8>> {
 
 /// The `reel count` lines of a chunk, in order.
 pub(super) fn decode_counts(data: &[u8], into: &mut Vec<(ReelId, u64)>) -> Result<(), Error> {
-    let text = std::str::from_utf8(data).map_err(|_| Error::Internal)?;
+    let bad = |cause: &dyn std::fmt::Display| Error::internal("unreadable reconcile count chunk", cause);
+    let text = std::str::from_utf8(data).map_err(|e| bad(&e))?;
     for line in text.lines().filter(|l| !l.is_empty()) {
-        let (reel, n) = line.split_once(' ').ok_or(Error::Internal)?;
-        let reel = ReelId::parse(reel).map_err(|_| Error::Internal)?;
-        let n: u64 = n.parse().map_err(|_| Error::Internal)?;
+        let (reel, n) = line.split_once(' ').ok_or_else(|| bad(&line))?;
+        let reel = ReelId::parse(reel).map_err(|e| bad(&e))?;
+        let n: u64 = n.parse().map_err(|e| bad(&e))?;
         into.push((reel, n));
     }
     Ok(())

@@ -29,6 +29,7 @@
 //!   it answers with.
 //! * `observer`: the write-rate and contention observations that start a
 //!   grow of a hot reel.
+//! * `health`: the cached readiness probe of the store (`GET /healthz`).
 
 use crate::config::{Config, Counting};
 use crate::error::Error;
@@ -36,6 +37,7 @@ use crate::keys::{Action, ReelId, UserId};
 use crate::retry::Backoff;
 use crate::store::CounterStore;
 use moka::future::Cache;
+pub use health::HEALTH_TTL;
 use observer::Observer;
 use read::{Cached, FreshSettings};
 use served::Served;
@@ -45,6 +47,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(test)]
 mod fake;
+mod health;
 mod observer;
 mod read;
 mod served;
@@ -182,6 +185,8 @@ pub struct LikeService<S> {
     counting: Counting,
     /// See [`Config::stream_visible`].
     stream_visible: Duration,
+    /// The readiness probe's last result ([`LikeService::ready`]).
+    health: health::Health,
 }
 
 impl<S: CounterStore> LikeService<S> {
@@ -207,7 +212,15 @@ impl<S: CounterStore> LikeService<S> {
             key_ttl: config.idempotency_ttl,
             counting: config.counting,
             stream_visible: config.stream_visible,
+            health: health::Health::default(),
         }
+    }
+
+    /// Readiness: both tables answer. One probe answers every check for
+    /// [`HEALTH_TTL`]; every failure but a fault of ours is
+    /// [`Error::Unavailable`].
+    pub async fn ready(&self) -> Result<(), Error> {
+        self.health.check(&*self.store).await
     }
 
     /// How this instance counts likes.
@@ -241,10 +254,5 @@ impl<S: CounterStore> LikeService<S> {
     /// Whether `user` likes `reel` now (a consistent read of the like row).
     pub async fn liked(&self, user: &UserId, reel: &ReelId) -> Result<bool, Error> {
         Ok(self.store.like_row(user, reel).await?.is_some())
-    }
-
-    /// Readiness: both tables reachable.
-    pub async fn ready(&self) -> Result<(), Error> {
-        self.store.ping().await
     }
 }

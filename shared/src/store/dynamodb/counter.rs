@@ -5,7 +5,6 @@ use super::DynamoStore;
 use super::error::{cancellation_codes, like_tx_cancellation, request_build_failed, translate};
 use super::ext::{Item, ItemExt, Projection, settings_item};
 use super::reads::BATCH_GET_PARALLELISM;
-use crate::aggregate::records::COUNTED_BY_STREAM;
 use crate::error::Error;
 use crate::keys::{self, Action, ReelId, UserId};
 use crate::store::{
@@ -123,8 +122,8 @@ impl CounterStore for DynamoStore {
                     // Stream mode: no shard in this transaction, the
                     // aggregator counts the row (and only such rows).
                     put = put.item(
-                        COUNTED_BY_STREAM.0,
-                        AttributeValue::S(COUNTED_BY_STREAM.1.to_owned()),
+                        keys::COUNTED_BY_STREAM.0,
+                        AttributeValue::S(keys::COUNTED_BY_STREAM.1.to_owned()),
                     );
                 }
                 TransactWriteItem::builder()
@@ -243,10 +242,10 @@ impl CounterStore for DynamoStore {
                             .ok_or(Error::Contended),
                         TxResult::Retry(RetryReason::Throttled) => Err(Error::Throttled),
                         TxResult::Retry(_) => Err(Error::Contended),
-                        other => {
-                            tracing::error!(outcome = ?other, "key record cancelled for an unexpected reason");
-                            Err(Error::Internal)
-                        }
+                        other => Err(Error::internal(
+                            "key record cancelled for an unexpected reason",
+                            format_args!("{other:?}"),
+                        )),
                     }
                 }
                 _ => Err(translate("TransactWriteItems", SdkError::ServiceError(se))),
@@ -384,8 +383,8 @@ impl DynamoStore {
             .item("liked_at", AttributeValue::N(tx.now_ms.to_string()))
             .item("tok", AttributeValue::S(tx.token.as_str().to_owned()))
             .item(
-                COUNTED_BY_STREAM.0,
-                AttributeValue::S(COUNTED_BY_STREAM.1.to_owned()),
+                keys::COUNTED_BY_STREAM.0,
+                AttributeValue::S(keys::COUNTED_BY_STREAM.1.to_owned()),
             )
             .condition_expression("attribute_not_exists(user_id)")
             .send()

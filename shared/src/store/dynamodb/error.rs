@@ -37,7 +37,9 @@ where
         _ => Error::Internal,
     };
     match mapped {
-        Error::Internal => tracing::error!(op, error = ?err, "DynamoDB call failed"),
+        Error::Internal => {
+            return Error::internal("DynamoDB call failed", format_args!("{op}: {err:?}"));
+        }
         _ => {
             tracing::warn!(op, outcome = mapped.code(), error = %aws_sdk_dynamodb::error::DisplayErrorContext(&err), "DynamoDB call failed")
         }
@@ -48,8 +50,10 @@ where
 /// A request the SDK's builder refused (a required field missing): a fault
 /// of ours, logged with `what` was being built.
 pub(super) fn request_build_failed(what: &str, e: &dyn Debug) -> Error {
-    tracing::error!(what, error = ?e, "could not build a DynamoDB request");
-    Error::Internal
+    Error::internal(
+        "could not build a DynamoDB request",
+        format_args!("{what}: {e:?}"),
+    )
 }
 
 /// The reason codes of a cancelled transaction, one per item in order.
@@ -87,8 +91,10 @@ pub(super) fn like_tx_cancellation(codes: &[&str], record_at: usize) -> Result<T
     }
     // ValidationError, ItemCollectionSizeLimitExceeded or a reason we do not
     // know: retrying would not help.
-    tracing::error!(reasons = ?codes, "transaction cancelled for an unexpected reason");
-    Err(Error::Internal)
+    Err(Error::internal(
+        "transaction cancelled for an unexpected reason",
+        format_args!("{codes:?}"),
+    ))
 }
 
 /// Why one of the resharder's or reconciler's transactions (a fold, a stray
@@ -123,8 +129,10 @@ pub(super) fn maintenance_tx_failure<R: Debug>(
             } else if throttled(&codes) {
                 Ok(MaintenanceTxFailure::Retry(RetryReason::Throttled))
             } else {
-                tracing::error!(what, reasons = ?codes, "transaction cancelled for an unexpected reason");
-                Err(Error::Internal)
+                Err(Error::internal(
+                    "transaction cancelled for an unexpected reason",
+                    format_args!("{what}: {codes:?}"),
+                ))
             }
         }
         TransactWriteItemsError::TransactionInProgressException(_) => {

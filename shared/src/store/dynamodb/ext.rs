@@ -60,10 +60,9 @@ impl ItemExt for Item {
     fn counter(&self, name: &str) -> Result<i64, Error> {
         match self.get(name) {
             None => Ok(0),
-            Some(_) => self.int(name).ok_or_else(|| {
-                tracing::error!(attribute = name, "item holds a non-integer counter");
-                Error::Internal
-            }),
+            Some(_) => self
+                .int(name)
+                .ok_or_else(|| Error::internal("item holds a non-integer counter", name)),
         }
     }
 }
@@ -128,10 +127,10 @@ impl TryFrom<&Item> for Settings {
                 None => Ok(None),
                 Some(v) => match item.int(name) {
                     Some(n) if (1..=keys::MAX_SHARDS as i64).contains(&n) => Ok(Some(n as u32)),
-                    _ => {
-                        tracing::error!(attribute = name, value = ?v, "settings item holds an invalid shard count");
-                        Err(Error::Internal)
-                    }
+                    _ => Err(Error::internal(
+                        "settings item holds an invalid shard count",
+                        format_args!("{name} = {v:?}"),
+                    )),
                 },
             }
         };
@@ -139,10 +138,8 @@ impl TryFrom<&Item> for Settings {
         let read_shards = count("read_shards")?.unwrap_or(1);
         let phase = match item.string("phase") {
             None => Phase::Stable,
-            Some(p) => Phase::parse(p).ok_or_else(|| {
-                tracing::error!(phase = %p, "settings item holds an unknown phase");
-                Error::Internal
-            })?,
+            Some(p) => Phase::parse(p)
+                .ok_or_else(|| Error::internal("settings item holds an unknown phase", p))?,
         };
         Ok(Settings {
             write_shards,
@@ -156,8 +153,10 @@ impl TryFrom<&Item> for Settings {
                 Some(v) => match item.int("ver") {
                     Some(n) if n > 0 => n as u64,
                     _ => {
-                        tracing::error!(value = ?v, "settings item holds an invalid version");
-                        return Err(Error::Internal);
+                        return Err(Error::internal(
+                            "settings item holds an invalid version",
+                            format_args!("{v:?}"),
+                        ));
                     }
                 },
             },
@@ -227,8 +226,10 @@ impl TryFrom<&Item> for KeyRecord {
             Some("like") => Action::Like,
             Some("unlike") => Action::Unlike,
             other => {
-                tracing::error!(action = ?other, "idempotency record with an unknown action");
-                return Err(Error::Internal);
+                return Err(Error::internal(
+                    "idempotency record with an unknown action",
+                    format_args!("{other:?}"),
+                ));
             }
         };
         Ok(KeyRecord {

@@ -401,26 +401,25 @@ impl ReconcileStore for DynamoStore {
 fn cursor_string(key: &Item) -> Result<String, Error> {
     let mut map = serde_json::Map::new();
     for (k, v) in key {
-        let s = v.as_s().map_err(|_| {
-            tracing::error!(attribute = %k, "non-string key attribute in a scan cursor");
-            Error::Internal
-        })?;
+        let s = v
+            .as_s()
+            .map_err(|_| Error::internal("non-string key attribute in a scan cursor", k))?;
         map.insert(k.clone(), serde_json::Value::String(s.clone()));
     }
     Ok(serde_json::Value::Object(map).to_string())
 }
 
 fn cursor_key(s: &str) -> Result<Item, Error> {
-    let v: serde_json::Value = serde_json::from_str(s).map_err(|_| {
-        tracing::error!("unreadable scan cursor in the run state");
-        Error::Internal
-    })?;
-    let obj = v.as_object().ok_or(Error::Internal)?;
+    let unreadable = |cause: &dyn std::fmt::Display| {
+        Error::internal("unreadable scan cursor in the run state", cause)
+    };
+    let v: serde_json::Value = serde_json::from_str(s).map_err(|e| unreadable(&e))?;
+    let obj = v.as_object().ok_or_else(|| unreadable(&"not an object"))?;
     obj.iter()
         .map(|(k, v)| {
             v.as_str()
                 .map(|s| (k.clone(), AttributeValue::S(s.to_owned())))
-                .ok_or(Error::Internal)
+                .ok_or_else(|| unreadable(&format_args!("{k} is not a string")))
         })
         .collect()
 }

@@ -1,4 +1,6 @@
 //! Readiness (`GET /healthz`), answered from a short-lived cached probe.
+//! It belongs to the service, whose store it probes, so the HTTP handler and
+//! [`crate::App`] need nothing but [`super::LikeService::ready`].
 //!
 //! The route is unauthenticated, so its cost must not scale with how often
 //! it is called: one data-plane probe of both tables
@@ -17,14 +19,14 @@ pub const HEALTH_TTL: Duration = Duration::from_secs(5);
 
 /// The last probe's result and when it was taken.
 #[derive(Default)]
-pub(crate) struct Health {
+pub(super) struct Health {
     last: Mutex<Option<(Instant, Result<(), Error>)>>,
 }
 
 impl Health {
     /// Ready, or [`Error::Unavailable`] (or [`Error::Internal`] for a fault
     /// of ours, such as a malformed configuration).
-    pub(crate) async fn check<S: CounterStore>(&self, store: &S) -> Result<(), Error> {
+    pub(super) async fn check<S: CounterStore>(&self, store: &S) -> Result<(), Error> {
         // Held across the probe: concurrent checks share one probe.
         let mut last = self.last.lock().await;
         if let Some((at, result)) = &*last

@@ -6,7 +6,8 @@
 
 use crate::aggregate::records::StreamEvent;
 use crate::error::Error;
-use crate::http::{App, Function, error_response, handle};
+use crate::App;
+use crate::http::{Function, error_response, handle};
 use crate::reconcile::{Mode, Options as ReconcileOptions};
 use lambda_http::aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use lambda_http::request::LambdaRequest;
@@ -42,10 +43,7 @@ pub async fn handle_reshard_event(
         out.status_code = i64::from(parts.status.as_u16());
         out.headers = parts.headers;
         out.body = Some(body);
-        return serde_json::to_value(out).map_err(|e| {
-            tracing::error!(error = %e, "could not serialise a response");
-            Error::Internal
-        });
+        return serde_json::to_value(out).map_err(|e| Error::internal("serialising a response", e));
     }
     // Boxed: the run's future is deep, and the functions' `main` futures
     // would otherwise hit rustc's query depth limit computing their layout.
@@ -128,7 +126,7 @@ pub async fn handle_reconcile_event(
             );
         app.config.metrics.flush(None);
     }
-    serde_json::to_value(summary).map_err(|_| Error::Internal)
+    serde_json::to_value(summary).map_err(|e| Error::internal("serialising the reconcile summary", e))
 }
 
 /// One batch of the `aggregate` function (stream mode): Lambda's DynamoDB
@@ -143,10 +141,8 @@ pub async fn handle_aggregate_event(
     event: Value,
     deadline: Option<Instant>,
 ) -> Result<Value, Error> {
-    let event: StreamEvent = serde_json::from_value(event).map_err(|e| {
-        tracing::error!(error = %e, "unreadable stream event");
-        Error::Internal
-    })?;
+    let event: StreamEvent =
+        serde_json::from_value(event).map_err(|e| Error::internal("unreadable stream event", e))?;
     let records = event.records.len() as u64;
     let result = app.aggregate.handle(&event, deadline).await;
     let m = app.config.metrics.record("aggregate");
