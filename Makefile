@@ -6,15 +6,18 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: check-cargo serve test demo resize reconcile plan bench lambda-figures benchmarks unit lint-template smoke schemathesis fuzz fmt clippy lambda-build sam-build deploy invoke help
+.PHONY: check-cargo lint one-test serve test demo resize reconcile plan bench lambda-figures benchmarks unit lint-template smoke schemathesis fuzz fmt clippy lambda-build sam-build deploy invoke help
 
+## This list: each target with a `##` comment above it, and the comment.
 help:
-	@echo "make serve | test | demo | resize | reconcile | plan | bench | lambda-figures | benchmarks | fuzz | lambda-build | sam-build | deploy | invoke"
+	@awk '/^## /{doc = doc (doc ? "\n                     " : "") substr($$0, 4); next} \
+	  /^[a-z][a-z-]*:/{if (doc) printf "make %-15s %s\n", substr($$1, 1, length($$1) - 1), doc; doc = ""; next} \
+	  /^$$/{doc = ""}' $(MAKEFILE_LIST)
 
 check-cargo:
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs) first" >&2; exit 1; }
 
-## Local stack on http://127.0.0.1:$${PORT:-3000}; Ctrl-C stops it.
+## Local stack on http://127.0.0.1:3000 (or $PORT); Ctrl-C stops it.
 serve: check-cargo
 	$(CARGO) run --locked --quiet -p likes-local --bin likes-local -- serve
 
@@ -38,21 +41,33 @@ resize:
 reconcile: check-cargo
 	DRY_RUN=$(DRY_RUN) $(CARGO) run --locked --quiet -p likes-local --bin likes-local -- reconcile
 
-## All tests: the template lint, unit + integration tests (the HTTP
+## All tests: fmt, clippy and rustdoc with warnings as errors, the
+## template lint, unit + integration tests (the HTTP
 ## contract in both counting modes), an end-to-end run of the `make serve`
 ## binary with the README's tour against it, schemathesis against that
 ## binary in both modes, and a bounded fuzz run (FUZZ_SECONDS, default 60).
-test: check-cargo lint-template smoke unit schemathesis fuzz
+test: check-cargo lint lint-template smoke unit schemathesis fuzz
 
+## Formatting, clippy (warnings are errors) and rustdoc (warnings are
+## errors) on the whole workspace, as CI enforces them.
+lint: check-cargo
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
+
+## The workspace's unit and integration tests, and the HTTP contract and
+## the exactly-once fault test once more in stream mode.
 unit:
 	$(CARGO) test --workspace --locked
 	# The HTTP contract once more in stream mode (COUNTING=stream).
 	LIKES_TEST_COUNTING=stream $(CARGO) test --locked -p likes-tests --test openapi --test validation --test hostile
-	LIKES_TEST_COUNTING=stream $(CARGO) test --locked -p likes-tests --test faults -- every_like_counts_once_under_every_fault
+	LIKES_TEST_COUNTING=stream CARGO=$(CARGO) scripts/one-test.sh faults every_like_counts_once_under_every_fault
 
+## cfn-lint and `sam validate --lint` on template.yaml (in a venv).
 lint-template:
 	scripts/lint-template.sh
 
+## The `make serve` binary end to end, with the README's tour run as written.
 smoke:
 	$(CARGO) build --locked --quiet -p likes-local --bin likes-local
 	scripts/smoke-serve.sh target/debug/likes-local
@@ -86,9 +101,11 @@ lambda-figures: check-cargo
 benchmarks: check-cargo
 	scripts/benchmarks.sh
 
+## Formats the workspace.
 fmt:
 	$(CARGO) fmt --all
 
+## Clippy alone (part of `make lint`).
 clippy:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
@@ -100,6 +117,7 @@ lambda-build:
 sam-build:
 	sam build --beta-features
 
+## `sam deploy --guided` after a SAM build.
 deploy: sam-build
 	sam deploy --guided
 

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Lambda figures (issue "Performance and capacity", section "Lambda
-# figures"): per function, the release bootstrap's size, the cold start
+# Lambda figures (docs/benchmarks.md): per function, the release bootstrap's size, the cold start
 # (process start to the first /next poll, and to the first response with the
 # SDK client built and a real first request served), the peak memory, and
 # the warm per-request handler overhead without network; each next to a

@@ -107,7 +107,7 @@ PY
 }
 PREAMBLE
 
-# README.md → tour.sh: each command as written; one with promises runs inside
+# README.md → $work/tour.sh: each command as written; one with promises runs inside
 # $(…) (on lines of its own, so a trailing comment stays a comment), its
 # output is printed, then checked against each promise.
 awk -v heredoc=__TOUR_TEXT__ '

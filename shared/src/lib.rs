@@ -64,7 +64,7 @@ pub mod token;
 #[cfg(feature = "dynamodb")]
 pub mod triggers;
 
-pub use config::{AuthMode, Config, Counting, ReconcileConfig, ResizeConfig};
-pub use error::Error;
 #[cfg(feature = "dynamodb")]
 pub use app::App;
+pub use config::{AuthMode, Config, Counting, ReconcileConfig, ResizeConfig};
+pub use error::Error;

@@ -4,9 +4,9 @@
 //! `aggregate` function's stream batch (stream mode). They record their
 //! runs' metrics; the HTTP handling itself stays in [`crate::http`].
 
+use crate::App;
 use crate::aggregate::records::StreamEvent;
 use crate::error::Error;
-use crate::App;
 use crate::http::{Function, error_response, handle};
 use crate::reconcile::{Mode, Options as ReconcileOptions};
 use lambda_http::aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
@@ -126,7 +126,8 @@ pub async fn handle_reconcile_event(
             );
         app.config.metrics.flush(None);
     }
-    serde_json::to_value(summary).map_err(|e| Error::internal("serialising the reconcile summary", e))
+    serde_json::to_value(summary)
+        .map_err(|e| Error::internal("serialising the reconcile summary", e))
 }
 
 /// One batch of the `aggregate` function (stream mode): Lambda's DynamoDB

@@ -3,7 +3,8 @@
 //! it) and, for a Markdown page with an `#anchor`, a heading of that page
 //! (GitHub's heading ids); every page of `docs/` is linked from the README;
 //! the README stays a front door (150 to 320 lines) that opens with the two
-//! commands, the second being the one CI runs. Plain text processing, no
+//! commands, the second being the one CI runs; and every repository path a
+//! comment of a `.rs`, `.sh` or `.py` file names exists. Plain text processing, no
 //! Markdown library: links inside code (fenced blocks, `code spans`) are
 //! not links and are skipped.
 
@@ -294,5 +295,146 @@ fn slugs_follow_github() {
     assert_eq!(
         links("[`x`](a.md#b) and `[no](link)` and ![i](img.png)\n```\n[no](code)\n```\n"),
         [(1, "a.md#b".to_owned()), (1, "img.png".to_owned())]
+    );
+}
+
+/// Every file the repository tracks (and any new one not ignored), as paths
+/// relative to its root: what a comment may name.
+fn repository_files() -> Vec<String> {
+    let out = std::process::Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("git runs (the tests run in a clone of the repository)");
+    assert!(out.status.success(), "git ls-files failed");
+    String::from_utf8(out.stdout)
+        .expect("utf-8 paths")
+        .split('\0')
+        .filter(|p| !p.is_empty() && root().join(p).exists())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The comment text of a source line, by the file's language: `//` in Rust,
+/// `#` in shell and Python. A trailing comment counts when no string
+/// literal opens before it; shebangs do not count.
+fn comment_of<'a>(line: &'a str, ext: &str) -> Option<&'a str> {
+    let marker = if ext == "rs" { "//" } else { "#" };
+    let trimmed = line.trim_start();
+    if trimmed.starts_with("#!") {
+        return None;
+    }
+    if let Some(rest) = trimmed.strip_prefix(marker) {
+        return Some(rest);
+    }
+    let at = line.find(&format!(" {marker} "))?;
+    (!line[..at].contains(['"', '\''])).then(|| &line[at + marker.len() + 1..])
+}
+
+/// The words of a comment that name a repository path: with a `/` under
+/// one of the repository's top-level folders, or ending in a source or
+/// document extension. Globs, URLs, absolute and placeholder paths are
+/// not names of one file.
+fn named_paths(comment: &str, top: &BTreeSet<String>) -> Vec<String> {
+    const EXTS: [&str; 9] = ["rs", "sh", "py", "md", "yaml", "yml", "json", "toml", "svg"];
+    comment
+        .split(|c: char| c.is_whitespace() || "()[]`'\",;".contains(c))
+        .map(|w| w.trim_end_matches(['.', ':', '!', '?']))
+        .filter(|w| {
+            !w.is_empty()
+                && !w.contains(['*', '{', '}', '<', '>', '$', '%', '~', '#', '=', '|', '@'])
+                && !w.contains("://")
+                && !w.starts_with('/')
+                && !w.starts_with('-')
+        })
+        .filter(|w| {
+            let first = w.split('/').next().unwrap_or("");
+            let ext = Path::new(w).extension().and_then(|e| e.to_str());
+            (w.contains('/') && top.contains(first)) || ext.is_some_and(|e| EXTS.contains(&e))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Comments name files that exist: every repository path named in a
+/// comment of a `.rs`, `.sh` or `.py` file resolves, from the repository
+/// root, from the commenting file's folder, or as the tail of a tracked
+/// path (`store/dynamodb/mod.rs`, `mod.rs`); outputs that git ignores
+/// (`target/…`) are not checked. A file moved or split without its
+/// mentions fails here.
+#[test]
+fn every_path_named_in_a_comment_exists() {
+    let root = root();
+    let files = repository_files();
+    let dirs: BTreeSet<String> = files
+        .iter()
+        .flat_map(|f| {
+            let mut d = Vec::new();
+            let mut p = Path::new(f).parent();
+            while let Some(x) = p.filter(|x| !x.as_os_str().is_empty()) {
+                d.push(format!("{}/", x.display()));
+                p = x.parent();
+            }
+            d
+        })
+        .collect();
+    let top: BTreeSet<String> = files
+        .iter()
+        .filter_map(|f| f.split_once('/').map(|(t, _)| t.to_owned()))
+        .collect();
+    let exists = |from: &str, named: &str| {
+        let bare = named.trim_end_matches('/');
+        let dir = Path::new(from).parent().unwrap_or(Path::new(""));
+        root.join(bare).exists()
+            || root.join(normalize(&dir.join(bare))).exists()
+            || files.iter().chain(dirs.iter()).any(|f| {
+                f.trim_end_matches('/') == bare
+                    || f.trim_end_matches('/').ends_with(&format!("/{bare}"))
+            })
+    };
+    // What git ignores (target/, fuzz/artifacts/, …) is output a comment
+    // may name before it exists, not a repository file.
+    let ignored = |named: &str| {
+        let bare = named.trim_end_matches('/');
+        [bare.to_owned(), format!("{bare}/")].iter().any(|p| {
+            std::process::Command::new("git")
+                .args(["check-ignore", "-q", "--no-index", p])
+                .current_dir(&root)
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+    };
+    let mut stale = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let Some(ext) = Path::new(file).extension().and_then(|e| e.to_str()) else {
+            continue;
+        };
+        if !["rs", "sh", "py"].contains(&ext) {
+            continue;
+        }
+        for (n, line) in read(&root.join(file)).lines().enumerate() {
+            let Some(comment) = comment_of(line, ext) else {
+                continue;
+            };
+            for named in named_paths(comment, &top) {
+                checked += 1;
+                if !exists(file, &named) && !ignored(&named) {
+                    stale.push(format!("{file}:{}: {named}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} paths found in comments");
+    assert!(
+        stale.is_empty(),
+        "comments name paths that do not exist:\n{}",
+        stale.join("\n")
     );
 }

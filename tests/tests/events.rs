@@ -11,10 +11,10 @@ mod common;
 
 use common::{TestStack, repo_root};
 use lambda_http::Body;
-use likes::triggers::{handle_reconcile_event, handle_reshard_event};
 use likes::App;
 use likes::http::{Function, handle};
 use likes::store::dynamodb::DynamoStore;
+use likes::triggers::{handle_reconcile_event, handle_reshard_event};
 use likes::{AuthMode, Config};
 use serde_json::Value;
 

@@ -1,5 +1,5 @@
-//! An automatic grow whose settings write lands long after it was computed
-//! (issue 13, part 3): on Lambda the sandbox is frozen after the response,
+//! An automatic grow whose settings write lands long after it was computed:
+//! on Lambda the sandbox is frozen after the response,
 //! so the background task that starts a grow may send its `PutItem`
 //! seconds or minutes late. No such delay may shorten the resize wait:
 //! `write_shards` rises only a full wait after the `growing` settings

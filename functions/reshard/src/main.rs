@@ -11,9 +11,9 @@
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
-use likes::triggers::handle_reshard_event;
 use likes::App;
 use likes::http::lambda_deadline;
+use likes::triggers::handle_reshard_event;
 use serde_json::Value;
 
 #[tokio::main]

@@ -1,8 +1,8 @@
 //! The `like` and `read` handlers.
 
-use crate::App;
 use super::request::{self, Command};
 use super::routes::{self, Function, Route};
+use crate::App;
 use crate::error::Error;
 use crate::keys::{Action, ReelId};
 use crate::reshard::Begin;

@@ -316,7 +316,8 @@ pub(super) fn part_name(segment: usize, seq: u64, owner: &str) -> String {
 /// statistics. Refused (never written) past [`STATE_BYTES_MAX`].
 fn encode_state(state: &mut RunState) -> Result<String, Error> {
     let encode = |state: &RunState| {
-        serde_json::to_string(state).map_err(|e| Error::internal("encoding the reconcile run state", e))
+        serde_json::to_string(state)
+            .map_err(|e| Error::internal("encoding the reconcile run state", e))
     };
     let mut json = encode(state)?;
     // Recording the size may lengthen it by a digit or two: settle it.
@@ -359,7 +360,8 @@ pub(super) fn encode_counts(counts: &HashMap<ReelId, u64>) -> Vec<Vec<u8>> {
 
 /// The `reel count` lines of a chunk, in order.
 pub(super) fn decode_counts(data: &[u8], into: &mut Vec<(ReelId, u64)>) -> Result<(), Error> {
-    let bad = |cause: &dyn std::fmt::Display| Error::internal("unreadable reconcile count chunk", cause);
+    let bad =
+        |cause: &dyn std::fmt::Display| Error::internal("unreadable reconcile count chunk", cause);
     let text = std::str::from_utf8(data).map_err(|e| bad(&e))?;
     for line in text.lines().filter(|l| !l.is_empty()) {
         let (reel, n) = line.split_once(' ').ok_or_else(|| bad(&line))?;

@@ -121,7 +121,7 @@ impl<S: CounterStore> LikeService<S> {
 
 #[cfg(test)]
 mod tests {
-    //! What one instance serves never goes back (issue 13, part 8): a sum
+    //! What one instance serves never goes back: a sum
     //! read sent before a newer value was served never replaces it, through
     //! a store whose reads the test holds and releases, so the races of a
     //! slow read (retries under faults) are ordered deterministically.
