@@ -13,9 +13,12 @@
 //! * [`error`]: the one error enum of the crate and its single mapping to an
 //!   HTTP status and JSON body.
 //! * `retry`: bounded, jittered exponential backoff.
-//! * [`store`]: the `CounterStore` trait the domain sees, and
-//!   [`store::dynamodb`], its only implementation (a room per trait impl,
-//!   typed item access, SDK error translation); SDK types stay in there.
+//! * [`store`]: the traits the domain sees, a file each: `CounterStore`
+//!   (the like and read paths), `ResizeStore`, `ReconcileStore` and
+//!   `AggregateStore` (stream mode); and [`store::dynamodb`], their only
+//!   implementation (a room per trait impl: `counter`, `resize`,
+//!   `reconcile`, `aggregate`; typed item access, SDK error translation);
+//!   SDK types stay in there.
 //!   Built with the `dynamodb` feature (default): without it the crate is
 //!   request parsing and the domain, which is what the fuzz target builds.
 //! * [`service`]: the like/unlike/count logic with its in-memory caches, and

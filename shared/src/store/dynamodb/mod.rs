@@ -1,6 +1,6 @@
-//! [`CounterStore`](super::CounterStore), [`ResizeStore`](super::ResizeStore)
-//! and [`ReconcileStore`](super::ReconcileStore) on DynamoDB
-//! through the AWS SDK.
+//! [`CounterStore`](super::CounterStore), [`ResizeStore`](super::ResizeStore),
+//! [`ReconcileStore`](super::ReconcileStore) and
+//! [`AggregateStore`](super::AggregateStore) on DynamoDB through the AWS SDK.
 //!
 //! This is the only module that sees SDK types. Its rooms:
 //!
@@ -13,7 +13,9 @@
 //! * `reads`: consistent multi-item reads of the counters table
 //!   (BatchGetItem with unprocessed keys, TransactGetItems, the fold-group
 //!   snapshot of a draining reel).
-//! * `counter`, `resize`, `reconcile`, `aggregate`: one trait impl each.
+//! * `counter`, `resize`, `reconcile`, `aggregate`: one trait impl each,
+//!   beside the trait's own file in `store` (`CounterStore`, `ResizeStore`,
+//!   `ReconcileStore`, `AggregateStore`).
 //! * `error`: the one translation of SDK errors into [`Error`], and the
 //!   reading of cancelled transactions' reasons. The detail is logged
 //!   there and never leaves this module.
@@ -42,9 +44,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 /// The DynamoDB implementation of [`CounterStore`](super::CounterStore),
-/// [`ResizeStore`](super::ResizeStore) and
-/// [`ReconcileStore`](super::ReconcileStore) over the two tables. Cheap to clone: clones share the
-/// SDK client and the [`StoreStats`].
+/// [`ResizeStore`](super::ResizeStore),
+/// [`ReconcileStore`](super::ReconcileStore) and
+/// [`AggregateStore`](super::AggregateStore) over the two tables. Cheap to
+/// clone: clones share the SDK client and the [`StoreStats`].
 #[derive(Clone, Debug)]
 pub struct DynamoStore {
     client: Client,

@@ -1,0 +1,73 @@
+//! [`AggregateStore`]: what stream mode's aggregator ([`crate::aggregate`])
+//! needs beyond [`CounterStore`]: a stream shard's checkpoint, and the one
+//! transaction that applies a chunk of its records.
+
+use super::{CounterStore, RetryReason};
+use crate::error::Error;
+use crate::keys::ReelId;
+use crate::token::RequestToken;
+use std::future::Future;
+
+/// One chunk of a stream shard's records, as one transaction (stream mode,
+/// see [`crate::aggregate`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkWrite {
+    /// The stream shard's checkpoint item.
+    pub checkpoint_key: String,
+    /// The stream shard's id, kept on the checkpoint for operators.
+    pub shard_id: String,
+    /// The checkpoint read (zero-padded sequence number), `None`: none yet.
+    pub expected: Option<String>,
+    /// The checkpoint once applied: the chunk's last record, zero-padded.
+    pub next: String,
+    /// The deltas, one per reel whose count the chunk changes.
+    pub adds: Vec<ChunkAdd>,
+    /// Records in the chunk.
+    pub records: u64,
+    /// The transaction's `ClientRequestToken`.
+    pub token: RequestToken,
+    /// The aggregator's clock (the shards' `updated_at`).
+    pub now_ms: i64,
+    /// When the checkpoint may expire (Unix seconds, TTL).
+    pub expires_at: i64,
+}
+
+/// A reel's net change in a [`ChunkWrite`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkAdd {
+    /// The reel.
+    pub reel: ReelId,
+    /// The shard it is added to (below the settings' `write_shards`).
+    pub shard: u32,
+    /// The net change of its count.
+    pub delta: i64,
+    /// The settings version it was planned with (0: no settings item).
+    pub settings_version: u64,
+}
+
+/// What became of a [`ChunkWrite`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkResult {
+    /// Committed (or replayed): the checkpoint is now its last record.
+    Applied,
+    /// The checkpoint was not what was read (another invocation applied
+    /// records meanwhile): nothing written.
+    CheckpointMoved,
+    /// A reel's settings changed since they were read: plan again.
+    SettingsChanged,
+    /// Worth another attempt after backoff.
+    Retry(RetryReason),
+}
+
+/// What the stream aggregator needs beyond [`CounterStore`].
+pub trait AggregateStore: CounterStore {
+    /// The checkpoint of the stream shard behind `key`: the last sequence
+    /// number applied, zero-padded (`None`: nothing applied yet).
+    fn checkpoint(&self, key: &str) -> impl Future<Output = Result<Option<String>, Error>> + Send;
+
+    /// Applies `write` in one transaction (see [`ChunkWrite`]).
+    fn apply_chunk(
+        &self,
+        write: &ChunkWrite,
+    ) -> impl Future<Output = Result<ChunkResult, Error>> + Send;
+}
