@@ -151,6 +151,27 @@ impl BenchOptions {
             template,
         })
     }
+
+    /// The settings in effect as `(variable, value)`: every `BENCH_*`
+    /// variable that [`BenchOptions::from_env`] reads but the output paths,
+    /// defaults included, so that a run's record (`settings` in the JSON)
+    /// says what it ran with, not only what was set.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let variants: Vec<&str> = self.variants.iter().map(|v| v.as_str()).collect();
+        vec![
+            ("BENCH_RATE", self.viral_rate.to_string()),
+            ("BENCH_STREAM_RATE", self.stream_rate.to_string()),
+            ("BENCH_BACKGROUND_RATE", self.background_rate.to_string()),
+            ("BENCH_READ_RATE", self.read_rate.to_string()),
+            ("BENCH_SECONDS", self.seconds.to_string()),
+            ("BENCH_WRITE_CAP", self.write_cap.to_string()),
+            ("BENCH_SHARDS", self.fixed_shards.to_string()),
+            ("BENCH_RUNS", self.runs.to_string()),
+            ("BENCH_VARIANTS", variants.join(",")),
+            ("BENCH_WRU_PRICE", self.wru_price.to_string()),
+            ("BENCH_RRU_PRICE", self.rru_price.to_string()),
+        ]
+    }
 }
 
 /// One variant's measurements in one run.
@@ -247,8 +268,9 @@ const VIRAL: &str = "viral";
 const BACKGROUND_REELS: usize = 9;
 
 /// Runs every variant `runs` times (interleaved, so drift of the machine
-/// spreads over all of them), writes the JSON and returns the Markdown
-/// table of medians with min–max.
+/// spreads over all of them), writes the JSON (the options, the settings
+/// and every run) and the onset chart, and returns the Markdown table of
+/// medians with min–max.
 pub async fn run(opts: BenchOptions) -> Result<String> {
     // Keyed by name, so the table's columns and the JSON are in name order.
     let mut results: BTreeMap<String, Vec<RunResult>> = BTreeMap::new();
@@ -280,7 +302,69 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     }
     std::fs::write(
         &opts.out,
-        serde_json::to_string_pretty(&json!({ "options": opts, "runs": results }))?,
+        serde_json::to_string_pretty(&json!({
+            "options": opts,
+            "settings": opts.settings(),
+            "runs": results,
+        }))?,
     )?;
     Ok(table)
+}
+
+/// The defaults of [`BenchOptions::from_env`], for tests that need options
+/// without touching the process's environment.
+#[cfg(test)]
+fn test_options() -> BenchOptions {
+    BenchOptions {
+        viral_rate: 75.0,
+        stream_rate: 750.0,
+        background_rate: 20.0,
+        read_rate: 20.0,
+        seconds: 20.0,
+        write_cap: 30.0,
+        fixed_shards: 10,
+        runs: 3,
+        variants: Variant::ALL.to_vec(),
+        wru_price: 0.625,
+        rru_price: 0.125,
+        out: "target/bench/viral.json".into(),
+        svg: "target/bench/onset.svg".into(),
+        template: "template.yaml".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_name_every_measurement_variable_with_its_value() {
+        let settings = test_options().settings();
+        let names: Vec<&str> = settings.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "BENCH_RATE",
+                "BENCH_STREAM_RATE",
+                "BENCH_BACKGROUND_RATE",
+                "BENCH_READ_RATE",
+                "BENCH_SECONDS",
+                "BENCH_WRITE_CAP",
+                "BENCH_SHARDS",
+                "BENCH_RUNS",
+                "BENCH_VARIANTS",
+                "BENCH_WRU_PRICE",
+                "BENCH_RRU_PRICE",
+            ]
+        );
+        let get = |n: &str| settings.iter().find(|(k, _)| *k == n).unwrap().1.clone();
+        // As a shell would take them back: no trailing ".0".
+        assert_eq!(get("BENCH_RATE"), "75");
+        assert_eq!(get("BENCH_STREAM_RATE"), "750");
+        assert_eq!(get("BENCH_WRU_PRICE"), "0.625");
+        assert_eq!(
+            get("BENCH_VARIANTS"),
+            "naive,fixed,fixed-nocache,auto,stream"
+        );
+    }
 }

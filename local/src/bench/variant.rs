@@ -137,6 +137,7 @@ impl Serialize for Variant {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::test_options;
 
     #[test]
     fn names_round_trip_and_are_distinct() {
@@ -152,25 +153,6 @@ mod tests {
         );
     }
 
-    fn opts() -> BenchOptions {
-        BenchOptions {
-            viral_rate: 75.0,
-            stream_rate: 750.0,
-            background_rate: 20.0,
-            read_rate: 20.0,
-            seconds: 20.0,
-            write_cap: 30.0,
-            fixed_shards: 10,
-            runs: 3,
-            variants: Variant::ALL.to_vec(),
-            wru_price: 0.625,
-            rru_price: 0.125,
-            out: "viral.json".into(),
-            svg: "onset.svg".into(),
-            template: "template.yaml".into(),
-        }
-    }
-
     #[test]
     fn each_variant_switches_its_own_settings_on_the_scaled_cap() {
         for (v, auto, cache, counting) in [
@@ -181,7 +163,7 @@ mod tests {
             (Variant::Stream, "off", "2000", Some("stream")),
         ] {
             let env: std::collections::HashMap<String, String> =
-                v.stack_env(&opts()).into_iter().collect();
+                v.stack_env(&test_options()).into_iter().collect();
             let get = |k: &str| env.get(k).map(String::as_str);
             assert_eq!(get("AUTO_RESHARD"), Some(auto), "{v}");
             assert_eq!(get("CACHE_TTL_MS"), Some(cache), "{v}");
@@ -190,8 +172,8 @@ mod tests {
             assert_eq!(get("SHARD_WRITES_PER_SEC"), Some("12"), "{v}");
             assert_eq!(get("HOT_LIKES_PER_SEC"), Some("9"), "{v}");
         }
-        assert_eq!(Variant::Stream.offered_rate(&opts()), 750.0);
-        assert_eq!(Variant::Auto.offered_rate(&opts()), 75.0);
+        assert_eq!(Variant::Stream.offered_rate(&test_options()), 750.0);
+        assert_eq!(Variant::Auto.offered_rate(&test_options()), 75.0);
     }
 
     #[test]
