@@ -23,7 +23,7 @@ WORK = "."
 FUNCTIONS = [
     ("like", "like", "events/like.json", "PUT /reels/{id}/like (first like of a fresh user: settings read, like transaction, count read)"),
     ("read", "read", "events/read.json", "GET /reels/{id}/likes (settings, shard and like-row reads)"),
-    ("read /healthz", "read", "events/healthz.json", "GET /healthz (DescribeTable on both tables)"),
+    ("read /healthz", "read", "events/healthz.json", "GET /healthz (readiness probe: a data-plane GetItem of a never-written key in each table)"),
     ("read /healthz, CA bundle only", "read", "events/healthz.json", "as above, with SSL_CERT_FILE=the system CA bundle and SSL_CERT_DIR empty: the SDK's rustls client reads the trust store as one file instead of this host's certificate directory"),
     ("reshard", "reshard", "events/reshard-schedule.json", "scheduled run (EventBridge event)"),
     ("reconcile", "reconcile", "events/reconcile-dry-run.json", "dry-run start ({\"mode\":\"start\",\"dry_run\":true})"),
