@@ -1,19 +1,33 @@
 #!/usr/bin/env bash
 # Regenerates BENCHMARKS.md: the shard-sizing planner on the published
-# example, the viral-load benchmark (naive counter, fixed shards, cache off,
-# automatic growth), and the Lambda figures. One command: `make benchmarks`.
+# example, the viral-load benchmark (naive counter, fixed shards with and
+# without the cache, automatic growth, stream mode: every `Variant` of
+# local/src/bench/variant.rs unless BENCH_VARIANTS says otherwise), and the
+# Lambda figures. One command: `make benchmarks`.
+#
+# This script is the one writer of BENCHMARKS.md, and of all its prose;
+# the others hand it data: the planner's output, the bench's Markdown table
+# (and its settings, in target/bench/viral.json), and the Lambda figures'
+# record, target/lambda-figures.json, whose tables bench/lambda/report.py
+# renders (--fragment). The file ends with the one command that reproduces
+# it and the settings it ran with: no ports, no credentials, nothing of
+# one machine's run.
 #
 # Takes a while: a release build of the workspace (about 9 minutes on a
-# 2-core machine the first time), the benchmark (BENCH_RUNS × 4 variants ×
-# BENCH_SECONDS, about 5 minutes with the defaults), and the Lambda figures
-# (their own release builds). Run it on a quiet machine: the benchmark
-# measures this machine as much as the code. SKIP_LAMBDA=1 leaves the Lambda
-# figures out.
+# 2-core machine the first time), the benchmark (BENCH_RUNS × the variants
+# × BENCH_SECONDS of load, plus each stack's start and drain), and the
+# Lambda figures (their own release builds). Run it on a quiet machine: the
+# benchmark measures this machine as much as the code. SKIP_LAMBDA=1 leaves
+# the Lambda figures out; LAMBDA_FIGURES=reuse takes those of an earlier
+# `make lambda-figures` (target/lambda-figures.json) instead of measuring.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 cargo=${CARGO:-cargo}
+# python3 reads the settings out of the JSON records (and the Lambda
+# figures need it anyway): checked before the long build, not after.
+command -v python3 >/dev/null || { echo "benchmarks: python3 not found" >&2; exit 1; }
 out=BENCHMARKS.md
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -58,21 +72,57 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 RUST_LOG=${RUST_LOG:-off} BENCH_OUT=target/bench/viral.json BENCH_SVG=BENCHMARKS-onset.svg "$bin" bench > "$work/bench.md"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
-if [ "${LAMBDA_FIGURES:-run}" = reuse ] && [ -f target/lambda-figures.md ]; then
+# How the Lambda figures come: measured now (run), from an earlier run
+# (reuse), or not at all (skip).
+if [ "${LAMBDA_FIGURES:-run}" = reuse ] && [ -f target/lambda-figures.json ]; then
   # The Lambda figures of an earlier `make lambda-figures` run (they state
   # their own date, source and machine), when only the load benchmark is
   # being regenerated.
-  echo "benchmarks: Lambda figures reused from target/lambda-figures.md" >&2
-  sed '1{/^## Lambda figures$/d}' target/lambda-figures.md | sed '1{/^$/d}' > "$work/lambda.md"
+  echo "benchmarks: Lambda figures reused from target/lambda-figures.json" >&2
+  lambda=reuse
 elif [ "${SKIP_LAMBDA:-0}" != 1 ]; then
   echo "benchmarks: Lambda figures" >&2
   scripts/lambda-figures.sh > /dev/null
-  # Its own title is this file's section heading.
-  sed '1{/^## Lambda figures$/d}' target/lambda-figures.md | sed '1{/^$/d}' > "$work/lambda.md"
+  lambda=run
 else
-  echo "(not regenerated in this run: SKIP_LAMBDA=1)" > "$work/lambda.md"
+  lambda=skip
 fi
+if [ "$lambda" = skip ]; then
+  echo "(not regenerated in this run: SKIP_LAMBDA=1)" > "$work/lambda.md"
+  : > "$work/lambda-settings.tsv"
+else
+  python3 bench/lambda/report.py --fragment target/lambda-figures.json > "$work/lambda.md"
+  python3 bench/lambda/report.py --settings target/lambda-figures.json > "$work/lambda-settings.tsv"
+fi
+# The bench's settings in effect, defaults included, as the bench wrote them.
+python3 -c 'import json, sys
+for name, value in json.load(open(sys.argv[1]))["settings"]:
+    print(f"{name}\t{value}")' target/bench/viral.json > "$work/bench-settings.tsv"
 
+# The reproducing command: `make benchmarks` with every setting that was
+# set here (the rest are at their defaults); the Lambda figures' own
+# settings only when they were measured by this run.
+word() {
+  case $1 in
+    *[!A-Za-z0-9._,/:-]*) printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")" ;;
+    *) printf '%s' "$1" ;;
+  esac
+}
+reproduce=
+set_here() {
+  local name
+  for name in "$@"; do
+    [ -n "${!name:-}" ] && reproduce+="$name=$(word "${!name}") "
+  done
+  return 0
+}
+set_here $(cut -f1 "$work/bench-settings.tsv")
+case $lambda in
+  run) set_here $(cut -f1 "$work/lambda-settings.tsv") ;;
+  reuse) reproduce+="LAMBDA_FIGURES=reuse " ;;
+  skip) reproduce+="SKIP_LAMBDA=1 " ;;
+esac
+reproduce+="make benchmarks"
 {
   cat <<'EOF'
 # Benchmarks
@@ -201,5 +251,31 @@ builds them (the workspace's release profile), each next to a minimal
 
 EOF
   cat "$work/lambda.md"
+  if [ "$lambda" != skip ]; then
+    echo
+    cat <<'EOF'
+Notes:
+
+- Host build (x86_64-unknown-linux-gnu), same [profile.release] for every binary: opt-level 3, lto thin, codegen-units 1, strip, panic unwind. Deployed bootstraps come from `cargo lambda build --release --arm64` (aarch64-unknown-linux-gnu, linked by cargo-lambda through zig), whose absolute sizes and times differ; the ratios are the comparable figures.
+- Cold start is process spawn to the first /next poll (init) and to the first response POST received (init + first invocation) on a fake Runtime API over loopback; DynamoDB is the local stack's embedded dynoxide over plain HTTP on loopback, so neither TLS to DynamoDB, network latency, Lambda's sandbox set-up nor its code download is in the figures.
+- CPU ms is the CPU time of all the process's threads (/proc/<pid>/task/*/schedstat) when it polls /next after the first response: less sensitive to other work on the machine than the wall-clock columns.
+- Peak memory is VmHWM of the process after its first invocation (read when it polls /next again). The Lambda memory limit is not enforced here.
+- Handler overhead is bytes-in to bytes-out of one invocation (event deserialisation, handler, response serialisation), with DynamoDB answered in memory by the SDK's test HTTP client; the Runtime API exchange (the same for every function) is excluded. 'deployed' writes the functions' JSON logs at INFO and EMF metrics lines to stdout (a pipe, as on Lambda), as the template configures them; 'quiet' writes neither. The canned client's own work (matching the operation, handing back a static body) is inside the figure, and small.
+EOF
+  fi
+  echo
+  echo "## Reproducing this file"
+  echo
+  echo "\`$reproduce\`"
+  echo
+  case $lambda in
+    reuse) echo "with these settings (the defaults unless set on that line; the Lambda figures' are those of the earlier run they come from):" ;;
+    *) echo "with these settings (the defaults unless set on that line):" ;;
+  esac
+  echo
+  echo "| variable | value |"
+  echo "| --- | --- |"
+  cat "$work/bench-settings.tsv" "$work/lambda-settings.tsv" |
+    while IFS=$'\t' read -r name value; do echo "| \`$name\` | $value |"; done
 } > "$out"
 echo "benchmarks: wrote $out" >&2

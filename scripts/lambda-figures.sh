@@ -14,9 +14,11 @@
 #
 # Everything builds into target/bench-release, the CARGO_TARGET_DIR of every
 # release build of the benchmarks (not target/, so these long builds never
-# hold the lock the tests need). Writes
-# target/lambda-figures.json and target/lambda-figures.md and prints the
-# Markdown. See bench/lambda/README.md for what is and is not measured.
+# hold the lock the tests need). Writes target/lambda-figures.json (the
+# record: figures, machine, settings, exact commands) and
+# target/lambda-figures.md, and prints the Markdown; `make benchmarks`
+# includes the figures from the JSON (bench/lambda/report.py --fragment).
+# See bench/lambda/README.md for what is and is not measured.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -184,6 +186,7 @@ measure_end=$(now)
 
 python3 bench/lambda/report.py --work "$WORK" --bin-dir "$BIN" --criterion "$CARGO_TARGET_DIR/criterion" \
   --json "$OUT_JSON" --md "$OUT_MD" --runs "$RUNS" --warmup "$WARMUP" --commands "$COMMANDS" --dynamodb "$DYNAMODB" \
+  --measure-ms "$BENCH_MEASURE_MS" --warmup-ms "$BENCH_WARMUP_MS" \
   --build-seconds "$(awk "BEGIN { print $build_end - $build_start }")" \
   --measure-seconds "$(awk "BEGIN { print $measure_end - $measure_start }")"
 echo "wrote ${OUT_JSON#"$ROOT"/} and ${OUT_MD#"$ROOT"/}" >&2

@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""Assembles the Lambda figures (scripts/lambda-figures.sh) into JSON and a
-Markdown table. Standard library only.
+"""Assembles the Lambda figures (scripts/lambda-figures.sh) into JSON, and
+renders that JSON as Markdown. Standard library only.
 
   report.py --work DIR --bin-dir DIR --criterion DIR --json OUT --md OUT \
-      --build-seconds S --measure-seconds S --runs N --commands FILE
-
-Reads DIR/cold-<label>.json (bench/lambda/runtime_api.py), DIR/bench-meta-
-<output>.json and the criterion estimates under --criterion.
+      --build-seconds S --measure-seconds S --runs N --warmup N \
+      --measure-ms MS --warmup-ms MS --commands FILE
+      reads DIR/cold-<label>.json (bench/lambda/runtime_api.py),
+      DIR/bench-meta-<output>.json and the criterion estimates under
+      --criterion; writes the JSON (the record of the run) and the
+      standalone Markdown of `make lambda-figures`.
+  report.py --fragment JSON
+      prints the figures of such a JSON as a Markdown section: the machine
+      line and the two tables, no heading and no prose, for
+      scripts/benchmarks.sh (the one writer of BENCHMARKS.md) to include.
+  report.py --settings JSON
+      prints the settings that run used, one `VARIABLE<TAB>value` a line.
 """
 
 import argparse
@@ -23,7 +31,7 @@ WORK = "."
 FUNCTIONS = [
     ("like", "like", "events/like.json", "PUT /reels/{id}/like (first like of a fresh user: settings read, like transaction, count read)"),
     ("read", "read", "events/read.json", "GET /reels/{id}/likes (settings, shard and like-row reads)"),
-    ("read /healthz", "read", "events/healthz.json", "GET /healthz (DescribeTable on both tables)"),
+    ("read /healthz", "read", "events/healthz.json", "GET /healthz (readiness probe: a data-plane GetItem of a never-written key in each table)"),
     ("read /healthz, CA bundle only", "read", "events/healthz.json", "as above, with SSL_CERT_FILE=the system CA bundle and SSL_CERT_DIR empty: the SDK's rustls client reads the trust store as one file instead of this host's certificate directory"),
     ("reshard", "reshard", "events/reshard-schedule.json", "scheduled run (EventBridge event)"),
     ("reconcile", "reconcile", "events/reconcile-dry-run.json", "dry-run start ({\"mode\":\"start\",\"dry_run\":true})"),
@@ -141,20 +149,8 @@ def fmt_ms(s):
     return f"{s['median']:.1f} ({s['min']:.1f}–{s['max']:.1f})"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--bin-dir", required=True)
-    ap.add_argument("--criterion", required=True)
-    ap.add_argument("--json", required=True)
-    ap.add_argument("--md", required=True)
-    ap.add_argument("--build-seconds", type=float)
-    ap.add_argument("--measure-seconds", type=float)
-    ap.add_argument("--runs", type=int)
-    ap.add_argument("--warmup", type=int)
-    ap.add_argument("--commands", required=True)
-    ap.add_argument("--dynamodb", default="")
-    args = ap.parse_args()
+def assemble(args):
+    """The record of one run, from its measurement files; written to --json."""
     global WORK
     WORK = args.work
 
@@ -241,28 +237,37 @@ def main():
         "dynamodb": args.dynamodb,
         "functions": rows,
         "handler_overhead": overhead,
-        "notes": [
-            "Host build (x86_64-unknown-linux-gnu), same [profile.release] for every binary: opt-level 3, lto thin, codegen-units 1, strip, panic unwind. Deployed bootstraps come from `cargo lambda build --release --arm64` (aarch64-unknown-linux-gnu, linked by cargo-lambda through zig), whose absolute sizes and times differ; the ratios are the comparable figures.",
-            "Cold start is process spawn to the first /next poll (init) and to the first response POST received (init + first invocation) on a fake Runtime API over loopback; DynamoDB is the local stack's embedded dynoxide over plain HTTP on loopback, so neither TLS to DynamoDB, network latency, Lambda's sandbox set-up nor its code download is in the figures.",
-            "CPU ms is the CPU time of all the process's threads (/proc/<pid>/task/*/schedstat) when it polls /next after the first response: less sensitive to other work on the machine than the wall-clock columns.",
-            "Peak memory is VmHWM of the process after its first invocation (read when it polls /next again). The Lambda memory limit is not enforced here.",
-            "Handler overhead is bytes-in to bytes-out of one invocation (event deserialisation, handler, response serialisation), with DynamoDB answered in memory by the SDK's test HTTP client; the Runtime API exchange (the same for every function) is excluded. 'deployed' writes the functions' JSON logs at INFO and EMF metrics lines to stdout (a pipe, as on Lambda), as the template configures them; 'quiet' writes neither. The canned client's own work (matching the operation, handing back a static body) is inside the figure, and small.",
+        "settings": [
+            ["RUNS", args.runs],
+            ["WARMUP", args.warmup],
+            ["BENCH_MEASURE_MS", args.measure_ms],
+            ["BENCH_WARMUP_MS", args.warmup_ms],
         ],
     }
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(doc, f, indent=2)
+    return doc
 
+
+def fragment(doc):
+    """The figures of a run as Markdown: the machine line and the two tables.
+    Data only: the headings above them and the notes below are the
+    includer's (scripts/benchmarks.sh, or standalone() here)."""
     m = doc["machine"]
+    rows = doc["functions"]
+    overhead = doc["handler_overhead"]
+    durations = doc["durations_s"]
+    # What each first request is describes the code, not the run: the
+    # current wording, also for a reused record (LAMBDA_FIGURES=reuse).
+    described = {label: what for label, _, _, what in BASELINES + FUNCTIONS}
     md = []
-    md.append("## Lambda figures")
-    md.append("")
     md.append(
         f"Machine: {m['nproc']} CPU(s), {m['cpu']}, {m['arch']}, {m['mem_total_kib'] // 1024 if m['mem_total_kib'] else '?'} MiB, "
         f"Linux {m['kernel']}; {m['rustc']}; source {m['git_head']} with {m['git_dirty_files']} uncommitted files; "
         f"load average at the start of the measurements {' '.join(m['loadavg_at_measure_start'] or ['n/a'])}. "
-        f"Cold starts: {args.runs} measured runs per row after {args.warmup} discarded one(s). "
-        f"Script: build {args.build_seconds:.0f} s, measure {args.measure_seconds:.0f} s."
+        f"Cold starts: {doc['runs']} measured runs per row after {doc['warmup_runs']} discarded one(s). "
+        f"Script: build {durations['build']:.0f} s, measure {durations['measure']:.0f} s."
     )
     md.append("")
     md.append("### Bootstrap size, cold start, peak memory (ratio to the lambda_runtime hello-world)")
@@ -274,8 +279,9 @@ def main():
         rss = r["peak_rss_kib"]
         rss_s = "n/a" if not rss else f"{rss['median'] / 1024:.1f} ({rss['min'] / 1024:.1f}–{rss['max'] / 1024:.1f})"
         fail = f" **{len(r['failures'])} failed runs**" if r["failures"] else ""
+        what = described.get(r["function"], r["first_request"])
         md.append(
-            f"| {r['function']} | {r['first_request']}{fail} | {size} | {fmt_x(r['size_ratio'])} | {fmt_ms(r['init_ms'])} | {fmt_x(r['init_ratio'])} | "
+            f"| {r['function']} | {what}{fail} | {size} | {fmt_x(r['size_ratio'])} | {fmt_ms(r['init_ms'])} | {fmt_x(r['init_ratio'])} | "
             f"{fmt_ms(r['first_response_ms'])} | {fmt_x(r['first_response_ratio'])} | "
             f"{'n/a' if not r['cpu_ms'] else format(r['cpu_ms']['median'], '.1f')} | {fmt_x(r['cpu_ratio'])} | {rss_s} | {fmt_x(r['peak_rss_ratio'])} |"
         )
@@ -293,18 +299,66 @@ def main():
             f"| `{case}`: {what} | {'n/a' if calls is None else calls} | {fmt_ns(d.get('mean_ns'))} | {fmt_x(d.get('ratio_to_hello'))} | "
             f"{fmt_ns(q.get('mean_ns'))} | {fmt_x(q.get('ratio_to_hello'))} |"
         )
-    md.append("")
-    md.append("Notes:")
-    md.append("")
-    for n in doc["notes"]:
-        md.append(f"- {n}")
-    md.append("")
-    md.append("Commands:")
-    md.append("")
-    md.append("```")
-    md.extend(commands)
-    md.append("```")
-    text = "\n".join(md) + "\n"
+    return "\n".join(md) + "\n"
+
+
+def settings(doc):
+    """[(variable, value)] of the lambda-figures.sh knobs the run used. A
+    record written before it kept them has the cold-start counts, and the
+    criterion times in its commands."""
+    if doc.get("settings"):
+        return [(k, str(v)) for k, v in doc["settings"]]
+    out = [("RUNS", str(doc.get("runs"))), ("WARMUP", str(doc.get("warmup_runs")))]
+    commands = " ".join(doc.get("commands") or [])
+    for name in ["BENCH_MEASURE_MS", "BENCH_WARMUP_MS"]:
+        found = re.search(r"\bLAMBDA_" + name + r"=(\S+)", commands)
+        if found:
+            out.append((name, found.group(1)))
+    return out
+
+
+def standalone(doc):
+    """target/lambda-figures.md, the Markdown of `make lambda-figures` alone."""
+    knobs = " ".join(f"{k}={v}" for k, v in settings(doc))
+    return (
+        "## Lambda figures\n\n"
+        + fragment(doc)
+        + "\nWhat these figures are, and are not: bench/lambda/README.md. "
+        + "Every command of the run: `commands` in target/lambda-figures.json.\n\n"
+        + f"Reproduce: `{knobs} make lambda-figures`.\n"
+    )
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fragment", metavar="JSON", help="print the figures of JSON as a Markdown section")
+    ap.add_argument("--settings", metavar="JSON", help="print the settings JSON's run used")
+    ap.add_argument("--work")
+    ap.add_argument("--bin-dir")
+    ap.add_argument("--criterion")
+    ap.add_argument("--json")
+    ap.add_argument("--md")
+    ap.add_argument("--build-seconds", type=float)
+    ap.add_argument("--measure-seconds", type=float)
+    ap.add_argument("--runs", type=int)
+    ap.add_argument("--warmup", type=int)
+    ap.add_argument("--measure-ms", type=int)
+    ap.add_argument("--warmup-ms", type=int)
+    ap.add_argument("--commands")
+    ap.add_argument("--dynamodb", default="")
+    args = ap.parse_args()
+    if args.fragment:
+        print(fragment(load(args.fragment)), end="")
+        return
+    if args.settings:
+        for k, v in settings(load(args.settings)):
+            print(f"{k}\t{v}")
+        return
+    missing = [f"--{a.replace('_', '-')}" for a in ["work", "bin_dir", "criterion", "json", "md", "commands"] if not getattr(args, a)]
+    if missing:
+        ap.error("assembling a run needs " + ", ".join(missing))
+    doc = assemble(args)
+    text = standalone(doc)
     with open(args.md, "w") as f:
         f.write(text)
     print(text)

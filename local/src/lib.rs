@@ -10,7 +10,8 @@
 //!   events, the real handlers.
 //! * [`demo`]: the viral-burst demo.
 //! * [`bench`](mod@bench): the viral-load benchmark (naive counter, fixed
-//!   shards, automatic growth).
+//!   shards with and without the cache, automatic growth, stream mode); a
+//!   directory of its own, whose parts its `# Layout` lists.
 //! * [`plan`]: the shard-sizing planner behind `likes-local plan`: shards for
 //!   a planned peak, checked by simulation, and the cost of reading the count.
 //! * [`out`]: the CLI's stdout and stderr, which a closed pipe cannot fail.

@@ -1,0 +1,370 @@
+//! The viral-load benchmark: one viral reel under an open-loop load of likes
+//! from distinct users, plus background likes on other reels and feed reads,
+//! against the real handlers and embedded dynoxide behind the fault proxy's
+//! per-key capacity model, side by side for every [`Variant`]:
+//!
+//! 1. `naive`: one counter item, `UpdateItem ADD n :1` per like (what one
+//!    would write without this project), through the same SDK settings;
+//! 2. `fixed`: this project with the viral reel pre-sized to a fixed shard
+//!    count, cache on;
+//! 3. `fixed-nocache`: the same with the read cache off (`CACHE_TTL_MS=0`),
+//!    to show what the cache saves;
+//! 4. `auto`: this project from 1 shard, growing automatically;
+//! 5. `stream`: stream-aggregated counting (`COUNTING=stream`): likes write
+//!    their row only, the aggregate function (fed by the local event
+//!    source) adds them to one shard; offered at `BENCH_STREAM_RATE`
+//!    (default 5× the `fixed` variant's ceiling), with its freshness
+//!    (acknowledged → in the shards) measured.
+//!
+//! The bench also draws, per variant, the likes accepted and refused each
+//! second and the viral reel's shard count over time (`BENCH_SVG`).
+//!
+//! The capacity cap is scaled down (`write_cap` units per key per second)
+//! so that this machine can reach it; everything else (the sizing rule's
+//! safe rate per shard, the hot-reel threshold, the resize waits) is scaled
+//! with it. The load is open-loop: requests are sent on schedule whether or
+//! not earlier ones have been answered, and a refused like is not retried,
+//! so throttling shows as refusals, not as a slower client.
+//!
+//! # Layout
+//!
+//! * this file: the options ([`BenchOptions`]), the results
+//!   ([`RunResult`]) and [`run`], which runs every variant and writes them;
+//! * [`Variant`] (`variant.rs`): the variants and their stacks' settings;
+//! * `measure.rs`: one variant's run, step by step;
+//! * `load.rs`: the open-loop load and the retries of refused likes;
+//! * `watch.rs`: the viral reel polled over time: the onset timeline and
+//!   stream mode's freshness;
+//! * `units.rs`: write units by whose likes they served;
+//! * `store.rs`: pre-sizing, and the stored count read back;
+//! * `report.rs`: the Markdown table; `svg.rs`: the onset chart.
+
+#![warn(missing_docs)]
+
+mod load;
+mod measure;
+mod report;
+mod store;
+mod svg;
+mod units;
+mod variant;
+mod watch;
+
+pub use variant::Variant;
+
+use anyhow::{Result, anyhow};
+use serde::Serialize;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// What to run; every field but the template has a `BENCH_*` variable.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchOptions {
+    /// Likes a second offered on the viral reel (`BENCH_RATE`).
+    pub viral_rate: f64,
+    /// ... by the `stream` variant (`BENCH_STREAM_RATE`; default 5× the
+    /// `fixed` variant's ceiling, `BENCH_SHARDS` × cap ÷ 2).
+    pub stream_rate: f64,
+    /// Likes a second on the background reels (`BENCH_BACKGROUND_RATE`).
+    pub background_rate: f64,
+    /// Feed reads a second, each of the viral reel and the background
+    /// reels (`BENCH_READ_RATE`).
+    pub read_rate: f64,
+    /// Seconds of load per variant (`BENCH_SECONDS`).
+    pub seconds: f64,
+    /// Write units one partition key takes per second (`BENCH_WRITE_CAP`;
+    /// DynamoDB: 1,000).
+    pub write_cap: f64,
+    /// Shards of the `fixed` variants (`BENCH_SHARDS`).
+    pub fixed_shards: u32,
+    /// Repetitions of every variant (`BENCH_RUNS`); medians are reported.
+    pub runs: u32,
+    /// Variants to run (`BENCH_VARIANTS`, comma-separated names).
+    pub variants: Vec<Variant>,
+    /// On-demand price, dollars per million write request units
+    /// (`BENCH_WRU_PRICE`; us-east-1's by default).
+    pub wru_price: f64,
+    /// ... per million read request units (`BENCH_RRU_PRICE`).
+    pub rru_price: f64,
+    /// Where the JSON results go (`BENCH_OUT`).
+    pub out: PathBuf,
+    /// Where the onset chart goes (`BENCH_SVG`).
+    pub svg: PathBuf,
+    /// The SAM template every stack is started from.
+    #[serde(skip)]
+    pub template: PathBuf,
+}
+
+impl BenchOptions {
+    /// The options from the `BENCH_*` variables; unset or blank ones take
+    /// their defaults, and a number must be positive.
+    pub fn from_env(template: PathBuf) -> Result<Self> {
+        let num = |name: &str, default: f64| -> Result<f64> {
+            match std::env::var(name).ok().filter(|v| !v.trim().is_empty()) {
+                None => Ok(default),
+                Some(v) => v
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| anyhow!("{name}={v:?}: expected a positive number")),
+            }
+        };
+        let variants = match std::env::var("BENCH_VARIANTS")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+        {
+            None => Variant::ALL.to_vec(),
+            Some(list) => list
+                .split(',')
+                .map(|s| {
+                    let s = s.trim();
+                    Variant::parse(s)
+                        .ok_or_else(|| anyhow!("BENCH_VARIANTS: unknown variant {s:?}"))
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        let write_cap = num("BENCH_WRITE_CAP", 30.0)?;
+        let fixed_shards = num("BENCH_SHARDS", 10.0)? as u32;
+        Ok(BenchOptions {
+            viral_rate: num("BENCH_RATE", 75.0)?,
+            stream_rate: num(
+                "BENCH_STREAM_RATE",
+                5.0 * f64::from(fixed_shards) * write_cap / 2.0,
+            )?,
+            background_rate: num("BENCH_BACKGROUND_RATE", 20.0)?,
+            read_rate: num("BENCH_READ_RATE", 20.0)?,
+            seconds: num("BENCH_SECONDS", 20.0)?,
+            write_cap,
+            fixed_shards,
+            runs: num("BENCH_RUNS", 3.0)? as u32,
+            variants,
+            wru_price: num("BENCH_WRU_PRICE", 0.625)?,
+            rru_price: num("BENCH_RRU_PRICE", 0.125)?,
+            out: PathBuf::from(
+                std::env::var("BENCH_OUT").unwrap_or_else(|_| "target/bench/viral.json".into()),
+            ),
+            svg: PathBuf::from(
+                std::env::var("BENCH_SVG").unwrap_or_else(|_| "target/bench/onset.svg".into()),
+            ),
+            template,
+        })
+    }
+
+    /// The settings in effect as `(variable, value)`: every `BENCH_*`
+    /// variable that [`BenchOptions::from_env`] reads but the output paths,
+    /// defaults included, so that a run's record (`settings` in the JSON)
+    /// says what it ran with, not only what was set.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let variants: Vec<&str> = self.variants.iter().map(|v| v.as_str()).collect();
+        vec![
+            ("BENCH_RATE", self.viral_rate.to_string()),
+            ("BENCH_STREAM_RATE", self.stream_rate.to_string()),
+            ("BENCH_BACKGROUND_RATE", self.background_rate.to_string()),
+            ("BENCH_READ_RATE", self.read_rate.to_string()),
+            ("BENCH_SECONDS", self.seconds.to_string()),
+            ("BENCH_WRITE_CAP", self.write_cap.to_string()),
+            ("BENCH_SHARDS", self.fixed_shards.to_string()),
+            ("BENCH_RUNS", self.runs.to_string()),
+            ("BENCH_VARIANTS", variants.join(",")),
+            ("BENCH_WRU_PRICE", self.wru_price.to_string()),
+            ("BENCH_RRU_PRICE", self.rru_price.to_string()),
+        ]
+    }
+}
+
+/// One variant's measurements in one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    /// The variant measured.
+    pub variant: Variant,
+    /// Viral likes a second sent (`BENCH_RATE`, or `BENCH_STREAM_RATE`).
+    pub offered_likes_per_sec: f64,
+    /// ... and acknowledged, over the load's seconds.
+    pub accepted_likes_per_sec: f64,
+    /// Viral likes refused (429/503, or an SDK error for `naive`), %.
+    pub refused_pct: f64,
+    /// ... in the second half of the run (after any growth).
+    pub refused_pct_second_half: f64,
+    /// Latency of the acknowledged viral likes, median, ms.
+    pub latency_p50_ms: f64,
+    /// ... 99th percentile, ms.
+    pub latency_p99_ms: f64,
+    /// The busiest partition key's most write units in one second.
+    pub busiest_key_wcu_per_sec: f64,
+    /// That key, as the proxy names it (`table/key`).
+    pub busiest_key: String,
+    /// The write cap per key per second (`BENCH_WRITE_CAP`).
+    pub cap: f64,
+    /// Shards of the viral reel when the load ends (before the refused
+    /// likes are retried).
+    pub shards: u32,
+    /// shards × cap ÷ write units per like on the hot key.
+    pub ceiling_likes_per_sec: f64,
+    /// Offered rate ÷ that ceiling: above 1, refusals are certain.
+    pub offered_to_ceiling: f64,
+    /// Write units on the viral reel's keys (its shards, settings and like
+    /// rows, and the `Idempotency-Key` records, which only viral likes
+    /// carry) per accepted viral like; for `naive`, its counter item's.
+    pub wcu_per_viral_like: f64,
+    /// Write units on the background reels' keys per accepted background
+    /// like (the product's like without an `Idempotency-Key`, in every
+    /// variant).
+    pub wcu_per_background_like: f64,
+    /// Write units on keys neither of the above (expected 0).
+    pub wcu_unattributed: f64,
+    /// Read units per answered feed read (of 1 + background reels).
+    pub rcu_per_read: f64,
+    /// Shard items read a second (by the product's reads).
+    pub shard_reads_per_sec: f64,
+    /// What those reads would be without the cache: every read sums every
+    /// shard of every reel it asks for.
+    pub shard_reads_per_sec_uncached_equiv: f64,
+    /// The stored count, and the likes acknowledged in the end (all of
+    /// them, unless a retry never got through).
+    pub final_count: i64,
+    /// Viral likes acknowledged, the retries after the load included.
+    pub acknowledged: i64,
+    /// The stored count equals the acknowledged likes.
+    pub exact: bool,
+    /// From `wcu_per_viral_like`.
+    pub dollars_per_million_likes: f64,
+    /// From `wcu_per_background_like`.
+    pub dollars_per_million_background_likes: f64,
+    /// From `rcu_per_read`.
+    pub dollars_per_million_reads: f64,
+    /// Write units of the aggregator's checkpoints (stream mode), shared
+    /// out over every like in the per-like figures above.
+    pub wcu_checkpoints: f64,
+    /// Stream mode: from a like's acknowledgement to the shards holding it
+    /// (the stream, the batching window, the aggregation; readers add up
+    /// to `CACHE_TTL_MS`). 0 for the transactional variants: the shard is
+    /// written before the answer.
+    pub freshness_p50_ms: f64,
+    /// ... 99th percentile.
+    pub freshness_p99_ms: f64,
+    /// Per second of the load: likes accepted and refused, and the viral
+    /// reel's shard count (the onset chart).
+    pub timeline: Vec<Second>,
+}
+
+/// One second of a run, for the onset chart.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Second {
+    /// Seconds since the load started.
+    pub t: u32,
+    /// Viral likes answered with an acknowledgement in this second.
+    pub accepted: u32,
+    /// ... with a refusal.
+    pub refused: u32,
+    /// The viral reel's shard count last seen by the end of this second.
+    pub shards: u32,
+}
+
+/// The viral reel's id.
+const VIRAL: &str = "viral";
+/// Background reels (`bg0`…), each feed read asking for all of them.
+const BACKGROUND_REELS: usize = 9;
+
+/// Runs every variant `runs` times (interleaved, so drift of the machine
+/// spreads over all of them), writes the JSON (the options, the settings
+/// and every run) and the onset chart, and returns the Markdown table of
+/// medians with min–max.
+pub async fn run(opts: BenchOptions) -> Result<String> {
+    // Keyed by name, so the table's columns and the JSON are in name order.
+    let mut results: BTreeMap<String, Vec<RunResult>> = BTreeMap::new();
+    for run in 0..opts.runs {
+        for &v in &opts.variants {
+            crate::errln!("bench: run {}/{} variant {v}", run + 1, opts.runs);
+            let r = measure::run_variant(&opts, v, run).await?;
+            crate::errln!(
+                "  accepted {:.1}/s of {:.0}/s, refused {:.1}%, p99 {:.0} ms, busiest key {:.0} WCU/s (cap {:.0}), shards {}, exact {}",
+                r.accepted_likes_per_sec,
+                r.offered_likes_per_sec,
+                r.refused_pct,
+                r.latency_p99_ms,
+                r.busiest_key_wcu_per_sec,
+                r.cap,
+                r.shards,
+                r.exact
+            );
+            results.entry(v.as_str().to_owned()).or_default().push(r);
+        }
+    }
+    let table = report::markdown(&opts, &results);
+    if let Some(dir) = opts.svg.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&opts.svg, svg::onset_svg(&opts, &results))?;
+    if let Some(dir) = opts.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(
+        &opts.out,
+        serde_json::to_string_pretty(&json!({
+            "options": opts,
+            "settings": opts.settings(),
+            "runs": results,
+        }))?,
+    )?;
+    Ok(table)
+}
+
+/// The defaults of [`BenchOptions::from_env`], for tests that need options
+/// without touching the process's environment.
+#[cfg(test)]
+fn test_options() -> BenchOptions {
+    BenchOptions {
+        viral_rate: 75.0,
+        stream_rate: 750.0,
+        background_rate: 20.0,
+        read_rate: 20.0,
+        seconds: 20.0,
+        write_cap: 30.0,
+        fixed_shards: 10,
+        runs: 3,
+        variants: Variant::ALL.to_vec(),
+        wru_price: 0.625,
+        rru_price: 0.125,
+        out: "target/bench/viral.json".into(),
+        svg: "target/bench/onset.svg".into(),
+        template: "template.yaml".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_name_every_measurement_variable_with_its_value() {
+        let settings = test_options().settings();
+        let names: Vec<&str> = settings.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "BENCH_RATE",
+                "BENCH_STREAM_RATE",
+                "BENCH_BACKGROUND_RATE",
+                "BENCH_READ_RATE",
+                "BENCH_SECONDS",
+                "BENCH_WRITE_CAP",
+                "BENCH_SHARDS",
+                "BENCH_RUNS",
+                "BENCH_VARIANTS",
+                "BENCH_WRU_PRICE",
+                "BENCH_RRU_PRICE",
+            ]
+        );
+        let get = |n: &str| settings.iter().find(|(k, _)| *k == n).unwrap().1.clone();
+        // As a shell would take them back: no trailing ".0".
+        assert_eq!(get("BENCH_RATE"), "75");
+        assert_eq!(get("BENCH_STREAM_RATE"), "750");
+        assert_eq!(get("BENCH_WRU_PRICE"), "0.625");
+        assert_eq!(
+            get("BENCH_VARIANTS"),
+            "naive,fixed,fixed-nocache,auto,stream"
+        );
+    }
+}

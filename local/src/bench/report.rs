@@ -1,0 +1,147 @@
+//! The Markdown the bench prints: one line of what was offered, the table
+//! of medians (with min–max over the runs) per variant, and whether every
+//! run was exact. `scripts/benchmarks.sh` puts it into BENCHMARKS.md as
+//! it is, so its format is that file's.
+
+use super::{BACKGROUND_REELS, BenchOptions, RunResult};
+use std::collections::BTreeMap;
+
+/// The table of `results` (variant → its runs), columns in name order.
+pub(super) fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunResult>>) -> String {
+    type Get = fn(&RunResult) -> f64;
+    let rows: [(&str, Get, usize); 20] = [
+        (
+            "accepted likes/s (offered)",
+            |r| r.accepted_likes_per_sec,
+            1,
+        ),
+        ("refused % (whole run)", |r| r.refused_pct, 1),
+        ("refused % (second half)", |r| r.refused_pct_second_half, 1),
+        ("latency p50 ms", |r| r.latency_p50_ms, 1),
+        ("latency p99 ms", |r| r.latency_p99_ms, 1),
+        ("busiest key WCU/s", |r| r.busiest_key_wcu_per_sec, 0),
+        ("shards when the load ends", |r| r.shards as f64, 0),
+        (
+            "ceiling likes/s (shards × cap ÷ units)",
+            |r| r.ceiling_likes_per_sec,
+            0,
+        ),
+        ("offered ÷ ceiling", |r| r.offered_to_ceiling, 2),
+        (
+            "WCU per viral like (keyed, but stream: none)",
+            |r| r.wcu_per_viral_like,
+            2,
+        ),
+        (
+            "WCU per background like (no key)",
+            |r| r.wcu_per_background_like,
+            2,
+        ),
+        ("RCU per feed read (10 reels)", |r| r.rcu_per_read, 2),
+        (
+            "freshness p50 ms (answer → in the shards)",
+            |r| r.freshness_p50_ms,
+            0,
+        ),
+        ("freshness p99 ms", |r| r.freshness_p99_ms, 0),
+        ("shard reads/s", |r| r.shard_reads_per_sec, 0),
+        (
+            "shard reads/s without a cache (equiv.)",
+            |r| r.shard_reads_per_sec_uncached_equiv,
+            0,
+        ),
+        (
+            "stored − offered, after client retries",
+            |r| (r.final_count - r.acknowledged) as f64,
+            0,
+        ),
+        (
+            "$ per million viral likes",
+            |r| r.dollars_per_million_likes,
+            3,
+        ),
+        (
+            "$ per million background likes",
+            |r| r.dollars_per_million_background_likes,
+            3,
+        ),
+        (
+            "$ per million feed reads",
+            |r| r.dollars_per_million_reads,
+            3,
+        ),
+    ];
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Offered: {:.0} likes/s on one reel from distinct users ({:.0}/s for `stream`), {:.0} likes/s on {} background reels, {:.0} feed reads/s (10 reels each); {:.0} s per variant, {} runs; write cap {:.0} units per key per second; fixed variants {} shards. Medians, with min–max over the runs; — where a figure does not apply.\n\n",
+        opts.viral_rate,
+        opts.stream_rate,
+        opts.background_rate,
+        BACKGROUND_REELS,
+        opts.read_rate,
+        opts.seconds,
+        opts.runs,
+        opts.write_cap,
+        opts.fixed_shards
+    ));
+    out.push_str("| metric |");
+    for v in results.keys() {
+        out.push_str(&format!(" {v} |"));
+    }
+    out.push_str("\n| --- |");
+    for _ in results.keys() {
+        out.push_str(" --- |");
+    }
+    out.push('\n');
+    for (name, get, prec) in rows {
+        out.push_str(&format!("| {name} |"));
+        for rs in results.values() {
+            let vals: Vec<f64> = rs.iter().map(get).collect();
+            let (lo, hi) = vals
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+                    (a.min(*x), b.max(*x))
+                });
+            let m = median(vals.clone());
+            if vals.iter().any(|v| !v.is_finite()) {
+                out.push_str(" — |");
+            } else if (hi - lo).abs() < 1e-9 {
+                out.push_str(&format!(" {m:.prec$} |"));
+            } else {
+                out.push_str(&format!(" {m:.prec$} ({lo:.prec$}–{hi:.prec$}) |"));
+            }
+        }
+        out.push('\n');
+    }
+    let exact = results.values().flatten().all(|r| r.exact);
+    out.push_str(&format!(
+        "\nEvery run exact (stored count = acknowledged likes): {}.\n",
+        if exact { "yes" } else { "NO" }
+    ));
+    out
+}
+
+/// The median of `v` (the mean of the middle two for an even count), 0 if
+/// empty.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        0.0
+    } else if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(Vec::new()), 0.0);
+    }
+}

@@ -1,0 +1,184 @@
+//! The benchmark's variants: what each one runs and how its stack is set
+//! up. One enum instead of names compared as strings, so that a variant
+//! the code does not handle is a compile error, not a silent fall-through.
+
+use super::BenchOptions;
+use serde::{Serialize, Serializer};
+use std::fmt;
+
+/// One way of counting the viral reel's likes, measured side by side with
+/// the others. Shown and parsed (`BENCH_VARIANTS`) by [`Variant::as_str`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// One counter item, `UpdateItem ADD n :1` per like: what one would
+    /// write without this project, through the same SDK settings.
+    Naive,
+    /// This project with the viral reel pre-sized to `BENCH_SHARDS`, cache
+    /// on.
+    Fixed,
+    /// The same with the read cache off (`CACHE_TTL_MS=0`), to show what
+    /// the cache saves.
+    FixedNocache,
+    /// This project from 1 shard, growing automatically.
+    Auto,
+    /// Stream-aggregated counting (`COUNTING=stream`): likes write their
+    /// row only, the aggregate function adds them to one shard; offered at
+    /// `BENCH_STREAM_RATE`.
+    Stream,
+}
+
+impl Variant {
+    /// Every variant, in the order `BENCH_VARIANTS` runs them by default.
+    pub const ALL: [Variant; 5] = [
+        Variant::Naive,
+        Variant::Fixed,
+        Variant::FixedNocache,
+        Variant::Auto,
+        Variant::Stream,
+    ];
+
+    /// The name in `BENCH_VARIANTS`, the table's columns and the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Variant::Naive => "naive",
+            Variant::Fixed => "fixed",
+            Variant::FixedNocache => "fixed-nocache",
+            Variant::Auto => "auto",
+            Variant::Stream => "stream",
+        }
+    }
+
+    /// The variant named `name` (exactly, as [`Variant::as_str`] spells it).
+    pub fn parse(name: &str) -> Option<Variant> {
+        Variant::ALL.into_iter().find(|v| v.as_str() == name)
+    }
+
+    /// The naive counter: no product code on the write path.
+    pub(super) fn is_naive(self) -> bool {
+        self == Variant::Naive
+    }
+
+    /// Stream mode: likes write their row only; the counts catch up later.
+    pub(super) fn is_stream(self) -> bool {
+        self == Variant::Stream
+    }
+
+    /// The `fixed` variants pre-size the viral reel before the load.
+    pub(super) fn is_presized(self) -> bool {
+        matches!(self, Variant::Fixed | Variant::FixedNocache)
+    }
+
+    /// Likes a second offered on the viral reel: stream mode is offered far
+    /// more, since no like writes a counter item.
+    pub(super) fn offered_rate(self, opts: &BenchOptions) -> f64 {
+        if self.is_stream() {
+            opts.stream_rate
+        } else {
+            opts.viral_rate
+        }
+    }
+
+    /// Write units a like takes on the reel's hottest key: the naive
+    /// counter's bare increment is 1, the product's transactional shard
+    /// update 2.
+    pub(super) fn units_per_like_on_hot_key(self) -> f64 {
+        if self.is_naive() { 1.0 } else { 2.0 }
+    }
+
+    /// The stack's environment for this variant: the capacity cap and
+    /// everything scaled with it, then the variant's own switches.
+    pub(super) fn stack_env(self, opts: &BenchOptions) -> Vec<(String, String)> {
+        let cap = opts.write_cap;
+        let mut env = vec![
+            ("FAULTS".into(), format!("seed=1,write_cap={cap}")),
+            // The local reshard schedule, every second.
+            ("LOCAL_SCHEDULE_SECS".into(), "1".into()),
+            // The sizing rule scaled with the cap: production runs 400
+            // likes a second per shard against 1,000 units (2 units a like).
+            ("SHARD_WRITES_PER_SEC".into(), format!("{}", cap * 0.4)),
+            ("HOT_LIKES_PER_SEC".into(), format!("{}", cap * 0.3)),
+            ("COOL_LIKES_PER_SEC".into(), "0.1".into()),
+            // Resize waits scaled down with the bounds they cover.
+            ("SETTINGS_TTL_MS".into(), "500".into()),
+            ("REQUEST_TIMEOUT_MS".into(), "3000".into()),
+            ("REQUEST_BUDGET_MS".into(), "2500".into()),
+            ("DDB_OPERATION_TIMEOUT_MS".into(), "1000".into()),
+            ("DDB_ATTEMPT_TIMEOUT_MS".into(), "800".into()),
+            ("RESIZE_MARGIN_MS".into(), "200".into()),
+            ("RESHARD_MAX_WAIT_MS".into(), "0".into()),
+        ];
+        let (auto, cache) = match self {
+            Variant::Auto => ("on", "2000"),
+            Variant::FixedNocache => ("off", "0"),
+            Variant::Naive | Variant::Fixed | Variant::Stream => ("off", "2000"),
+        };
+        if self.is_stream() {
+            env.push(("COUNTING".into(), "stream".into()));
+        }
+        env.push(("AUTO_RESHARD".into(), auto.into()));
+        env.push(("CACHE_TTL_MS".into(), cache.into()));
+        env
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// As its name, so that the JSON results read as before the enum.
+impl Serialize for Variant {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::test_options;
+
+    #[test]
+    fn names_round_trip_and_are_distinct() {
+        for v in Variant::ALL {
+            assert_eq!(Variant::parse(v.as_str()), Some(v));
+            assert_eq!(v.to_string(), v.as_str());
+        }
+        assert_eq!(Variant::parse("Fixed"), None);
+        assert_eq!(Variant::parse(" fixed"), None);
+        assert_eq!(
+            serde_json::to_string(&Variant::FixedNocache).unwrap(),
+            "\"fixed-nocache\""
+        );
+    }
+
+    #[test]
+    fn each_variant_switches_its_own_settings_on_the_scaled_cap() {
+        for (v, auto, cache, counting) in [
+            (Variant::Naive, "off", "2000", None),
+            (Variant::Fixed, "off", "2000", None),
+            (Variant::FixedNocache, "off", "0", None),
+            (Variant::Auto, "on", "2000", None),
+            (Variant::Stream, "off", "2000", Some("stream")),
+        ] {
+            let env: std::collections::HashMap<String, String> =
+                v.stack_env(&test_options()).into_iter().collect();
+            let get = |k: &str| env.get(k).map(String::as_str);
+            assert_eq!(get("AUTO_RESHARD"), Some(auto), "{v}");
+            assert_eq!(get("CACHE_TTL_MS"), Some(cache), "{v}");
+            assert_eq!(get("COUNTING"), counting, "{v}");
+            assert_eq!(get("FAULTS"), Some("seed=1,write_cap=30"), "{v}");
+            assert_eq!(get("SHARD_WRITES_PER_SEC"), Some("12"), "{v}");
+            assert_eq!(get("HOT_LIKES_PER_SEC"), Some("9"), "{v}");
+        }
+        assert_eq!(Variant::Stream.offered_rate(&test_options()), 750.0);
+        assert_eq!(Variant::Auto.offered_rate(&test_options()), 75.0);
+    }
+
+    #[test]
+    fn the_default_list_is_every_variant_in_order() {
+        let names: Vec<&str> = Variant::ALL.iter().map(|v| v.as_str()).collect();
+        assert_eq!(names, ["naive", "fixed", "fixed-nocache", "auto", "stream"]);
+    }
+}
