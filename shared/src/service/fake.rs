@@ -130,6 +130,11 @@ impl Fake {
         self.truth.load(Ordering::SeqCst)
     }
 
+    /// Sum reads sent so far.
+    pub(super) fn sums(&self) -> u32 {
+        self.sums.load(Ordering::SeqCst)
+    }
+
     /// Like transactions sent so far.
     pub(super) fn calls(&self) -> u32 {
         self.calls.load(Ordering::SeqCst)

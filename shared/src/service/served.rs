@@ -62,16 +62,25 @@ impl<S: CounterStore> LikeService<S> {
     /// overlapping pair has no order; the larger is served until a read
     /// sent after both settles it (within `CACHE_TTL_MS`).
     pub(super) async fn serve(&self, reel: &ReelId, c: Cached) -> Count {
+        self.serve_from(reel, c).await.0
+    }
+
+    /// [`Self::serve`], and whether the count served descends from `c`
+    /// (it is `c`, or a later adjustment of the same read, so it holds
+    /// every change `c` holds). `false`: the guard answered the value of
+    /// another read that `c` may predate, which may lack a change `c` has.
+    pub(super) async fn serve_from(&self, reel: &ReelId, c: Cached) -> (Count, bool) {
         // The common case, a cache hit on the entry last served (or on an
         // older copy of it): nothing to record.
         if let Some(r) = self.served.get(reel).await
             && r.load == c.load
             && r.adjusted >= c.adjusted
         {
-            return Count {
+            let count = Count {
                 count: r.count,
                 ..c.count
             };
+            return (count, true);
         }
         let result = self
             .served
@@ -105,17 +114,20 @@ impl<S: CounterStore> LikeService<S> {
                 }
             })
             .await;
-        let count = match result {
-            CompResult::Inserted(e) | CompResult::ReplacedWith(e) | CompResult::Unchanged(e) => {
-                e.into_value().count
+        let (count, descends) = match result {
+            CompResult::Inserted(e) | CompResult::ReplacedWith(e) => (e.into_value().count, true),
+            // Kept: the same read adjusted further, or another read's value.
+            CompResult::Unchanged(e) => {
+                let r = e.into_value();
+                (r.count, r.load == c.load)
             }
             // Not produced by the closure above.
-            CompResult::Removed(_) | CompResult::StillNone(_) => c.count.count,
+            CompResult::Removed(_) | CompResult::StillNone(_) => (c.count.count, true),
         };
         if count != c.count.count {
             tracing::debug!(reel = %reel, had = c.count.count, served = count, "a read older than the count served was not served");
         }
-        Count { count, ..c.count }
+        (Count { count, ..c.count }, descends)
     }
 }
 
@@ -211,6 +223,36 @@ mod tests {
         );
         served.push(("last like", next.count));
         served.push(("last read", svc.count(&reel).await.unwrap().count));
+        assert_never_back(&served, truth(&svc));
+    }
+
+    #[tokio::test]
+    async fn a_like_on_an_entry_overlapping_the_served_read_reads_nothing_more() {
+        // Two loads of one reel overlap and read the same count (as likes 16
+        // at a time make them do): a slow one (held) ends up in the cache,
+        // a batch read's is served. A like on the cached entry, adjusted,
+        // is above what was served: it is the answer, without another read
+        // (a fresh read per like here cost a third of the like path).
+        let svc = service(10, 1, vec![], "60000");
+        let reel = ReelId::parse("r").unwrap();
+        let slow = tokio::spawn({
+            let (svc, reel) = (svc.clone(), reel.clone());
+            async move { svc.count(&reel).await.unwrap().count }
+        });
+        svc.store().held().await;
+        let mut served = Vec::new();
+        let batch = svc.counts(std::slice::from_ref(&reel)).await.unwrap()[&reel].count;
+        served.push(("batch read", batch));
+        svc.store().release();
+        served.push(("slow load", slow.await.unwrap()));
+        assert_eq!(svc.store().sums(), 2);
+        for (i, user) in ["a", "b", "c"].into_iter().enumerate() {
+            let out = svc.write(like(user)).await.unwrap();
+            assert_eq!((out.path, out.count), (WritePath::Applied, 11 + i as i64));
+            served.push(("like", out.count));
+        }
+        assert_eq!(svc.store().sums(), 2, "a like read the shards again");
+        served.push(("next read", svc.count(&reel).await.unwrap().count));
         assert_never_back(&served, truth(&svc));
     }
 
