@@ -58,7 +58,6 @@ use law::summarise;
 use render::{every, group, num, trim_float};
 use rule::ceil_tol;
 use serde::Serialize;
-use std::fmt;
 
 /// DynamoDB's per-partition write limit, write units a second.
 pub const DEFAULT_CAP: f64 = 1_000.0;
@@ -133,7 +132,8 @@ impl Default for Inputs {
 /// An input the planner cannot use. It names the flag, so that the CLI's
 /// message points at what to change: `plan: --peak: 0 is not a number in
 /// (0, 100000000]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("plan: --{field}: {message}")]
 pub struct PlanError {
     /// The input (CLI flag name without dashes), or `args`.
     pub field: &'static str,
@@ -149,14 +149,6 @@ impl PlanError {
         }
     }
 }
-
-impl fmt::Display for PlanError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "plan: --{}: {}", self.field, self.message)
-    }
-}
-
-impl std::error::Error for PlanError {}
 
 impl Inputs {
     /// Refuses inputs the planner cannot use (never panics on them).
