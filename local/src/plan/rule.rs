@@ -49,8 +49,8 @@
 use super::MAX_PLAN_SHARDS;
 use serde::Serialize;
 
-/// `x.ceil()`, forgiving the last bits of float error: `10,000 × 1.3 / 1,000`
-/// is 13.000000000000002 in `f64` and must give 13, not 14.
+/// `x.ceil()`, forgiving the last bits of float error: `50,000 × 1.1 / 1,000`
+/// is 55.00000000000001 in `f64` and must give 55, not 56.
 pub(super) fn ceil_tol(x: f64) -> f64 {
     (x - x.abs() * 1e-9).ceil()
 }
@@ -106,4 +106,22 @@ pub struct ProductRule {
     /// The product's `SHARD_WRITES_PER_SEC`: likes a second it plans per
     /// shard.
     pub shard_writes_per_sec: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ceil_tol_forgives_float_error_only() {
+        // 55.00000000000001 in f64.
+        let x = 50_000.0 * (1.0 + 0.1) / 1_000.0;
+        assert!(x > 55.0);
+        assert_eq!(ceil_tol(x), 55.0);
+        assert_eq!(rule_shards(50_000.0, 0.1, 1, 1_000.0), 55);
+        // A real fraction still rounds up.
+        assert_eq!(ceil_tol(55.01), 56.0);
+        assert_eq!(ceil_tol(1e-3), 1.0);
+        assert_eq!(ceil_tol(0.0), 0.0);
+    }
 }
