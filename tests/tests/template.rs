@@ -578,8 +578,9 @@ fn every_counters_statement_is_scoped_to_key_formats_of_keys_rs() {
 
 /// Per function and action, the counters-table key kinds the policy allows,
 /// outside and inside a `TransactWriteItems`, are exactly those the code of
-/// that function writes and reads (shared/src/store/dynamo.rs, called from
-/// service.rs for like/read, reshard.rs, reconcile.rs). `???` cannot tell
+/// that function writes and reads (shared/src/store/dynamodb/, called from
+/// shared/src/service/ for like/read, shared/src/reshard/,
+/// shared/src/reconcile/ and shared/src/aggregate/). `???` cannot tell
 /// shard 0 from the others, so both shard kinds go together except where a
 /// pattern names `000` alone.
 #[test]
