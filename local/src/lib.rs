@@ -14,6 +14,9 @@
 //!   directory of its own, whose parts its `# Layout` lists.
 //! * [`plan`]: the shard-sizing planner behind `likes-local plan`: shards for
 //!   a planned peak, checked by simulation, and the cost of reading the count.
+//!   `plan/mod.rs` the inputs, the report and the planning; `rule.rs` the
+//!   sizing rule; `law.rs` the simulation, the Poisson sampler and the exact
+//!   law of the busiest shard; `render.rs` the table; `cli.rs` the flags.
 //! * [`out`]: the CLI's stdout and stderr, which a closed pipe cannot fail.
 //! * [`streams`]: stream mode's event source: Lambda's DynamoDB event
 //!   source mapping for the aggregate function, over the emulator's stream.

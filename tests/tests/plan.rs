@@ -117,8 +117,9 @@ fn the_rule_gives_the_stated_counts() {
     assert_eq!(rule_shards(14_000.0, 0.3, 2, 1_000.0), 37); // 36.4
     assert_eq!(rule_shards(18_000.0, 0.3, 1, 1_000.0), 24); // 23.4
     assert_eq!(rule_shards(20_000.0, 0.0, 1, 1_000.0), 20); // exactly 20
-    // 10,000 × 1.3 / 1,000 is 13.000000000000002 in f64: still 13.
-    assert_eq!(rule_shards(10_000.0, 0.3, 1, 1_000.0), 13);
+    assert_eq!(rule_shards(10_000.0, 0.3, 1, 1_000.0), 13); // exactly 13
+    // 50,000 × 1.1 / 1,000 is 55.00000000000001 in f64: still 55.
+    assert_eq!(rule_shards(50_000.0, 0.1, 1, 1_000.0), 55);
     // The article's 14,000 / 700 = 20 is headroom 3/7 here.
     assert_eq!(rule_shards(14_000.0, 3.0 / 7.0, 1, 1_000.0), 20);
     // At least 1, at most 1,000.
