@@ -32,7 +32,7 @@ fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
 }
 
 const USAGE: &str = "\
-usage: likes-local [serve|demo|reconcile|plan|bench]
+usage: likes-local [serve|demo|reconcile|plan|bench [ratio]]
 
 see docs/local.md and docs/operations.md for the environment variables; likes-local plan --help for the
 shard-sizing planner.
@@ -66,7 +66,13 @@ async fn main() -> Result<()> {
         Some("plan") => likes_local::plan::run_cli(&args[1..])
             .map(|text| out::print(&text))
             .map_err(Into::into),
-        Some("bench") => bench().await,
+        Some("bench") => match args.get(1).map(String::as_str) {
+            None => bench().await,
+            Some("ratio") => bench_ratio().await,
+            Some(other) => Err(anyhow::anyhow!(
+                "unknown benchmark {other:?}; expected `bench` or `bench ratio`"
+            )),
+        },
         Some("-h" | "--help" | "help") => {
             outln!("{USAGE}");
             Ok(())
@@ -77,6 +83,16 @@ async fn main() -> Result<()> {
     };
     // A command's own failure first; else one of writing its output.
     result.and_then(|()| out::finish())
+}
+
+/// The like endpoint against the bare SDK call under it (`bench ratio`).
+async fn bench_ratio() -> Result<()> {
+    let opts = likes_local::bench::ratio::RatioOptions::from_env(PathBuf::from(env_or(
+        "TEMPLATE",
+        "template.yaml",
+    )))?;
+    out::print(&likes_local::bench::ratio::run(opts).await?);
+    Ok(())
 }
 
 async fn bench() -> Result<()> {

@@ -38,11 +38,14 @@
 //! * `units.rs`: write units by whose likes they served;
 //! * `store.rs`: pre-sizing, and the stored count read back;
 //! * `report.rs`: the Markdown table; `svg.rs`: the onset chart.
+//! * [`ratio`]: a second benchmark, `likes-local bench ratio`: the like
+//!   endpoint's rate against the bare SDK call under it, per counting mode.
 
 #![warn(missing_docs)]
 
 mod load;
 mod measure;
+pub mod ratio;
 mod report;
 mod store;
 mod svg;

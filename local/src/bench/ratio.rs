@@ -1,0 +1,466 @@
+//! The like path against the physical limit under it: the like endpoint's
+//! rate next to the rate of the bare SDK call it is built on, measured in
+//! one process against one emulator, interleaved round by round, so that
+//! what the machine and the emulator cost cancels out and what the product
+//! adds on top shows as a ratio. A regression of the like path (an extra
+//! read per like, a lock on a shared cache) moves the ratio; a slower or
+//! busier machine moves both rates, not their ratio.
+//!
+//! Per counting mode, on a fresh stack (no fault proxy, no metrics, no
+//! schedule, no automatic growth), each round runs both sides for
+//! `BENCH_RATIO_SECONDS` with `BENCH_RATIO_CONCURRENCY` closed-loop workers,
+//! in alternating order:
+//!
+//! * transactional: `PUT /reels/{id}/like` from a fresh user each time,
+//!   against a two-item `TransactWriteItems` (the like row's conditional
+//!   `Put` and the shard's `ADD`) sent with the product's own SDK client
+//!   settings;
+//! * stream: the same request (one conditional `PutItem` of the row, the
+//!   aggregator running as it does locally) against a bare conditional
+//!   `PutItem` of such a row.
+//!
+//! The figures are medians of the rounds. Numbers only: no pass or fail
+//! (a timed test would fail on a loaded machine, not on a regression).
+
+use crate::stack::{Stack, StackOptions, client_for};
+use anyhow::{Context, Result, anyhow, bail};
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use likes::keys::{self, ReelId};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to run; each field has a `BENCH_RATIO_*` variable.
+#[derive(Clone, Debug, Serialize)]
+pub struct RatioOptions {
+    /// Rounds per mode; the figures are their medians
+    /// (`BENCH_RATIO_ROUNDS`, default 5).
+    pub rounds: u32,
+    /// Seconds each side runs per round (`BENCH_RATIO_SECONDS`, default 5).
+    pub seconds: f64,
+    /// Closed-loop workers on each side (`BENCH_RATIO_CONCURRENCY`,
+    /// default 16, as `wrk -c16`).
+    pub concurrency: usize,
+    /// Where the rounds go as JSON (`BENCH_RATIO_OUT`).
+    pub out: PathBuf,
+    /// The template the stack reads its tables from.
+    #[serde(skip)]
+    pub template: PathBuf,
+}
+
+impl RatioOptions {
+    /// The options from the environment, with the defaults above.
+    pub fn from_env(template: PathBuf) -> Result<Self> {
+        let num = |name: &str, default: f64| -> Result<f64> {
+            match std::env::var(name).ok().filter(|v| !v.trim().is_empty()) {
+                None => Ok(default),
+                Some(v) => v
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x > 0.0)
+                    .ok_or_else(|| anyhow!("{name}={v:?}: expected a positive number")),
+            }
+        };
+        Ok(RatioOptions {
+            rounds: num("BENCH_RATIO_ROUNDS", 5.0)? as u32,
+            seconds: num("BENCH_RATIO_SECONDS", 5.0)?,
+            concurrency: num("BENCH_RATIO_CONCURRENCY", 16.0)? as usize,
+            out: PathBuf::from(
+                std::env::var("BENCH_RATIO_OUT")
+                    .unwrap_or_else(|_| "target/bench/ratio.json".into()),
+            ),
+            template,
+        })
+    }
+
+    /// The settings in effect, as `(variable, value)` pairs.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("BENCH_RATIO_ROUNDS", self.rounds.to_string()),
+            ("BENCH_RATIO_SECONDS", self.seconds.to_string()),
+            ("BENCH_RATIO_CONCURRENCY", self.concurrency.to_string()),
+        ]
+    }
+}
+
+/// How the like path counts, and so which bare call it is compared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// `COUNTING=transactional`: against a two-item `TransactWriteItems`.
+    Transactional,
+    /// `COUNTING=stream`: against one conditional `PutItem`.
+    Stream,
+}
+
+impl Mode {
+    /// The `COUNTING` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Transactional => "transactional",
+            Mode::Stream => "stream",
+        }
+    }
+
+    /// What the bare side sends.
+    pub fn raw_call(self) -> &'static str {
+        match self {
+            Mode::Transactional => "TransactWriteItems: conditional Put of the row + ADD on a shard",
+            Mode::Stream => "PutItem of the row, conditional",
+        }
+    }
+}
+
+/// One mode's rounds.
+#[derive(Clone, Debug, Serialize)]
+pub struct RatioResult {
+    /// The counting mode.
+    pub mode: Mode,
+    /// Likes a second the endpoint answered 200, per round.
+    pub endpoint: Vec<f64>,
+    /// Calls a second the bare SDK call succeeded, per round.
+    pub raw: Vec<f64>,
+    /// Answers other than 200 (endpoint) or failed calls (bare), in all.
+    pub endpoint_errors: u64,
+    /// See `endpoint_errors`.
+    pub raw_errors: u64,
+    /// The medians of the rounds, and their ratio.
+    pub endpoint_median: f64,
+    /// See `endpoint_median`.
+    pub raw_median: f64,
+    /// `endpoint_median / raw_median`.
+    pub ratio: f64,
+}
+
+/// Runs both modes and returns the Markdown table; the rounds go to
+/// [`RatioOptions::out`].
+pub async fn run(opts: RatioOptions) -> Result<String> {
+    if opts.rounds == 0 || opts.concurrency == 0 {
+        bail!("BENCH_RATIO_ROUNDS and BENCH_RATIO_CONCURRENCY must be at least 1");
+    }
+    let mut results = Vec::new();
+    for mode in [Mode::Transactional, Mode::Stream] {
+        crate::errln!("bench ratio: {}", mode.as_str());
+        results.push(run_mode(&opts, mode).await?);
+    }
+    if let Some(dir) = opts.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(
+        &opts.out,
+        serde_json::to_string_pretty(&serde_json::json!({
+            "options": opts,
+            "settings": opts.settings(),
+            "modes": results,
+        }))?,
+    )?;
+    Ok(markdown(&opts, &results))
+}
+
+/// The two sides of one mode, on one stack.
+async fn run_mode(opts: &RatioOptions, mode: Mode) -> Result<RatioResult> {
+    let mut so = StackOptions::isolated(opts.template.clone());
+    for (k, v) in [
+        ("COUNTING", mode.as_str()),
+        ("METRICS", "off"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+        ("AUTO_RESHARD", "off"),
+    ] {
+        so.env.insert(k.into(), v.into());
+    }
+    let stack = Stack::start(so).await.context("starting the stack")?;
+    let sides = Sides {
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(opts.concurrency * 2)
+            .build()?,
+        base: stack.base_url.clone(),
+        sdk: client_for(
+            &stack.config,
+            &stack.dynamo_endpoint,
+            &StackOptions::isolated(opts.template.clone()),
+        )
+        .await,
+        likes_table: stack.config.likes_table.clone(),
+        counters_table: stack.config.counters_table.clone(),
+        mode,
+    };
+    let result = rounds(opts, &sides).await;
+    stack.shutdown().await;
+    result
+}
+
+/// What both sides send to.
+struct Sides {
+    http: reqwest::Client,
+    base: String,
+    sdk: Client,
+    likes_table: String,
+    counters_table: String,
+    mode: Mode,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Endpoint,
+    Raw,
+}
+
+async fn rounds(opts: &RatioOptions, sides: &Sides) -> Result<RatioResult> {
+    let (mut endpoint, mut raw) = (Vec::new(), Vec::new());
+    let (mut endpoint_errors, mut raw_errors) = (0, 0);
+    for round in 0..opts.rounds {
+        // Alternating which side goes first: neither always runs on the
+        // emulator's fresher (or fuller) tables.
+        let order = if round % 2 == 0 {
+            [Side::Endpoint, Side::Raw]
+        } else {
+            [Side::Raw, Side::Endpoint]
+        };
+        for side in order {
+            let (rate, errors) = closed_loop(opts, sides, side, round).await?;
+            match side {
+                Side::Endpoint => {
+                    endpoint.push(rate);
+                    endpoint_errors += errors;
+                }
+                Side::Raw => {
+                    raw.push(rate);
+                    raw_errors += errors;
+                }
+            }
+        }
+        crate::errln!(
+            "  round {}: endpoint {:.0}/s, bare call {:.0}/s",
+            round + 1,
+            endpoint[endpoint.len() - 1],
+            raw[raw.len() - 1]
+        );
+    }
+    let endpoint_median = median(&endpoint);
+    let raw_median = median(&raw);
+    Ok(RatioResult {
+        mode: sides.mode,
+        endpoint,
+        raw,
+        endpoint_errors,
+        raw_errors,
+        endpoint_median,
+        raw_median,
+        ratio: if raw_median > 0.0 {
+            endpoint_median / raw_median
+        } else {
+            0.0
+        },
+    })
+}
+
+/// `concurrency` workers sending one side's request back to back for
+/// `seconds`, each like from a user of its own on the side's one reel:
+/// successes a second, and the failures.
+async fn closed_loop(
+    opts: &RatioOptions,
+    sides: &Sides,
+    side: Side,
+    round: u32,
+) -> Result<(f64, u64)> {
+    let reel = ReelId::parse(match side {
+        Side::Endpoint => "ratio-endpoint",
+        Side::Raw => "ratio-raw",
+    })
+    .map_err(|e| anyhow!("{e}"))?;
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let until = started + Duration::from_secs_f64(opts.seconds);
+    let workers = (0..opts.concurrency).map(|worker| {
+        let (ok, failed, reel) = (ok.clone(), failed.clone(), reel.clone());
+        async move {
+            let mut i = 0u64;
+            while Instant::now() < until {
+                i += 1;
+                let user = format!("r{round}w{worker}i{i}");
+                let done = match side {
+                    Side::Endpoint => sides.like(&reel, &user).await,
+                    Side::Raw => sides.raw(&reel, &user).await,
+                };
+                if done {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    futures::future::join_all(workers).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    Ok((
+        ok.load(Ordering::Relaxed) as f64 / elapsed,
+        failed.load(Ordering::Relaxed),
+    ))
+}
+
+impl Sides {
+    /// One like through the gateway; `true` for a 200.
+    async fn like(&self, reel: &ReelId, user: &str) -> bool {
+        self.http
+            .put(format!("{}/reels/{}/like", self.base, reel.as_str()))
+            .header("x-user-id", user)
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
+    }
+
+    /// The bare call the mode's like is built on; `true` if it succeeded.
+    async fn raw(&self, reel: &ReelId, user: &str) -> bool {
+        let now = likes_now_ms().to_string();
+        let row = |counted_by_stream: bool| {
+            let mut put = Put::builder()
+                .table_name(&self.likes_table)
+                .item("user_id", AttributeValue::S(user.to_owned()))
+                .item("reel_id", AttributeValue::S(reel.as_str().to_owned()))
+                .item("liked_at", AttributeValue::N(now.clone()))
+                .condition_expression("attribute_not_exists(user_id)");
+            if counted_by_stream {
+                put = put.item(
+                    keys::COUNTED_BY_STREAM.0,
+                    AttributeValue::S(keys::COUNTED_BY_STREAM.1.to_owned()),
+                );
+            }
+            put
+        };
+        match self.mode {
+            Mode::Stream => {
+                let Ok(put) = row(true).build() else {
+                    return false;
+                };
+                self.sdk
+                    .put_item()
+                    .table_name(put.table_name())
+                    .set_item(Some(put.item().clone()))
+                    .condition_expression("attribute_not_exists(user_id)")
+                    .send()
+                    .await
+                    .is_ok()
+            }
+            Mode::Transactional => {
+                let (Ok(put), Ok(update)) = (
+                    row(false).build(),
+                    Update::builder()
+                        .table_name(&self.counters_table)
+                        .key("pk", AttributeValue::S(keys::shard_key(reel, 0)))
+                        .update_expression("ADD #n :one, #w :one")
+                        .expression_attribute_names("#n", "n")
+                        .expression_attribute_names("#w", "w")
+                        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                        .build(),
+                ) else {
+                    return false;
+                };
+                self.sdk
+                    .transact_write_items()
+                    .transact_items(TransactWriteItem::builder().put(put).build())
+                    .transact_items(TransactWriteItem::builder().update(update).build())
+                    .send()
+                    .await
+                    .is_ok()
+            }
+        }
+    }
+}
+
+fn likes_now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+/// The middle value (the mean of the two middle ones for an even count).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The table of both modes: medians, the ratio, and every round.
+fn markdown(opts: &RatioOptions, results: &[RatioResult]) -> String {
+    let rounds = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.0}"))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    };
+    let mut out = format!(
+        "{} rounds of {} s per side, {} workers each, interleaved; medians.\n\n\
+         | counting | like endpoint (likes/s) | bare SDK call | bare call (calls/s) | ratio | rounds: endpoint | rounds: bare call |\n\
+         | --- | ---: | --- | ---: | ---: | --- | --- |\n",
+        opts.rounds, opts.seconds, opts.concurrency
+    );
+    for r in results {
+        out.push_str(&format!(
+            "| {} | {:.0} | {} | {:.0} | **{:.2}** | {} | {} |\n",
+            r.mode.as_str(),
+            r.endpoint_median,
+            r.mode.raw_call(),
+            r.raw_median,
+            r.ratio,
+            rounds(&r.endpoint),
+            rounds(&r.raw),
+        ));
+    }
+    let errors: u64 = results
+        .iter()
+        .map(|r| r.endpoint_errors + r.raw_errors)
+        .sum();
+    if errors > 0 {
+        out.push_str(&format!(
+            "\n{errors} requests or calls failed and are not counted.\n"
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_is_the_middle_round() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_mode_with_its_ratio() {
+        let opts = RatioOptions {
+            rounds: 2,
+            seconds: 1.0,
+            concurrency: 4,
+            out: "x.json".into(),
+            template: "template.yaml".into(),
+        };
+        let r = RatioResult {
+            mode: Mode::Transactional,
+            endpoint: vec![900.0, 1000.0],
+            raw: vec![1000.0, 1000.0],
+            endpoint_errors: 0,
+            raw_errors: 0,
+            endpoint_median: 950.0,
+            raw_median: 1000.0,
+            ratio: 0.95,
+        };
+        let t = markdown(&opts, &[r]);
+        assert!(t.contains("| transactional | 950 |"), "{t}");
+        assert!(t.contains("**0.95**"), "{t}");
+        assert!(t.contains("900 · 1000"), "{t}");
+    }
+}
