@@ -1,44 +1,23 @@
-//! The local stack's stream event source (stream mode): what Lambda's event
-//! source mapping does for the aggregate function in AWS, against the
-//! emulator's Streams API (`DescribeStream`, `GetShardIterator`,
-//! `GetRecords`), with the mapping's settings read from `template.yaml`.
-//!
-//! Lambda's semantics, as far as the aggregator can tell them apart:
-//!
-//! * one batch per stream shard at a time, in stream order
-//!   (`ParallelizationFactor: 1`), of up to `BatchSize` records gathered for
-//!   up to `MaximumBatchingWindowInSeconds`;
-//! * with `TumblingWindowInSeconds`, the event names its shard (`shardId`)
-//!   and carries the window fields;
-//! * `batchItemFailures` (`ReportBatchItemFailures`): the records from the
-//!   lowest failed sequence number on are delivered again, the ones before
-//!   are done;
-//! * a function error (or a timeout) delivers the batch again, split in two
-//!   first with `BisectBatchOnFunctionError`; after `MaximumRetryAttempts`
-//!   retries the records go to the `OnFailure` destination (here: the log
-//!   and [`StreamSourceStats::discarded`]) and the shard moves on;
-//! * a closed shard is read to its end before its children.
-//!
-//! And its faults, on demand (`LOCAL_STREAM_FAULTS`, e.g.
-//! `seed=7,redeliver=0.2,lost=0.1`): `redeliver` delivers a batch that
-//! succeeded once more (at-least-once delivery), `lost` takes a successful
-//! invocation's answer away (an invocation that crashed after doing its
-//! work), which Lambda treats as a function error.
+//! One event source mapping at work: it follows the stream's shards
+//! (parents before children), polls each into batches (`BatchSize`,
+//! `MaximumBatchingWindowInSeconds`), invokes the aggregate function, and
+//! acts on the answer (done, `batchItemFailures`, error) with Lambda's
+//! retry, bisection and `OnFailure` rules. The rules are listed in the
+//! parent module; this file is their loop.
 
-use anyhow::{Context, Result, anyhow};
+use super::event::{event, sequence};
+use super::{SourceFaults, StreamSourceStats};
+use crate::template::StreamSourceDef;
+use anyhow::{Context, Result};
 use aws_sdk_dynamodbstreams::Client;
-use aws_sdk_dynamodbstreams::types::{AttributeValue, Record, ShardIteratorType};
-use base64::Engine;
+use aws_sdk_dynamodbstreams::types::{Record, ShardIteratorType};
 use likes::App;
-use serde_json::{Map, Value, json};
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-use crate::template::StreamSourceDef;
 
 /// How often an idle shard is polled (Lambda polls each shard about four
 /// times a second).
@@ -46,196 +25,19 @@ const POLL: Duration = Duration::from_millis(250);
 /// How often the stream is described again, for new shards.
 const DESCRIBE_EVERY: Duration = Duration::from_secs(5);
 
-/// What the event source did, for tests and the log.
-#[derive(Debug, Default)]
-pub struct StreamSourceStats {
-    /// Invocations of the function.
-    pub invocations: AtomicU64,
-    /// Records delivered, counting every redelivery.
-    pub delivered: AtomicU64,
-    /// Batches delivered again after a failure report or a function error.
-    pub retries: AtomicU64,
-    /// Batches split in two after a function error.
-    pub bisections: AtomicU64,
-    /// Invocations that applied the start of their batch and reported the
-    /// rest as failed (`batchItemFailures` past the first record): the
-    /// rest was delivered again.
-    pub partial: AtomicU64,
-    /// Batches delivered once more by the `redeliver` fault.
-    pub redelivered: AtomicU64,
-    /// Answers taken away by the `lost` fault.
-    pub lost: AtomicU64,
-    /// Records sent to the `OnFailure` destination: never applied.
-    pub discarded: AtomicU64,
-    /// The last sequence number handed to the function with no failure
-    /// reported after it, per shard: what Lambda's checkpoint would be.
-    pub done: Mutex<Vec<(String, String)>>,
-    /// While set, records are read but not delivered (an aggregator that
-    /// is down or far behind: records in flight).
-    pub paused: std::sync::atomic::AtomicBool,
-}
-
-impl StreamSourceStats {
-    /// Records the function has not been handed successfully yet.
-    pub fn discarded(&self) -> u64 {
-        self.discarded.load(Ordering::Relaxed)
-    }
-}
-
-/// The `LOCAL_STREAM_FAULTS` of the local event source.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct SourceFaults {
-    seed: u64,
-    redeliver: f64,
-    lost: f64,
-}
-
-impl SourceFaults {
-    /// `seed=N,redeliver=P,lost=P` (probabilities in 0..=1); empty: none.
-    pub fn parse(spec: &str) -> Result<Self> {
-        let mut f = SourceFaults::default();
-        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| anyhow!("{part:?}: expected name=value"))?;
-            match k.trim() {
-                "seed" => f.seed = v.trim().parse().context("seed")?,
-                "redeliver" | "lost" => {
-                    let p: f64 = v.trim().parse().with_context(|| k.to_owned())?;
-                    if !(0.0..=1.0).contains(&p) {
-                        anyhow::bail!("{k}={p}: a probability is between 0 and 1");
-                    }
-                    if k.trim() == "lost" {
-                        f.lost = p;
-                    } else {
-                        f.redeliver = p;
-                    }
-                }
-                other => anyhow::bail!("unknown stream fault {other:?} (seed, redeliver, lost)"),
-            }
-        }
-        Ok(f)
-    }
-}
-
-/// One event source mapping, running.
-pub struct StreamSource {
-    /// What it did so far.
-    pub stats: Arc<StreamSourceStats>,
-    /// The stream it reads.
-    pub stream_arn: String,
-}
-
-impl StreamSource {
-    /// Holds deliveries back (`true`) or lets them go on (`false`).
-    pub fn pause(&self, paused: bool) {
-        self.stats.paused.store(paused, Ordering::Relaxed);
-    }
-
-    /// Whether every record now in the stream has been handed to the
-    /// function for good (applied, or discarded after its retries): read
-    /// with `client`, which should reach the stream directly.
-    pub async fn caught_up(&self, client: &Client) -> Result<bool> {
-        let done = self
-            .stats
-            .done
-            .lock()
-            .map(|d| d.clone())
-            .unwrap_or_default();
-        let d = client
-            .describe_stream()
-            .stream_arn(&self.stream_arn)
-            .send()
-            .await
-            .context("DescribeStream")?;
-        for shard in d
-            .stream_description()
-            .map(|s| s.shards())
-            .unwrap_or_default()
-        {
-            let Some(id) = shard.shard_id() else { continue };
-            let mut it = client
-                .get_shard_iterator()
-                .stream_arn(&self.stream_arn)
-                .shard_id(id)
-                .shard_iterator_type(ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .context("GetShardIterator")?
-                .shard_iterator;
-            let mut last: Option<String> = None;
-            while let Some(i) = it {
-                let page = client
-                    .get_records()
-                    .shard_iterator(i)
-                    .send()
-                    .await
-                    .context("GetRecords")?;
-                let records = page.records();
-                if records.is_empty() {
-                    break;
-                }
-                if let Some(seq) = records.last().and_then(sequence) {
-                    last = Some(seq.to_owned());
-                }
-                it = page.next_shard_iterator;
-            }
-            let Some(last) = last else { continue };
-            let handed = done.iter().find(|(s, _)| s == id).map(|(_, q)| q.as_str());
-            let behind = match handed.and_then(likes::aggregate::records::SequenceNumber::parse) {
-                Some(h) => {
-                    likes::aggregate::records::SequenceNumber::parse(&last).is_some_and(|l| h < l)
-                }
-                None => true,
-            };
-            if behind {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-}
-
-/// Starts the event source of `def` on the stream `stream_arn`, invoking the
-/// aggregate function's entry point of `app` with `timeout` per invocation,
-/// until `stopped`.
-pub fn spawn(
-    app: Arc<App>,
-    client: Client,
-    def: StreamSourceDef,
-    stream_arn: String,
-    timeout: Duration,
-    faults: SourceFaults,
-    stopped: watch::Receiver<bool>,
-) -> (StreamSource, JoinHandle<()>) {
-    let stats = Arc::new(StreamSourceStats::default());
-    let source = StreamSource {
-        stats: stats.clone(),
-        stream_arn: stream_arn.clone(),
-    };
-    let mapping = Arc::new(Mapping {
-        app,
-        client,
-        def,
-        stream_arn,
-        timeout,
-        faults,
-        rng: Mutex::new(fastrand::Rng::with_seed(faults.seed)),
-        stats: stats.clone(),
-    });
-    let task = tokio::spawn(mapping.run(stopped));
-    (source, task)
-}
-
-struct Mapping {
-    app: Arc<App>,
-    client: Client,
-    def: StreamSourceDef,
-    stream_arn: String,
-    timeout: Duration,
-    faults: SourceFaults,
-    rng: Mutex<fastrand::Rng>,
-    stats: Arc<StreamSourceStats>,
+/// The state of one running mapping, shared by its shard pollers; built
+/// by [`super::spawn`].
+pub(super) struct Mapping {
+    pub(super) app: Arc<App>,
+    pub(super) client: Client,
+    pub(super) def: StreamSourceDef,
+    pub(super) stream_arn: String,
+    /// The function's `Timeout`, per invocation.
+    pub(super) timeout: Duration,
+    pub(super) faults: SourceFaults,
+    /// Draws the faults, seeded so that a run can be repeated.
+    pub(super) rng: Mutex<fastrand::Rng>,
+    pub(super) stats: Arc<StreamSourceStats>,
 }
 
 /// A shard as `DescribeStream` lists it.
@@ -246,7 +48,9 @@ struct ShardInfo {
 }
 
 impl Mapping {
-    async fn run(self: Arc<Self>, mut stopped: watch::Receiver<bool>) {
+    /// Follows the stream until `stopped`: a poller per shard, started as
+    /// shards appear.
+    pub(super) async fn run(self: Arc<Self>, mut stopped: watch::Receiver<bool>) {
         let mut started: HashSet<String> = HashSet::new();
         let finished: Arc<Mutex<HashSet<String>>> = Arc::default();
         let mut pollers: Vec<JoinHandle<()>> = Vec::new();
@@ -491,7 +295,12 @@ impl Mapping {
         self.stats
             .delivered
             .fetch_add(records.len() as u64, Ordering::Relaxed);
-        let event = self.event(shard, records);
+        let event = event(
+            &self.stream_arn,
+            self.def.tumbling_window_secs,
+            shard,
+            records,
+        );
         let deadline = Instant::now() + self.timeout;
         let run = likes::triggers::handle_aggregate_event(&self.app, event, Some(deadline));
         let answer = match tokio::time::timeout(self.timeout, run).await {
@@ -555,126 +364,15 @@ impl Mapping {
         );
         self.mark_done(shard, records);
     }
-
-    /// Lambda's event for `records` of `shard`.
-    fn event(&self, shard: &str, records: &[Record]) -> Value {
-        let records: Vec<Value> = records.iter().map(|r| self.record(r)).collect();
-        let mut event = Map::new();
-        event.insert("Records".into(), Value::Array(records));
-        if self.def.tumbling_window_secs > 0 {
-            let span = i64::from(self.def.tumbling_window_secs);
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
-            let start = now - now.rem_euclid(span);
-            event.insert("shardId".into(), json!(shard));
-            event.insert("eventSourceARN".into(), json!(self.stream_arn));
-            event.insert(
-                "window".into(),
-                json!({ "start": rfc3339(start), "end": rfc3339(start + span) }),
-            );
-            event.insert("state".into(), json!({}));
-            event.insert("isFinalInvokeForWindow".into(), json!(false));
-            event.insert("isWindowTerminatedEarly".into(), json!(false));
-        }
-        Value::Object(event)
-    }
-
-    fn record(&self, r: &Record) -> Value {
-        let d = r.dynamodb();
-        let image =
-            |m: Option<&std::collections::HashMap<String, AttributeValue>>| -> Map<String, Value> {
-                m.into_iter()
-                    .flatten()
-                    .map(|(k, v)| (k.clone(), attribute(v)))
-                    .collect()
-            };
-        let keys = image(d.and_then(|d| d.keys()));
-        let new_image = d.and_then(|d| d.new_image()).map(|m| image(Some(m)));
-        json!({
-            "eventID": r.event_id(),
-            "eventName": r.event_name().map(|n| n.as_str()),
-            "eventVersion": r.event_version(),
-            "eventSource": r.event_source(),
-            "awsRegion": r.aws_region(),
-            "eventSourceARN": self.stream_arn,
-            "dynamodb": {
-                "ApproximateCreationDateTime": d
-                    .and_then(|d| d.approximate_creation_date_time())
-                    .map(|t| t.as_secs_f64()),
-                "Keys": keys,
-                "NewImage": new_image,
-                "SequenceNumber": d.and_then(|d| d.sequence_number()),
-                "SizeBytes": d.and_then(|d| d.size_bytes()),
-                "StreamViewType": d.and_then(|d| d.stream_view_type()).map(|v| v.as_str()),
-            },
-        })
-    }
 }
 
+/// How an invocation went, as the mapping acts on it.
 enum Invocation {
+    /// Every record is done.
     Done,
+    /// `batchItemFailures`: the records from this sequence number on are
+    /// to be delivered again.
     FailedFrom(String),
+    /// A function error or a timeout: the whole batch failed.
     Error,
-}
-
-fn sequence(r: &Record) -> Option<&str> {
-    r.dynamodb().and_then(|d| d.sequence_number())
-}
-
-/// An attribute in DynamoDB JSON: the scalar types a like row holds (the
-/// aggregator reads nothing else).
-fn attribute(v: &AttributeValue) -> Value {
-    match v {
-        AttributeValue::S(s) => json!({ "S": s }),
-        AttributeValue::N(n) => json!({ "N": n }),
-        AttributeValue::B(b) => {
-            json!({ "B": base64::engine::general_purpose::STANDARD.encode(b.as_ref()) })
-        }
-        AttributeValue::Bool(b) => json!({ "BOOL": b }),
-        _ => json!({ "NULL": true }),
-    }
-}
-
-/// `secs` (Unix) as an RFC 3339 UTC timestamp, as Lambda writes windows.
-fn rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn windows_are_written_as_lambda_writes_them() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_607_497_440), "2020-12-09T07:04:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-    }
-
-    #[test]
-    fn faults_parse() {
-        assert_eq!(SourceFaults::parse("").unwrap(), SourceFaults::default());
-        let f = SourceFaults::parse("seed=3, redeliver=0.5,lost=0.25").unwrap();
-        assert_eq!((f.seed, f.redeliver, f.lost), (3, 0.5, 0.25));
-        assert!(SourceFaults::parse("lost=2").is_err());
-        assert!(SourceFaults::parse("drop=0.1").is_err());
-    }
 }
