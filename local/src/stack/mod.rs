@@ -9,6 +9,7 @@
 //!   ([`client_for`], [`streams_client_for`]);
 //! * `schedule`: the scheduled functions, run on a local timer.
 
+mod emulator;
 mod schedule;
 mod sdk;
 mod tables;
@@ -139,12 +140,7 @@ impl Stack {
         let dynamo_endpoint = match &opts.dynamo {
             Dynamo::Endpoint(url) => url.clone(),
             Dynamo::Embedded { host, port, file } => {
-                let db = match file {
-                    Some(path) => dynoxide::Database::new(&path.to_string_lossy())
-                        .map_err(|e| anyhow!("opening {}: {e}", path.display()))?,
-                    None => dynoxide::Database::memory()
-                        .map_err(|e| anyhow!("starting dynoxide: {e}"))?,
-                };
+                let (db, _) = emulator::open(file.as_deref())?;
                 let listener = TcpListener::bind((host.as_str(), *port))
                     .await
                     .with_context(|| format!("binding the DynamoDB port {port}"))?;
