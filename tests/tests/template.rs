@@ -1171,7 +1171,8 @@ fn rust_files(dir: &str) -> Vec<(String, String)> {
     let mut test_files = Vec::new();
     for path in paths {
         let (code, test_mods) = code_of(&std::fs::read_to_string(&path).unwrap());
-        // `#[cfg(test)] mod x;` in a/mod.rs is a/x.rs; in a/b.rs, a/b/x.rs.
+        // `#[cfg(test)] mod x;` in <dir>/mod.rs is <dir>/x.rs; in <dir>/<file>.rs,
+        // <dir>/<file>/x.rs.
         let stem = path.file_stem().unwrap().to_str().unwrap();
         let dir = match stem {
             "mod" | "lib" | "main" => path.parent().unwrap().to_owned(),
