@@ -99,21 +99,26 @@ pub struct BenchOptions {
     pub template: PathBuf,
 }
 
+/// The positive number in the variable `name`, or `default` when it is
+/// unset or blank; anything else is an error naming the variable. Every
+/// `BENCH_*` number is read this way.
+pub(super) fn positive_env(name: &str, default: f64) -> Result<f64> {
+    match std::env::var(name).ok().filter(|v| !v.trim().is_empty()) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .ok_or_else(|| anyhow!("{name}={v:?}: expected a positive number")),
+    }
+}
+
 impl BenchOptions {
     /// The options from the `BENCH_*` variables; unset or blank ones take
     /// their defaults, and a number must be positive.
     pub fn from_env(template: PathBuf) -> Result<Self> {
-        let num = |name: &str, default: f64| -> Result<f64> {
-            match std::env::var(name).ok().filter(|v| !v.trim().is_empty()) {
-                None => Ok(default),
-                Some(v) => v
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|x| x.is_finite() && *x > 0.0)
-                    .ok_or_else(|| anyhow!("{name}={v:?}: expected a positive number")),
-            }
-        };
+        let num = positive_env;
         let variants = match std::env::var("BENCH_VARIANTS")
             .ok()
             .filter(|v| !v.trim().is_empty())

@@ -54,17 +54,7 @@ pub struct RatioOptions {
 impl RatioOptions {
     /// The options from the environment, with the defaults above.
     pub fn from_env(template: PathBuf) -> Result<Self> {
-        let num = |name: &str, default: f64| -> Result<f64> {
-            match std::env::var(name).ok().filter(|v| !v.trim().is_empty()) {
-                None => Ok(default),
-                Some(v) => v
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|x| x.is_finite() && *x > 0.0)
-                    .ok_or_else(|| anyhow!("{name}={v:?}: expected a positive number")),
-            }
-        };
+        let num = super::positive_env;
         Ok(RatioOptions {
             rounds: num("BENCH_RATIO_ROUNDS", 5.0)? as u32,
             seconds: num("BENCH_RATIO_SECONDS", 5.0)?,
