@@ -22,12 +22,14 @@
 //! The figures are medians of the rounds. Numbers only: no pass or fail
 //! (a timed test would fail on a loaded machine, not on a regression).
 
+use super::report::median;
 use crate::stack::{Stack, StackOptions, client_for};
 use anyhow::{Context, Result, anyhow, bail};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use likes::keys::{self, ReelId};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -241,8 +243,8 @@ async fn run_mode(opts: &RatioOptions, mode: Mode) -> Result<RatioResult> {
             raw[raw.len() - 1]
         );
     }
-    let endpoint_median = median(&endpoint);
-    let raw_median = median(&raw);
+    let endpoint_median = median(endpoint.clone());
+    let raw_median = median(raw.clone());
     Ok(RatioResult {
         mode,
         endpoint,
@@ -317,39 +319,38 @@ impl Sides {
 
     /// The bare call the mode's like is built on; `true` if it succeeded.
     async fn raw(&self, reel: &ReelId, user: &str) -> bool {
-        let now = likes_now_ms().to_string();
-        let row = |counted_by_stream: bool| {
-            let mut put = Put::builder()
-                .table_name(&self.likes_table)
-                .item("user_id", AttributeValue::S(user.to_owned()))
-                .item("reel_id", AttributeValue::S(reel.as_str().to_owned()))
-                .item("liked_at", AttributeValue::N(now.clone()))
-                .condition_expression("attribute_not_exists(user_id)");
-            if counted_by_stream {
-                put = put.item(
-                    keys::COUNTED_BY_STREAM.0,
-                    AttributeValue::S(keys::COUNTED_BY_STREAM.1.to_owned()),
-                );
-            }
-            put
-        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let mut row = HashMap::from([
+            ("user_id".to_owned(), AttributeValue::S(user.to_owned())),
+            (
+                "reel_id".to_owned(),
+                AttributeValue::S(reel.as_str().to_owned()),
+            ),
+            ("liked_at".to_owned(), AttributeValue::N(now.to_string())),
+        ]);
+        let new_row = "attribute_not_exists(user_id)";
         match self.mode {
             Mode::Stream => {
-                let Ok(put) = row(true).build() else {
-                    return false;
-                };
+                let (attr, value) = keys::COUNTED_BY_STREAM;
+                row.insert(attr.to_owned(), AttributeValue::S(value.to_owned()));
                 self.sdk
                     .put_item()
-                    .table_name(put.table_name())
-                    .set_item(Some(put.item().clone()))
-                    .condition_expression("attribute_not_exists(user_id)")
+                    .table_name(&self.likes_table)
+                    .set_item(Some(row))
+                    .condition_expression(new_row)
                     .send()
                     .await
                     .is_ok()
             }
             Mode::Transactional => {
                 let (Ok(put), Ok(update)) = (
-                    row(false).build(),
+                    Put::builder()
+                        .table_name(&self.likes_table)
+                        .set_item(Some(row))
+                        .condition_expression(new_row)
+                        .build(),
                     Update::builder()
                         .table_name(&self.counters_table)
                         .key("pk", AttributeValue::S(keys::shard_key(reel, 0)))
@@ -370,24 +371,6 @@ impl Sides {
                     .is_ok()
             }
         }
-    }
-}
-
-fn likes_now_ms() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0)
-}
-
-/// The middle value (the mean of the two middle ones for an even count).
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 
@@ -432,13 +415,6 @@ fn markdown(opts: &RatioOptions, results: &[RatioResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_median_is_the_middle_round() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(median(&[]), 0.0);
-    }
 
     #[test]
     fn the_table_has_a_row_per_mode_with_its_ratio() {

@@ -123,7 +123,7 @@ pub(super) fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunRe
 
 /// The median of `v` (the mean of the middle two for an even count), 0 if
 /// empty.
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
         0.0
