@@ -81,6 +81,12 @@ pub struct Faults {
     pub stall: Duration,
     /// The most latency one request gets added.
     pub max_latency: Duration,
+    /// The conflict model (`None`: off): a `TransactWriteItems` holds its
+    /// items from being forwarded until this long after its answer, and
+    /// requests touching a held item get DynamoDB's conflict answers
+    /// (`conflicts.rs` says which). The emulator answers in well under a
+    /// millisecond, so this hold is what lets transactions overlap.
+    pub conflict_hold: Option<Duration>,
 }
 
 impl Default for Faults {
@@ -93,6 +99,7 @@ impl Default for Faults {
             read_cap: None,
             stall: Duration::from_secs(5),
             max_latency: Duration::from_millis(50),
+            conflict_hold: None,
         }
     }
 }
@@ -107,6 +114,7 @@ impl Faults {
     pub fn is_passthrough(&self) -> bool {
         self.write_cap.is_none()
             && self.read_cap.is_none()
+            && self.conflict_hold.is_none()
             && self.rates == Rates::default()
             && self.per_op.values().all(|r| *r == Rates::default())
     }
@@ -123,6 +131,8 @@ impl Faults {
     /// * `write_cap=U`, `read_cap=U`: capacity units per partition key per
     ///   second
     /// * `stall_ms=N`, `max_latency_ms=N`
+    /// * `conflict_hold_ms=N`: the conflict model on, each transaction
+    ///   holding its items N ms past its answer (0: only while in flight)
     ///
     /// `""` or `off` is no faults at all.
     pub fn parse(spec: &str) -> Result<Faults, String> {
@@ -160,6 +170,7 @@ impl Faults {
                 "read_cap" => f.read_cap = Some(units()?),
                 "stall_ms" => f.stall = Duration::from_millis(whole()?),
                 "max_latency_ms" => f.max_latency = Duration::from_millis(whole()?),
+                "conflict_hold_ms" => f.conflict_hold = Some(Duration::from_millis(whole()?)),
                 _ => match name.split_once('.') {
                     Some((op, class)) => {
                         let base = f.rates;
@@ -189,7 +200,7 @@ mod tests {
     #[test]
     fn parses_every_setting() {
         let f = Faults::parse(
-            "seed=7, all=0.1, TransactWriteItems.lost=0.3, write_cap=50, read_cap=300, stall_ms=900, max_latency_ms=20",
+            "seed=7, all=0.1, TransactWriteItems.lost=0.3, write_cap=50, read_cap=300, stall_ms=900, max_latency_ms=20, conflict_hold_ms=30",
         )
         .unwrap();
         assert_eq!(f.seed, 7);
@@ -202,7 +213,15 @@ mod tests {
         assert_eq!(f.read_cap, Some(300.0));
         assert_eq!(f.stall, Duration::from_millis(900));
         assert_eq!(f.max_latency, Duration::from_millis(20));
+        assert_eq!(f.conflict_hold, Some(Duration::from_millis(30)));
         assert!(!f.is_passthrough());
+        // The conflict model alone is a reason to stand between.
+        assert!(
+            !Faults::parse("conflict_hold_ms=0")
+                .unwrap()
+                .is_passthrough()
+        );
+        assert_eq!(Faults::default().conflict_hold, None);
         assert!(Faults::parse("off").unwrap().is_passthrough());
         assert!(Faults::parse("").unwrap().is_passthrough());
     }
@@ -215,6 +234,7 @@ mod tests {
             "lost=-0.1",
             "nope=0.1",
             "write_cap=0",
+            "conflict_hold_ms=-1",
             "seed=x",
             "X.nope=0.1",
             "lost=0.5,throttle=0.6",

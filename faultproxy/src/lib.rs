@@ -34,10 +34,13 @@
 //! * this file: the HTTP server and the forwarding.
 
 pub mod config;
+mod conflicts;
 mod protocol;
+mod schema;
 mod state;
 
 pub use config::{Faults, Rates};
+pub use conflicts::ModeledConflicts;
 pub use state::{KeyLoad, Stats, TokenStats};
 
 use anyhow::{Context, Result};
@@ -207,6 +210,8 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Dr
     shared.learn_tables(&touches, &headers).await;
 
     let plan = shared.plan(&op, &parsed, &touches);
+    // Made before any await, so an abandoned request releases its hold too.
+    let held = plan.held.map(|id| conflicts::Held::new(shared.clone(), id));
     if !plan.delay.is_zero() {
         tokio::time::sleep(plan.delay).await;
     }
@@ -222,6 +227,9 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Dr
         } => (body.clone(), unprocessed),
     };
     let upstream = shared.forward(&headers, forward_body).await;
+    // The transaction is over at DynamoDB once its answer is back, even if
+    // the schedule then loses that answer.
+    drop(held);
     let (status, up_headers, up_body) = match upstream {
         Ok(r) => r,
         Err(e) => {
@@ -298,4 +306,151 @@ fn add_unprocessed(body: &Bytes, keys: Map<String, Value>) -> Bytes {
         }
     }
     Bytes::from(v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The forwarding's part in the conflict model, against a stand-in
+    //! emulator that is slow to answer transactions: the hold starts when
+    //! the proxy forwards and lasts until the answer plus the hold.
+
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Answers `DescribeTable` with a `pk` hash key and everything else
+    /// with `{}`, transactions after `slow`; counts the transactions.
+    async fn emulator(slow: Duration) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(AtomicUsize::new(0));
+        let count = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let count = count.clone();
+                        async move {
+                            let op = protocol::operation(
+                                req.headers()
+                                    .get("x-amz-target")
+                                    .and_then(|v| v.to_str().ok()),
+                            );
+                            let body = match op.as_str() {
+                                "DescribeTable" => json!({"Table": {"KeySchema": [
+                                    {"AttributeName": "pk", "KeyType": "HASH"}
+                                ]}}),
+                                "TransactWriteItems" => {
+                                    count.fetch_add(1, Ordering::SeqCst);
+                                    tokio::time::sleep(slow).await;
+                                    json!({})
+                                }
+                                _ => json!({}),
+                            };
+                            Ok::<_, std::convert::Infallible>(json_answer(200, &body))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        (url, seen)
+    }
+
+    fn update(pk: &str) -> Value {
+        json!({"Update": {"TableName": "T", "Key": {"pk": {"S": pk}}, "UpdateExpression": "ADD n :one"}})
+    }
+
+    /// Sends `op` with `body` through the proxy: (status, answer).
+    async fn send(proxy: &Proxy, op: &str, body: Value) -> (u16, Value) {
+        let r = reqwest::Client::new()
+            .post(format!("{}/", proxy.url))
+            .header("x-amz-target", format!("DynamoDB_20120810.{op}"))
+            .header("content-type", "application/x-amz-json-1.0")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    fn tx(pks: &[&str]) -> Value {
+        json!({"TransactItems": pks.iter().map(|pk| update(pk)).collect::<Vec<_>>()})
+    }
+
+    fn codes(answer: &Value) -> Vec<String> {
+        answer["CancellationReasons"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .filter_map(|r| r["Code"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn a_transaction_holds_its_items_until_its_answer_and_the_hold() {
+        let (upstream, seen) = emulator(Duration::from_millis(300)).await;
+        let faults = Faults::parse("conflict_hold_ms=500").unwrap();
+        let proxy = Arc::new(
+            Proxy::start("127.0.0.1:0", &upstream, faults)
+                .await
+                .unwrap(),
+        );
+        let p = proxy.clone();
+        let first = tokio::spawn(async move { send(&p, "TransactWriteItems", tx(&["a"])).await });
+        while seen.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // In flight at the emulator: a transaction on a is cancelled at a,
+        // a single write to a conflicts, and other items are free.
+        let (status, answer) = send(&proxy, "TransactWriteItems", tx(&["b", "a"])).await;
+        assert_eq!(status, 400);
+        assert_eq!(codes(&answer), ["None", "TransactionConflict"]);
+        let single = json!({"TableName": "T", "Key": {"pk": {"S": "a"}}});
+        let (status, answer) = send(&proxy, "UpdateItem", single.clone()).await;
+        assert_eq!(status, 400);
+        assert!(
+            answer["__type"]
+                .as_str()
+                .unwrap()
+                .ends_with("#TransactionConflictException")
+        );
+        assert_eq!(send(&proxy, "GetItem", single).await.0, 200);
+        assert_eq!(first.await.unwrap().0, 200);
+        // Answered, then held for the hold, then free.
+        let (status, _) = send(&proxy, "TransactWriteItems", tx(&["a"])).await;
+        assert_eq!(status, 400, "held after the answer");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(send(&proxy, "TransactWriteItems", tx(&["a"])).await.0, 200);
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            2,
+            "refusals were not forwarded"
+        );
+
+        let stats = proxy.stats();
+        let m = &stats.modeled_conflicts;
+        assert_eq!(m.refused["TransactWriteItems"], 2);
+        assert_eq!(m.refused["UpdateItem"], 1);
+        assert_eq!(m.holds, 2);
+        assert_eq!(stats.failures_injected, 3);
+        assert_eq!(
+            stats.injected_of("conflict"),
+            0,
+            "the random class is apart"
+        );
+
+        // Off (the default), overlapping transactions all go through.
+        proxy.set_faults(Faults::default());
+        let (a, b) = tokio::join!(
+            send(&proxy, "TransactWriteItems", tx(&["a"])),
+            send(&proxy, "TransactWriteItems", tx(&["a"]))
+        );
+        assert_eq!((a.0, b.0), (200, 200));
+        assert_eq!(seen.load(Ordering::SeqCst), 4);
+    }
 }

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Touch {
     pub table: String,
-    /// The item's key as sent (`Key`, or the key attributes of an `Item`).
+    /// The item's key as sent: its `Key`, or for a put the whole `Item`,
+    /// whose key attributes the learned key schema picks out ([`item`]).
     pub key: Map<String, Value>,
     pub write_units: f64,
     pub read_units: f64,
@@ -139,6 +140,17 @@ fn items(body: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// The attribute of a `DescribeTable` answer's key schema whose `KeyType`
+/// is `kind` (`HASH` or `RANGE`).
+pub(crate) fn key_attribute(described: &Value, kind: &str) -> Option<String> {
+    described["Table"]["KeySchema"]
+        .as_array()?
+        .iter()
+        .find(|k| k["KeyType"] == kind)?["AttributeName"]
+        .as_str()
+        .map(str::to_owned)
+}
+
 /// The partition a touched item lives on, as text: `table/value` of its
 /// hash key attribute when the table's key schema is known, else of its
 /// whole key (every item its own partition).
@@ -159,6 +171,30 @@ pub(crate) fn partition(touch: &Touch, hash_keys: &HashMap<String, String>) -> S
         }
     };
     format!("{}/{}", touch.table, value)
+}
+
+/// The item a touch is on, as text: its table and the values of its key
+/// attributes (hash, then sort) when the table's key schema is known, so a
+/// put's whole `Item` and an update's `Key` name the same item. Without a
+/// schema, the whole key as sent. JSON, so no two items share a name.
+pub(crate) fn item(
+    touch: &Touch,
+    hash_keys: &HashMap<String, String>,
+    sort_keys: &HashMap<String, String>,
+) -> String {
+    let key: Vec<(&String, &Value)> = match hash_keys.get(&touch.table) {
+        Some(hash) => [Some(hash), sort_keys.get(&touch.table)]
+            .into_iter()
+            .flatten()
+            .filter_map(|attr| touch.key.get_key_value(attr))
+            .collect(),
+        None => {
+            let mut all: Vec<_> = touch.key.iter().collect();
+            all.sort_by(|a, b| a.0.cmp(b.0));
+            all
+        }
+    };
+    json!([touch.table, key]).to_string()
 }
 
 /// `{"S": "x"}` → `x`; other types as their JSON.
@@ -228,6 +264,35 @@ pub(crate) fn cancelled(items: usize, hit: &[usize], code: &str, message: &str) 
     )
 }
 
+const CONFLICT_MESSAGE: &str = "Transaction is ongoing for the item";
+
+/// A transaction cancelled because the items at `hit` are in another
+/// transaction in flight.
+pub(crate) fn conflict_cancelled(items: usize, hit: &[usize]) -> (u16, Value) {
+    cancelled(items, hit, "TransactionConflict", CONFLICT_MESSAGE)
+}
+
+/// A single-item write refused because a transaction in flight holds the
+/// item.
+pub(crate) fn transaction_conflict() -> (u16, Value) {
+    error(400, "TransactionConflictException", CONFLICT_MESSAGE)
+}
+
+/// A `TransactWriteItems` refused because a transaction with its
+/// `ClientRequestToken` is still in progress.
+pub(crate) fn transaction_in_progress() -> (u16, Value) {
+    error(
+        400,
+        "TransactionInProgressException",
+        "The transaction with the given request token is already in progress.",
+    )
+}
+
+/// The `ClientRequestToken` of a `TransactWriteItems` request.
+pub(crate) fn client_token(body: &Value) -> Option<&str> {
+    body.get("ClientRequestToken").and_then(Value::as_str)
+}
+
 /// The number of items of a transaction request.
 pub(crate) fn transaction_items(body: &Value) -> usize {
     items(body).len()
@@ -274,6 +339,48 @@ mod tests {
     }
 
     #[test]
+    fn an_item_is_named_by_its_full_primary_key() {
+        let tx = json!({
+            "TransactItems": [
+                {"Put": {"TableName": "Likes", "Item": {"user_id": {"S": "u1"}, "reel_id": {"S": "r1"}, "at": {"N": "5"}}}},
+                {"Delete": {"TableName": "Likes", "Key": {"reel_id": {"S": "r1"}, "user_id": {"S": "u1"}}}},
+                {"Delete": {"TableName": "Likes", "Key": {"user_id": {"S": "u1"}, "reel_id": {"S": "r2"}}}}
+            ]
+        });
+        let t = touches("TransactWriteItems", &tx);
+        let hash = HashMap::from([("Likes".to_owned(), "user_id".to_owned())]);
+        let sort = HashMap::from([("Likes".to_owned(), "reel_id".to_owned())]);
+        let names: Vec<String> = t.iter().map(|t| item(t, &hash, &sort)).collect();
+        // A put's whole item and a delete's key name the same item; the
+        // sort key tells items of one partition apart.
+        assert_eq!(names[0], names[1]);
+        assert_ne!(names[1], names[2]);
+        assert_eq!(partition(&t[1], &hash), partition(&t[2], &hash));
+        // Without a schema only keys sent alike match, in any order.
+        let none = HashMap::new();
+        assert_ne!(item(&t[0], &none, &none), item(&t[1], &none, &none));
+        let swapped = touches(
+            "DeleteItem",
+            &json!({"TableName": "Likes", "Key": {"user_id": {"S": "u1"}, "reel_id": {"S": "r1"}}}),
+        );
+        assert_eq!(item(&t[1], &none, &none), item(&swapped[0], &none, &none));
+        // The schema as DescribeTable tells it.
+        let described = json!({"Table": {"KeySchema": [
+            {"AttributeName": "user_id", "KeyType": "HASH"},
+            {"AttributeName": "reel_id", "KeyType": "RANGE"}
+        ]}});
+        assert_eq!(
+            key_attribute(&described, "HASH").as_deref(),
+            Some("user_id")
+        );
+        assert_eq!(
+            key_attribute(&described, "RANGE").as_deref(),
+            Some("reel_id")
+        );
+        assert_eq!(key_attribute(&json!({}), "HASH"), None);
+    }
+
+    #[test]
     fn reads_cost_by_consistency() {
         let body = json!({"RequestItems": {"Counters": {"Keys": [{"pk": {"S": "a"}}, {"pk": {"S": "b"}}], "ConsistentRead": true}}});
         let t = touches("BatchGetItem", &body);
@@ -289,12 +396,7 @@ mod tests {
 
     #[test]
     fn cancellation_lists_one_reason_per_item() {
-        let (status, body) = cancelled(
-            3,
-            &[1],
-            "TransactionConflict",
-            "Transaction is ongoing for the item",
-        );
+        let (status, body) = conflict_cancelled(3, &[1]);
         assert_eq!(status, 400);
         let codes: Vec<&str> = body["CancellationReasons"]
             .as_array()

@@ -1,15 +1,18 @@
 //! The proxy's state: the seeded schedule, the per-key capacity model, the
-//! learned key schemas and the counters. One `std` mutex guards it; it is
-//! never held across an await, so a stalled answer stalls nobody else.
+//! conflict model's holds, the learned key schemas and the counters. One
+//! `std` mutex guards it; it is never held across an await, so a stalled
+//! answer stalls nobody else.
 
 use crate::config::Faults;
+use crate::conflicts::{Holds, ModeledConflicts};
 use crate::protocol::{self, Touch};
+use crate::schema::KeySchemas;
 use bytes::Bytes;
 use hyper::HeaderMap;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -21,6 +24,8 @@ pub(crate) struct Planned {
     pub plan: Plan,
     /// Whether (and how) to lose the answer after forwarding.
     pub lost: Option<Lost>,
+    /// The conflict model's hold on a transaction to forward (`Held`).
+    pub held: Option<u64>,
 }
 
 pub(crate) enum Plan {
@@ -32,6 +37,16 @@ pub(crate) enum Plan {
         body: Option<Value>,
         unprocessed: Option<Map<String, Value>>,
     },
+}
+
+/// A request answered `answer` without being forwarded.
+fn refused(delay: Duration, (status, body): (u16, Value)) -> Planned {
+    Planned {
+        delay,
+        plan: Plan::Refuse { status, body },
+        lost: None,
+        held: None,
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -95,8 +110,11 @@ pub struct Stats {
     /// `server_error`, `conflict`, `lost_dropped`, `lost_stalled`,
     /// `lost_500`, `latency`, `unprocessed`, `capacity_throttle`.
     pub injected: BTreeMap<String, BTreeMap<String, u64>>,
-    /// Sum of `injected` without `latency` (which fails nothing).
+    /// Every request the proxy failed: the sum of `injected` without
+    /// `latency` (which fails nothing), and the conflict model's refusals.
     pub failures_injected: u64,
+    /// What the conflict model (`conflict_hold_ms`) refused and held.
+    pub modeled_conflicts: ModeledConflicts,
     /// Capacity units consumed by forwarded requests, by operation.
     pub write_units: BTreeMap<String, f64>,
     pub read_units: BTreeMap<String, f64>,
@@ -167,13 +185,11 @@ struct Inner {
     faults: Faults,
     rng: fastrand::Rng,
     started: Instant,
-    /// Table → its hash key attribute, learned with DescribeTable.
-    hash_keys: HashMap<String, String>,
-    /// Tables whose schema could not be learned: every key is its own
-    /// partition.
-    unknown_tables: HashSet<String>,
+    /// The tables' key schemas, learned with DescribeTable.
+    schemas: KeySchemas,
     windows: HashMap<String, Window>,
     tokens: HashMap<String, Token>,
+    holds: Holds,
     stats: Stats,
 }
 
@@ -199,10 +215,10 @@ impl Inner {
             rng: fastrand::Rng::with_seed(faults.seed),
             faults,
             started: Instant::now(),
-            hash_keys: HashMap::new(),
-            unknown_tables: HashSet::new(),
+            schemas: KeySchemas::default(),
             windows: HashMap::new(),
             tokens: HashMap::new(),
+            holds: Holds::default(),
             stats: Stats::default(),
         }
     }
@@ -247,6 +263,8 @@ impl Shared {
         g.stats = Stats::default();
         g.windows.clear();
         g.tokens.clear();
+        // Holds of transactions in flight stay: they are not counters.
+        g.holds.stats = ModeledConflicts::default();
         g.started = Instant::now();
     }
 
@@ -260,7 +278,9 @@ impl Shared {
             .iter()
             .filter(|(class, _)| class.as_str() != "latency")
             .flat_map(|(_, m)| m.values())
-            .sum();
+            .sum::<u64>()
+            + g.holds.stats.total();
+        s.modeled_conflicts = g.holds.stats.clone();
         let mut keys = g.loads();
         keys.sort_by(|a, b| {
             b.max_write_units_per_sec
@@ -276,6 +296,11 @@ impl Shared {
         s
     }
 
+    /// The transaction of hold `id` has its answer (or was abandoned).
+    pub(crate) fn release(&self, id: u64) {
+        self.lock().holds.release(id, Instant::now());
+    }
+
     /// Every partition key's load since the last reset, in no order: for
     /// callers that attribute units to their own traffic (the benchmark's
     /// units per like), which the 20 hottest keys of [`Stats`] cannot.
@@ -283,7 +308,7 @@ impl Shared {
         self.lock().loads()
     }
 
-    /// Learns the hash key of every table in `touches`, with a
+    /// Learns the key schema of every table in `touches`, with a
     /// DescribeTable to the emulator the first time a table is seen.
     pub(crate) async fn learn_tables(&self, touches: &[Touch], headers: &HeaderMap) {
         let tables: Vec<String> = {
@@ -291,7 +316,7 @@ impl Shared {
             let mut t: Vec<String> = touches
                 .iter()
                 .map(|t| t.table.clone())
-                .filter(|t| !g.hash_keys.contains_key(t) && !g.unknown_tables.contains(t))
+                .filter(|t| !g.schemas.looked_up(t))
                 .collect();
             t.sort();
             t.dedup();
@@ -313,15 +338,9 @@ impl Shared {
                 hyper::header::HeaderValue::from_static("application/x-amz-json-1.0"),
             );
             let body = Bytes::from(json!({ "TableName": table }).to_string());
-            let hash_key = match self.forward(&h, body).await {
+            let described = match self.forward(&h, body).await {
                 Ok((status, _, b)) if status.is_success() => {
-                    serde_json::from_slice::<Value>(&b).ok().and_then(|v| {
-                        v["Table"]["KeySchema"].as_array()?.iter().find_map(|k| {
-                            (k["KeyType"] == "HASH")
-                                .then(|| k["AttributeName"].as_str().map(str::to_owned))
-                                .flatten()
-                        })
-                    })
+                    serde_json::from_slice::<Value>(&b).ok()
                 }
                 Ok((status, _, b)) => {
                     tracing::warn!(%table, %status, answer = %String::from_utf8_lossy(&b), "DescribeTable failed: every key of the table counts as its own partition");
@@ -332,15 +351,7 @@ impl Shared {
                     None
                 }
             };
-            let mut g = self.lock();
-            match hash_key {
-                Some(k) => {
-                    g.hash_keys.insert(table, k);
-                }
-                None => {
-                    g.unknown_tables.insert(table);
-                }
-            }
+            self.lock().schemas.learn(table, described.as_ref());
         }
     }
 
@@ -362,7 +373,6 @@ impl Shared {
         } else {
             0
         };
-        let refuse = |(status, body): (u16, Value)| Plan::Refuse { status, body };
 
         let u = g.rng.f64();
         let mut edge = rates.throttle;
@@ -376,11 +386,7 @@ impl Shared {
                 1 => protocol::throttling(),
                 _ => protocol::throughput_exceeded(),
             };
-            return Planned {
-                delay,
-                plan: refuse(answer),
-                lost: None,
-            };
+            return refused(delay, answer);
         }
         edge += rates.server_error;
         if u < edge {
@@ -390,27 +396,14 @@ impl Shared {
             } else {
                 protocol::error(503, "ServiceUnavailable", "Service unavailable")
             };
-            return Planned {
-                delay,
-                plan: refuse(answer),
-                lost: None,
-            };
+            return refused(delay, answer);
         }
         if tx {
             edge += rates.conflict;
             if u < edge {
                 g.inject("conflict", op);
                 let hit = g.rng.usize(0..n_items.max(1));
-                return Planned {
-                    delay,
-                    plan: refuse(protocol::cancelled(
-                        n_items,
-                        &[hit],
-                        "TransactionConflict",
-                        "Transaction is ongoing for the item",
-                    )),
-                    lost: None,
-                };
+                return refused(delay, protocol::conflict_cancelled(n_items, &[hit]));
             }
         }
         edge += rates.lost;
@@ -420,12 +413,18 @@ impl Shared {
             _ => Lost::ServerError,
         });
 
+        // The conflict model: after the random refusals (a request they
+        // refuse never reaches DynamoDB's transaction coordinator) and
+        // before the capacity model (so a refused request costs nothing).
+        if g.faults.conflict_hold.is_some()
+            && let Some(answer) = g.holds.check(op, body, touches, &g.schemas, Instant::now())
+        {
+            return refused(delay, answer);
+        }
+
         // The capacity model.
         let second = g.started.elapsed().as_secs();
-        let partitions: Vec<String> = touches
-            .iter()
-            .map(|t| protocol::partition(t, &g.hash_keys))
-            .collect();
+        let partitions: Vec<String> = touches.iter().map(|t| g.schemas.partition(t)).collect();
         let mut want: HashMap<&str, (f64, f64)> = HashMap::new();
         for (t, p) in touches.iter().zip(&partitions) {
             let e = want.entry(p.as_str()).or_default();
@@ -463,11 +462,7 @@ impl Shared {
                 g.inject("unprocessed", op);
             }
             if !touches.is_empty() && unread.len() == touches.len() {
-                return Planned {
-                    delay,
-                    plan: refuse(protocol::throughput_exceeded()),
-                    lost: None,
-                };
+                return refused(delay, protocol::throughput_exceeded());
             }
         } else {
             let hot: Vec<String> = want
@@ -493,11 +488,7 @@ impl Shared {
                 } else {
                     protocol::throughput_exceeded()
                 };
-                return Planned {
-                    delay,
-                    plan: refuse(answer),
-                    lost: None,
-                };
+                return refused(delay, answer);
             }
         }
         for (i, (t, p)) in touches.iter().zip(&partitions).enumerate() {
@@ -521,6 +512,10 @@ impl Shared {
             };
             g.inject(class, op);
         }
+        // Past every refusal: a transaction to forward holds its items.
+        let held = (g.faults.conflict_hold)
+            .filter(|_| op == "TransactWriteItems")
+            .map(|extra| g.holds.hold(body, touches, &g.schemas, extra));
         let (body, unprocessed) = if unread.is_empty() {
             (None, None)
         } else {
@@ -531,6 +526,7 @@ impl Shared {
             delay,
             plan: Plan::Forward { body, unprocessed },
             lost,
+            held,
         }
     }
 
@@ -572,7 +568,7 @@ impl Shared {
         if op != "TransactWriteItems" {
             return;
         }
-        let Some(token) = body.get("ClientRequestToken").and_then(Value::as_str) else {
+        let Some(token) = protocol::client_token(body) else {
             return;
         };
         let h = hash(raw);
