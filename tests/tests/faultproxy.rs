@@ -4,7 +4,10 @@
 //! write *did* happen, a retry with the same token is replayed by the
 //! emulator and one with another body is refused, the capacity model
 //! throttles a key at its cap and counts 2 units per transactional item,
-//! `UnprocessedKeys` are well formed, and the statistics say what happened.
+//! `UnprocessedKeys` are well formed, the conflict model cancels a
+//! transaction on an item another one holds (and answers a single write
+//! and a same-token retry the way DynamoDB does), and the statistics say
+//! what happened.
 
 mod common;
 
@@ -13,6 +16,8 @@ use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, TransactWriteItem, Update};
 use common::TestStack;
 use faultproxy::{Faults, Proxy};
@@ -280,6 +285,104 @@ async fn the_capacity_model_throttles_one_hot_key_at_its_cap() {
             (format!("{}/cool", r.table), 1.0),
             (format!("{}/hot", r.table), 2.0 * ok as f64)
         ]
+    );
+    r.t.stop().await;
+}
+
+#[tokio::test]
+async fn the_conflict_model_cancels_a_transaction_on_a_held_item() {
+    // dynoxide answers in well under a millisecond: the hold is what makes
+    // the next requests overlap the first transaction.
+    let hold = Duration::from_millis(1500);
+    let r = rig(&format!("seed=8,conflict_hold_ms={}", hold.as_millis())).await;
+    let first = || {
+        r.client
+            .transact_write_items()
+            .transact_items(add_one(&r.table, "held"))
+            .client_request_token("first")
+    };
+    first().send().await.expect("the first transaction commits");
+    let answered = std::time::Instant::now();
+
+    // Another transaction on the held item: cancelled at that item only.
+    let e = r
+        .client
+        .transact_write_items()
+        .transact_items(add_one(&r.table, "free"))
+        .transact_items(add_one(&r.table, "held"))
+        .send()
+        .await
+        .expect_err("conflict");
+    let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error()
+    else {
+        panic!("{e:?}")
+    };
+    let codes: Vec<_> = c.cancellation_reasons().iter().map(|r| r.code()).collect();
+    assert_eq!(codes, [Some("None"), Some("TransactionConflict")]);
+    // A single write to it: TransactionConflictException.
+    let e = r
+        .client
+        .update_item()
+        .table_name(&r.table)
+        .key("pk", AttributeValue::S("held".into()))
+        .update_expression("ADD n :one")
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .expect_err("conflict");
+    assert!(
+        matches!(
+            e.as_service_error(),
+            Some(UpdateItemError::TransactionConflictException(_))
+        ),
+        "{e:?}"
+    );
+    // A read of it goes through.
+    let got = r
+        .client
+        .get_item()
+        .table_name(&r.table)
+        .key("pk", AttributeValue::S("held".into()))
+        .send()
+        .await
+        .expect("a GetItem does not conflict");
+    assert!(got.item.is_some());
+    // The first transaction's retry while it holds: still in progress.
+    let e = first().send().await.expect_err("in progress");
+    assert!(
+        matches!(
+            e.as_service_error(),
+            Some(TransactWriteItemsError::TransactionInProgressException(_))
+        ),
+        "{e:?}"
+    );
+    assert!(answered.elapsed() < hold, "the checks ran inside the hold");
+    // After the hold the retry reaches the emulator, which replays it.
+    tokio::time::sleep(hold.saturating_sub(answered.elapsed()) + Duration::from_millis(100)).await;
+    first().send().await.expect("replayed");
+    assert_eq!(n_of(&r, "held").await, 1, "applied once");
+    assert_eq!(
+        n_of(&r, "free").await,
+        0,
+        "the cancelled one changed nothing"
+    );
+
+    let s = r.proxy.stats();
+    let m = &s.modeled_conflicts;
+    assert_eq!(m.refused.get("TransactWriteItems"), Some(&1), "{m:?}");
+    assert_eq!(m.refused.get("UpdateItem"), Some(&1), "{m:?}");
+    assert_eq!(m.in_progress, 1, "{m:?}");
+    assert_eq!(s.injected_of("conflict"), 0, "the random class stayed off");
+    assert_eq!(s.tokens.replayed_after_commit, 1, "{:?}", s.tokens);
+    let http: serde_json::Value = reqwest::get(format!("{}/__proxy/stats", r.proxy.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        http["modeled_conflicts"]["refused"]["TransactWriteItems"],
+        1
     );
     r.t.stop().await;
 }
