@@ -34,16 +34,15 @@
 //! emulator answers in well under a millisecond, so without the hold no
 //! two transactions would overlap. A hold is a deadline, pruned when the
 //! next request looks, under the state's one lock; nothing waits on it.
-//! [`Held`] sets the deadline when the answer is back, or when the request
-//! is abandoned first, so no hold outlives its request.
+//! The forwarding sets the deadline when the answer is back, or when the
+//! request is abandoned first (a drop guard), so no hold outlives its
+//! request.
 
 use crate::protocol::{self, Touch};
 use crate::schema::KeySchemas;
-use crate::state::Shared;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What the conflict model did, as `GET /__proxy/stats` reports it.
@@ -182,25 +181,6 @@ impl Holds {
         if let Some(h) = self.holds.get_mut(&id) {
             h.until = Some(now + h.extra);
         }
-    }
-}
-
-/// A transaction's hold, released when this is dropped: when its answer is
-/// back, or when its request is abandoned (the client hung up) before that.
-pub(crate) struct Held {
-    shared: Arc<Shared>,
-    id: u64,
-}
-
-impl Held {
-    pub(crate) fn new(shared: Arc<Shared>, id: u64) -> Held {
-        Held { shared, id }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.shared.release(self.id);
     }
 }
 

@@ -81,6 +81,20 @@ impl std::fmt::Display for Dropped {
 
 impl std::error::Error for Dropped {}
 
+/// A transaction's hold on its items (the conflict model), released when
+/// this is dropped: when its answer is back, or when its request is
+/// abandoned (the client hung up) before that.
+struct Held {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.shared.release(self.id);
+    }
+}
+
 impl Proxy {
     /// Listens on `listen` (port 0 = any free port) and forwards to
     /// `upstream` (e.g. `http://127.0.0.1:8000`).
@@ -211,7 +225,10 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Dr
 
     let plan = shared.plan(&op, &parsed, &touches);
     // Made before any await, so an abandoned request releases its hold too.
-    let held = plan.held.map(|id| conflicts::Held::new(shared.clone(), id));
+    let held = plan.held.map(|id| Held {
+        shared: shared.clone(),
+        id,
+    });
     if !plan.delay.is_zero() {
         tokio::time::sleep(plan.delay).await;
     }
