@@ -14,7 +14,9 @@
 //!   model**: write (or read) units per key per second above a cap are
 //!   refused, the way one DynamoDB partition refuses a hot key;
 //! * **transaction conflicts**: `TransactionCanceledException` with
-//!   `TransactionConflict` reasons;
+//!   `TransactionConflict` reasons, at random, or by the **conflict model**
+//!   (`conflict_hold_ms`): a request on an item that a transaction in
+//!   flight holds gets DynamoDB's documented conflict answer;
 //! * **500/503** server errors and **added latency**;
 //! * **`UnprocessedKeys`** on `BatchGetItem`.
 //!
@@ -29,9 +31,14 @@
 //! * [`config`]: what to inject ([`Faults`]), and its one text form.
 //! * `protocol`: operations, the items a request touches and what they cost,
 //!   DynamoDB's error bodies.
-//! * `state`: the schedule, the capacity model and the counters, behind one
-//!   lock that is never held across an await.
-//! * this file: the HTTP server and the forwarding.
+//! * `schema`: the tables' key schemas, learned with `DescribeTable`: the
+//!   partition and the item a key is on.
+//! * `conflicts`: the conflict model, which requests conflict with a
+//!   transaction in flight and what they get, citing the AWS documents.
+//! * `state`: the schedule, the capacity model, the conflict model's holds
+//!   and the counters, behind one lock that is never held across an await.
+//! * this file: the HTTP server and the forwarding, which releases a
+//!   transaction's holds when its answer is back.
 
 pub mod config;
 mod conflicts;
