@@ -14,7 +14,7 @@ pub struct Chunk {
     pub first: SequenceNumber,
     /// Its last record: the checkpoint once it is applied.
     pub last: SequenceNumber,
-    /// Index in the batch of its first record (what a failure reports).
+    /// Index of its first record among the changes cut (the ordered batch).
     pub first_index: usize,
     /// Records in it.
     pub records: usize,
@@ -35,7 +35,7 @@ impl Chunk {
     }
 }
 
-/// Cuts `changes` (in stream order, none at or below the checkpoint) into
+/// Cuts `changes` (in sequence order, none at or below the checkpoint) into
 /// consecutive chunks of at most `max_reels` distinct reels each. The cut
 /// depends only on the changes, so a batch delivered again after a failure
 /// is cut the same way from the checkpoint on (a smaller or larger batch
