@@ -16,7 +16,8 @@
 //! * a batch delivered again reversed, with newer records appended, too;
 //! * a record repeated inside one batch counts once;
 //! * a like row's INSERT and REMOVE delivered REMOVE first cancel out;
-//! * the checkpoint item refuses a transaction that would move it back.
+//! * the checkpoint item refuses a transaction that would move it back;
+//! * records that change no count take no reel's place in a transaction.
 
 mod common;
 
@@ -298,5 +299,35 @@ async fn the_checkpoint_item_refuses_to_move_back() {
         "a move forward is taken"
     );
     assert_eq!(store.checkpoint(&key).await.unwrap(), at("1000"));
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_that_change_no_count_take_no_reels_place() {
+    let t = stack().await;
+    // Rows written by transactional mode (no stream mark: their own
+    // transactions counted them), each on its own reel, then one like.
+    let mut records: Vec<Value> = (1..=20)
+        .map(|n| {
+            let mut r = like(n, "old", &format!("old{n}"));
+            r["dynamodb"]["NewImage"]
+                .as_object_mut()
+                .unwrap()
+                .remove("cm");
+            r
+        })
+        .collect();
+    records.push(like(21, "new", "fresh"));
+    let event: likes::aggregate::records::StreamEvent =
+        serde_json::from_value(batch("s1", &records)).unwrap();
+    let out = t.stack.app.aggregate.handle(&event, None).await.unwrap();
+    assert_eq!(
+        (out.applied, out.chunks),
+        (21, 1),
+        "one transaction, although a transaction holds one reel"
+    );
+    assert_eq!(t.shard_sum("fresh").await, 1);
+    assert_eq!(t.shard_sum("old1").await, 0);
+    assert_eq!(checkpoint(&t, "s1").await, Some(padded(21)));
     t.stop().await;
 }

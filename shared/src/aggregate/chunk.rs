@@ -18,8 +18,8 @@ pub struct Chunk {
     pub first_index: usize,
     /// Records in it.
     pub records: usize,
-    /// The net change of each reel it touches (a like and an unlike of one
-    /// reel cancel out; the reel is still listed).
+    /// The net change of each reel whose count it changes: never 0 (a
+    /// reel whose like and unlike cancel out is not listed).
     pub deltas: BTreeMap<ReelId, i64>,
     /// The latest `ApproximateCreationDateTime` in it (Unix ms).
     pub newest_ms: Option<i64>,
@@ -28,24 +28,29 @@ pub struct Chunk {
 impl Chunk {
     /// The reels whose count it changes, with their net change.
     pub fn nonzero(&self) -> impl Iterator<Item = (&ReelId, i64)> {
-        self.deltas
-            .iter()
-            .filter(|(_, d)| **d != 0)
-            .map(|(r, d)| (r, *d))
+        self.deltas.iter().map(|(r, d)| (r, *d))
     }
 }
 
 /// Cuts `changes` (in sequence order, none at or below the checkpoint) into
-/// consecutive chunks of at most `max_reels` distinct reels each. The cut
-/// depends only on the changes, so a batch delivered again after a failure
-/// is cut the same way from the checkpoint on (a smaller or larger batch
-/// may end its last chunk elsewhere: the checkpoint, not the cut, is what
-/// makes a record count once).
+/// consecutive chunks whose net changes touch at most `max_reels` reels
+/// each. The cut depends only on the changes, so a batch delivered again
+/// after a failure is cut the same way from the checkpoint on (a smaller or
+/// larger batch may end its last chunk elsewhere: the checkpoint, not the
+/// cut, is what makes a record count once).
+///
+/// A reel's place bounds the transaction's items (a settings check and a
+/// shard update each), so only a net change needs one: a record that
+/// changes no count (a row its own transaction counted, replayed when a
+/// busy table switches to stream mode) rides along in any chunk, moving
+/// the checkpoint only, and a reel whose like and unlike cancel out frees
+/// its place.
 pub fn chunks(changes: &[(usize, Change)], max_reels: usize) -> Vec<Chunk> {
     let max_reels = max_reels.max(1);
     let mut out: Vec<Chunk> = Vec::new();
     for (index, c) in changes {
-        let fits = out.last().is_some_and(|chunk| match &c.reel {
+        let reel = c.reel.as_ref().filter(|_| c.delta != 0);
+        let fits = out.last().is_some_and(|chunk| match reel {
             Some(r) => chunk.deltas.contains_key(r) || chunk.deltas.len() < max_reels,
             None => true,
         });
@@ -66,8 +71,12 @@ pub fn chunks(changes: &[(usize, Change)], max_reels: usize) -> Vec<Chunk> {
         };
         chunk.last = c.seq.clone();
         chunk.records += 1;
-        if let Some(r) = &c.reel {
-            *chunk.deltas.entry(r.clone()).or_default() += c.delta;
+        if let Some(r) = reel {
+            let net = chunk.deltas.entry(r.clone()).or_default();
+            *net += c.delta;
+            if *net == 0 {
+                chunk.deltas.remove(r);
+            }
         }
         chunk.newest_ms = chunk.newest_ms.max(c.at_ms);
     }
@@ -102,21 +111,48 @@ mod tests {
         .enumerate()
         .collect();
         let out = chunks(&cs, 2);
-        let cut: Vec<(String, String, usize)> = out
-            .iter()
-            .map(|c| (c.first.to_string(), c.last.to_string(), c.records))
-            .collect();
+        // a's like and unlike cancel out at 3: its place goes to c.
         assert_eq!(
-            cut,
-            [("1".into(), "3".into(), 3), ("4".into(), "7".into(), 4)]
+            cut(&out),
+            [("1".into(), "6".into(), 6), ("7".into(), "7".into(), 1)]
         );
-        assert_eq!(out[0].nonzero().count(), 1, "a's like and unlike cancel");
-        assert_eq!(out[1].first_index, 3);
+        let reel = |r: &str| ReelId::parse(r).unwrap();
+        assert_eq!(
+            out[0].deltas,
+            BTreeMap::from([(reel("b"), 1), (reel("c"), 2)])
+        );
+        assert_eq!(out[1].first_index, 6);
         assert_eq!(out[1].newest_ms, Some(7));
-        let c = ReelId::parse("c").unwrap();
-        assert_eq!(out[1].deltas[&c], 2);
         // The same changes from a later point are cut the same way there.
-        assert_eq!(chunks(&cs[3..], 2), out[1..]);
+        assert_eq!(chunks(&cs[6..], 2), out[1..]);
         assert!(chunks(&[], 5).is_empty());
+    }
+
+    fn cut(out: &[Chunk]) -> Vec<(String, String, usize)> {
+        out.iter()
+            .map(|c| (c.first.to_string(), c.last.to_string(), c.records))
+            .collect()
+    }
+
+    #[test]
+    fn records_that_change_no_count_take_no_reels_place() {
+        // A busy table switching to stream mode: a batch of rows written by
+        // transactional mode (delta 0), a reel each, then one like.
+        let mut cs: Vec<(usize, Change)> = (1..=1000)
+            .map(|n| change(n, &format!("old{n}"), 0))
+            .enumerate()
+            .collect();
+        cs.push((1000, change(1001, "new", 1)));
+        let out = chunks(&cs, 49);
+        assert_eq!(cut(&out), [("1".into(), "1001".into(), 1001)]);
+        assert_eq!(out[0].nonzero().count(), 1);
+        // A like and an unlike of one reel free its place for the next.
+        let cs: Vec<(usize, Change)> = [change(1, "a", 1), change(2, "a", -1), change(3, "b", 1)]
+            .into_iter()
+            .enumerate()
+            .collect();
+        let out = chunks(&cs, 1);
+        assert_eq!(cut(&out), [("1".into(), "3".into(), 3)]);
+        assert_eq!(out[0].nonzero().count(), 1);
     }
 }
