@@ -1,10 +1,14 @@
 //! Deterministic sub-batches: a batch's changes cut into consecutive runs
 //! that each fit one transaction, so that each can advance the shard's
-//! checkpoint to its last record.
+//! checkpoint to its last record; and each run's transaction.
 
 use super::records::{Change, SequenceNumber};
+use super::{CHECKPOINT_TTL, counter_shard};
 use crate::keys::ReelId;
-use std::collections::BTreeMap;
+use crate::store::{ChunkAdd, ChunkWrite, Settings};
+use crate::token::RequestToken;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 /// Consecutive changes of one stream shard, applied by one transaction:
 /// every change after the checkpoint up to and including `last`.
@@ -29,6 +33,53 @@ impl Chunk {
     /// The reels whose count it changes, with their net change.
     pub fn nonzero(&self) -> impl Iterator<Item = (&ReelId, i64)> {
         self.deltas.iter().map(|(r, d)| (r, *d))
+    }
+
+    /// Its transaction on the checkpoint item `key` of stream shard
+    /// `shard_id`, from `checkpoint` (the value read) to its last record:
+    /// each reel's delta on the shard `settings` (by reel; missing: none
+    /// yet) give this stream shard, conditioned on their version; `now` is
+    /// the aggregator's clock.
+    pub fn write(
+        &self,
+        key: &str,
+        shard_id: &str,
+        checkpoint: Option<&SequenceNumber>,
+        settings: &HashMap<ReelId, Settings>,
+        now: Duration,
+    ) -> ChunkWrite {
+        let mut adds = Vec::with_capacity(self.deltas.len());
+        let mut versions = Vec::with_capacity(self.deltas.len());
+        for (reel, delta) in self.nonzero() {
+            let s = settings.get(reel).copied().unwrap_or_default();
+            versions.push(s.version.to_string());
+            adds.push(ChunkAdd {
+                reel: reel.clone(),
+                shard: counter_shard(key, s.write_shards),
+                delta,
+                settings_version: s.version,
+            });
+        }
+        let expected = checkpoint.map(|c| c.padded().to_owned());
+        let mut fields: Vec<&str> = vec![
+            key,
+            expected.as_deref().unwrap_or("-"),
+            self.first.padded(),
+            self.last.padded(),
+        ];
+        fields.extend(versions.iter().map(String::as_str));
+        let token = RequestToken::for_fields("aggregate", &fields);
+        ChunkWrite {
+            checkpoint_key: key.to_owned(),
+            shard_id: shard_id.to_owned(),
+            expected,
+            next: self.last.padded().to_owned(),
+            adds,
+            records: self.records as u64,
+            token,
+            now_ms: now.as_millis() as i64,
+            expires_at: (now + CHECKPOINT_TTL).as_secs() as i64,
+        }
     }
 }
 

@@ -65,7 +65,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::retry::Backoff;
-use crate::store::{AggregateStore, ChunkAdd, ChunkResult, ChunkWrite};
+use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
 use crate::token::RequestToken;
 use records::{SequenceNumber, StreamEvent};
 use std::time::{Duration, Instant};
@@ -290,9 +290,8 @@ impl<S: AggregateStore> Aggregator<S> {
         }
     }
 
-    /// The transaction of `chunk`: each reel's delta on the shard its
-    /// current settings give this stream shard, conditioned on those
-    /// settings' version.
+    /// The transaction of `chunk` under the reels' current settings (see
+    /// [`chunk::Chunk::write`]).
     async fn plan(
         &self,
         key: &str,
@@ -307,37 +306,6 @@ impl<S: AggregateStore> Aggregator<S> {
         } else {
             self.store.settings(&reels).await?
         };
-        let mut adds = Vec::with_capacity(reels.len());
-        let mut versions = Vec::with_capacity(reels.len());
-        for (reel, delta) in chunk.nonzero() {
-            let s = settings.get(reel).copied().unwrap_or_default();
-            versions.push(s.version.to_string());
-            adds.push(ChunkAdd {
-                reel: reel.clone(),
-                shard: counter_shard(key, s.write_shards),
-                delta,
-                settings_version: s.version,
-            });
-        }
-        let expected = checkpoint.map(|c| c.padded().to_owned());
-        let mut fields: Vec<&str> = vec![
-            key,
-            expected.as_deref().unwrap_or("-"),
-            chunk.first.padded(),
-            chunk.last.padded(),
-        ];
-        fields.extend(versions.iter().map(String::as_str));
-        let token = RequestToken::for_fields("aggregate", &fields);
-        Ok(ChunkWrite {
-            checkpoint_key: key.to_owned(),
-            shard_id: shard_id.to_owned(),
-            expected,
-            next: chunk.last.padded().to_owned(),
-            adds,
-            records: chunk.records as u64,
-            token,
-            now_ms: now.as_millis() as i64,
-            expires_at: (now + CHECKPOINT_TTL).as_secs() as i64,
-        })
+        Ok(chunk.write(key, shard_id, checkpoint, &settings, now))
     }
 }
