@@ -49,10 +49,8 @@ impl Chunk {
         now: Duration,
     ) -> ChunkWrite {
         let mut adds = Vec::with_capacity(self.deltas.len());
-        let mut versions = Vec::with_capacity(self.deltas.len());
         for (reel, delta) in self.nonzero() {
             let s = settings.get(reel).copied().unwrap_or_default();
-            versions.push(s.version.to_string());
             adds.push(ChunkAdd {
                 reel: reel.clone(),
                 shard: counter_shard(key, s.write_shards),
@@ -60,27 +58,70 @@ impl Chunk {
                 settings_version: s.version,
             });
         }
-        let expected = checkpoint.map(|c| c.padded().to_owned());
-        let mut fields: Vec<&str> = vec![
-            key,
-            expected.as_deref().unwrap_or("-"),
-            self.first.padded(),
-            self.last.padded(),
-        ];
-        fields.extend(versions.iter().map(String::as_str));
-        let token = RequestToken::for_fields("aggregate", &fields);
-        ChunkWrite {
+        let mut write = ChunkWrite {
             checkpoint_key: key.to_owned(),
             shard_id: shard_id.to_owned(),
-            expected,
+            expected: checkpoint.map(|c| c.padded().to_owned()),
             next: self.last.padded().to_owned(),
             adds,
             records: self.records as u64,
-            token,
+            // Derived from the rest, once it is all there (below).
+            token: RequestToken::for_fields("aggregate", &[]),
             now_ms: now.as_millis() as i64,
             expires_at: (now + CHECKPOINT_TTL).as_secs() as i64,
-        }
+        };
+        write.token = token(&write);
+        write
     }
+}
+
+/// The `ClientRequestToken` of `write`: derived from all it sends (every
+/// value written, every condition, the clock it stamps), so that one token
+/// never names two bodies. DynamoDB answers a token sent again within ten
+/// minutes with a replay of the first transaction, or, if the body differs,
+/// with `IdempotentParameterMismatch`; so a retry of one plan (the SDK's
+/// after a lost answer, or the aggregator's) is a replay, and a plan made
+/// later (another invocation, another clock) is another transaction, which
+/// the checkpoint's condition refuses if the first one landed.
+fn token(write: &ChunkWrite) -> RequestToken {
+    // Taken apart field by field: a field added to the body is a compile
+    // error here until the token covers it.
+    let ChunkWrite {
+        checkpoint_key,
+        shard_id,
+        expected,
+        next,
+        adds,
+        records,
+        token: _,
+        now_ms,
+        expires_at,
+    } = write;
+    let mut fields: Vec<String> = vec![
+        checkpoint_key.clone(),
+        shard_id.clone(),
+        expected.clone().unwrap_or_else(|| "-".into()),
+        next.clone(),
+        records.to_string(),
+        now_ms.to_string(),
+        expires_at.to_string(),
+    ];
+    for ChunkAdd {
+        reel,
+        shard,
+        delta,
+        settings_version,
+    } in adds
+    {
+        fields.extend([
+            reel.as_str().to_owned(),
+            shard.to_string(),
+            delta.to_string(),
+            settings_version.to_string(),
+        ]);
+    }
+    let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+    RequestToken::for_fields("aggregate/v2", &fields)
 }
 
 /// Cuts `changes` (in sequence order, none at or below the checkpoint) into
@@ -205,5 +246,54 @@ mod tests {
         let out = chunks(&cs, 1);
         assert_eq!(cut(&out), [("1".into(), "3".into(), 3)]);
         assert_eq!(out[0].nonzero().count(), 1);
+    }
+
+    #[test]
+    fn a_token_names_one_transaction_body() {
+        let cs: Vec<(usize, Change)> = [change(10, "a", 1), change(11, "b", -1)]
+            .into_iter()
+            .enumerate()
+            .collect();
+        let chunk = &chunks(&cs, 5)[0];
+        let key = "agg#k";
+        let read = SequenceNumber::parse("9");
+        let reel = |r: &str| ReelId::parse(r).unwrap();
+        let mut settings = HashMap::from([(reel("a"), Settings::default())]);
+        let now = Duration::from_millis(1_800_000_000_000);
+        let write = |chunk: &Chunk, read: Option<&SequenceNumber>, s: &HashMap<_, _>, now| {
+            chunk.write(key, "shard-1", read, s, now)
+        };
+        let base = write(chunk, read.as_ref(), &settings, now);
+        // Planned again from the same state, the same transaction: an
+        // SDK or aggregator retry is a replay.
+        assert_eq!(write(chunk, read.as_ref(), &settings, now), base);
+        // Any other body, another token: DynamoDB answers a token used
+        // again with another body with IdempotentParameterMismatch.
+        let mut others = vec![
+            // Planned later (a retried batch): another clock, stamped on
+            // the shards and the checkpoint's expiry.
+            write(
+                chunk,
+                read.as_ref(),
+                &settings,
+                now + Duration::from_secs(5),
+            ),
+            write(chunk, None, &settings, now),
+        ];
+        settings.get_mut(&reel("a")).unwrap().write_shards = 7;
+        others.push(write(chunk, read.as_ref(), &settings, now));
+        settings.get_mut(&reel("a")).unwrap().version = 3;
+        others.push(write(chunk, read.as_ref(), &settings, now));
+        // The same range with other deltas (another STREAM_SINCE_MS).
+        let mut changed = chunk.clone();
+        changed.deltas.insert(reel("a"), 2);
+        others.push(write(&changed, read.as_ref(), &HashMap::new(), now));
+        for (i, other) in others.iter().enumerate() {
+            assert_ne!(*other, base, "variant {i}");
+            assert_ne!(
+                other.token, base.token,
+                "variant {i}: one token, two bodies"
+            );
+        }
     }
 }

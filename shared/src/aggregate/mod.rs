@@ -18,9 +18,10 @@
 //!   changes nothing already applied;
 //! * a chunk lands whole or not at all, and never twice: two invocations
 //!   holding the same records cannot both move the checkpoint from one
-//!   value; the `ClientRequestToken` (derived from the checkpoint key, the
-//!   value read, the chunk's range and the settings it was planned with)
-//!   makes the SDK's retry after a lost answer a replay;
+//!   value; the `ClientRequestToken` (derived from the whole transaction,
+//!   the aggregator's clock stamped in it included: one token never names
+//!   two bodies) makes a retry of one plan, the SDK's after a lost answer
+//!   or the aggregator's, a replay;
 //! * each shard update is also conditioned on the reel's settings version,
 //!   so a resize that moved on meanwhile makes the chunk plan again with
 //!   the new settings (the resize protocol's waits need no bound on how
@@ -206,8 +207,9 @@ impl<S: AggregateStore> Aggregator<S> {
                 .filter(|(_, c)| checkpoint.as_ref().is_none_or(|k| c.seq > *k))
                 .collect();
             for chunk in chunk::chunks(&pending, self.chunk_reels) {
-                // Fixed for the chunk's attempts, so that a retry under the
-                // same token sends the same body.
+                // Fixed for the chunk's attempts: planned again from the
+                // same state, the chunk is the same transaction under the
+                // same token (a replay if an attempt landed unanswered).
                 let now = crate::clock::since_epoch();
                 let mut attempt = 0u32;
                 loop {

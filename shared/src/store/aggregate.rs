@@ -25,7 +25,8 @@ pub struct ChunkWrite {
     pub adds: Vec<ChunkAdd>,
     /// Records in the chunk.
     pub records: u64,
-    /// The transaction's `ClientRequestToken`.
+    /// The transaction's `ClientRequestToken`: derived from every other
+    /// field, so that it never names two bodies.
     pub token: RequestToken,
     /// The aggregator's clock (the shards' `updated_at`).
     pub now_ms: i64,

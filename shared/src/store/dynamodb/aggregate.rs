@@ -99,9 +99,9 @@ impl AggregateStore for DynamoStore {
                 MaintenanceTxFailure::Condition(0) => Ok(ChunkResult::CheckpointMoved),
                 MaintenanceTxFailure::Condition(_) => Ok(ChunkResult::SettingsChanged),
                 MaintenanceTxFailure::Retry(reason) => Ok(ChunkResult::Retry(reason)),
-                // The token is derived from the checkpoint read and the
-                // chunk: used before with another body means the
-                // checkpoint moved on since.
+                // The token is derived from the whole body, so this would
+                // take a hash collision; whatever it is, nothing was
+                // written: read the checkpoint again.
                 MaintenanceTxFailure::Mismatch => Ok(ChunkResult::CheckpointMoved),
             },
         }
