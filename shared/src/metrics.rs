@@ -76,6 +76,7 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("AggregateChunks", Unit::Count),
     ("AggregateRetries", Unit::Count),
     ("AggregateBatchesHandedBack", Unit::Count),
+    ("AggregateBatchesOutOfOrder", Unit::Count),
     ("AggregateErrors", Unit::Count),
     ("AggregationLag", Unit::Milliseconds),
 ];

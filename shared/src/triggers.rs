@@ -157,11 +157,12 @@ pub async fn handle_aggregate_event(
                 .count(
                     "AggregateBatchesHandedBack",
                     u64::from(out.failed_from.is_some()),
-                );
+                )
+                .count("AggregateBatchesOutOfOrder", u64::from(out.out_of_order));
             if let Some(lag) = out.lag_ms {
                 m.sample("AggregationLag", lag as f64);
             }
-            tracing::info!(records, applied = out.applied, skipped = out.skipped, chunks = out.chunks, retries = out.retries, failed_from = ?out.failed_from, lag_ms = ?out.lag_ms, "aggregate batch");
+            tracing::info!(records, applied = out.applied, skipped = out.skipped, chunks = out.chunks, retries = out.retries, failed_from = ?out.failed_from, lag_ms = ?out.lag_ms, out_of_order = out.out_of_order, "aggregate batch");
         }
         Err(e) => {
             m.count("AggregateErrors", 1);

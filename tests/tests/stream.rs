@@ -10,7 +10,8 @@
 //! * Through the fault proxy (the aggregator's transactions: lost answers
 //!   after commit, conflicts, throttles; the Streams API calls too) and the
 //!   event source's own faults (batches delivered again, invocations whose
-//!   answer is lost so the batch is retried and bisected), with chunks of two
+//!   answer is lost so the batch is retried and bisected, batches handed
+//!   over again out of order, as Lambda may), with chunks of two
 //!   reels so that a crash lands between the transactions of one batch:
 //!   still exactly once.
 //! * Rows written by transactional mode are not counted again after a
@@ -187,7 +188,10 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
              TransactWriteItems.throttle=0.1,GetRecords.throttle=0.1,GetRecords.latency=0.2,\
              max_latency_ms=20,stall_ms=600",
         ),
-        ("LOCAL_STREAM_FAULTS", "seed=5,redeliver=0.3,lost=0.3"),
+        (
+            "LOCAL_STREAM_FAULTS",
+            "seed=5,redeliver=0.3,lost=0.3,reorder=0.7",
+        ),
         // Two reels a transaction: a batch is several transactions, and a
         // lost invocation answer lands between them.
         ("AGGREGATE_CHUNK_REELS", "2"),
@@ -230,7 +234,7 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
     let stats = &t.stack.streams[0].stats;
     let seen = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "event source: invocations {}, delivered {}, retries {}, bisections {}, partial {}, redelivered {}, lost {}, discarded {}",
+        "event source: invocations {}, delivered {}, retries {}, bisections {}, partial {}, redelivered {}, lost {}, reordered {}, discarded {}",
         seen(&stats.invocations),
         seen(&stats.delivered),
         seen(&stats.retries),
@@ -238,6 +242,7 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
         seen(&stats.partial),
         seen(&stats.redelivered),
         seen(&stats.lost),
+        seen(&stats.reordered),
         seen(&stats.discarded),
     );
     assert_eq!(stats.discarded(), 0, "no batch ran out of retries");
@@ -247,6 +252,10 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
         "some batches were delivered twice"
     );
     assert!(seen(&stats.lost) > 0, "some invocations lost their answer");
+    assert!(
+        seen(&stats.reordered) > 0,
+        "some batches were handed over again out of order"
+    );
     assert!(
         seen(&stats.bisections) > 0,
         "some retried batches were split"

@@ -37,6 +37,9 @@ pub(super) struct Mapping {
     pub(super) faults: SourceFaults,
     /// Draws the faults, seeded so that a run can be repeated.
     pub(super) rng: Mutex<fastrand::Rng>,
+    /// Draws the `reorder` fault and its shuffles: apart, so that turning
+    /// it on leaves the other faults' draws as they were.
+    pub(super) reorder_rng: Mutex<fastrand::Rng>,
     pub(super) stats: Arc<StreamSourceStats>,
 }
 
@@ -242,7 +245,7 @@ impl Mapping {
     async fn deliver(&self, shard: &str, batch: Vec<Record>) {
         let mut queue: VecDeque<(Vec<Record>, i64)> = VecDeque::from([(batch, 0)]);
         while let Some((records, retries)) = queue.pop_front() {
-            let outcome = self.invoke(shard, &records).await;
+            let outcome = self.invoke(shard, &records, retries > 0).await;
             let (rest, error) = match outcome {
                 Invocation::Done => {
                     self.mark_done(shard, &records);
@@ -250,7 +253,7 @@ impl Mapping {
                         self.stats.redelivered.fetch_add(1, Ordering::Relaxed);
                         // The answer is not looked at: a second delivery
                         // must change nothing.
-                        let _ = self.invoke(shard, &records).await;
+                        let _ = self.invoke(shard, &records, true).await;
                     }
                     continue;
                 }
@@ -290,16 +293,29 @@ impl Mapping {
         }
     }
 
-    async fn invoke(&self, shard: &str, records: &[Record]) -> Invocation {
+    /// Hands `records` (in stream order) to the function; `again`: not
+    /// for the first time, so the `reorder` fault may shuffle them. The
+    /// answer is read against `records` as they are.
+    async fn invoke(&self, shard: &str, records: &[Record], again: bool) -> Invocation {
         self.stats.invocations.fetch_add(1, Ordering::Relaxed);
         self.stats
             .delivered
             .fetch_add(records.len() as u64, Ordering::Relaxed);
+        let mut handed = records.to_vec();
+        if again
+            && handed.len() > 1
+            && self.faults.reorder > 0.0
+            && let Ok(mut rng) = self.reorder_rng.lock()
+            && rng.f64() < self.faults.reorder
+        {
+            self.stats.reordered.fetch_add(1, Ordering::Relaxed);
+            rng.shuffle(&mut handed);
+        }
         let event = event(
             &self.stream_arn,
             self.def.tumbling_window_secs,
             shard,
-            records,
+            &handed,
         );
         let deadline = Instant::now() + self.timeout;
         let run = likes::triggers::handle_aggregate_event(&self.app, event, Some(deadline));

@@ -20,10 +20,13 @@
 //! * a closed shard is read to its end before its children.
 //!
 //! And its faults, on demand (`LOCAL_STREAM_FAULTS`, e.g.
-//! `seed=7,redeliver=0.2,lost=0.1`): `redeliver` delivers a batch that
-//! succeeded once more (at-least-once delivery), `lost` takes a successful
-//! invocation's answer away (an invocation that crashed after doing its
-//! work), which Lambda treats as a function error.
+//! `seed=7,redeliver=0.2,lost=0.1,reorder=0.5`): `redeliver` delivers a
+//! batch that succeeded once more (at-least-once delivery), `lost` takes a
+//! successful invocation's answer away (an invocation that crashed after
+//! doing its work), which Lambda treats as a function error, and `reorder`
+//! shuffles a batch handed over again (a retry, a bisected half, a
+//! redelivery): "If records are processed more than once, they might be
+//! processed out of order" (Lambda developer guide, tumbling windows).
 //!
 //! This file holds the source's handle, its settings and counters; the
 //! mapping's loop (polling, batching, invoking, acting on the answer) is
@@ -65,6 +68,8 @@ pub struct StreamSourceStats {
     pub redelivered: AtomicU64,
     /// Answers taken away by the `lost` fault.
     pub lost: AtomicU64,
+    /// Batches handed over again shuffled, by the `reorder` fault.
+    pub reordered: AtomicU64,
     /// Records sent to the `OnFailure` destination: never applied.
     pub discarded: AtomicU64,
     /// The last sequence number handed to the function with no failure
@@ -88,10 +93,12 @@ pub struct SourceFaults {
     seed: u64,
     redeliver: f64,
     lost: f64,
+    reorder: f64,
 }
 
 impl SourceFaults {
-    /// `seed=N,redeliver=P,lost=P` (probabilities in 0..=1); empty: none.
+    /// `seed=N,redeliver=P,lost=P,reorder=P` (probabilities in 0..=1);
+    /// empty: none.
     pub fn parse(spec: &str) -> Result<Self> {
         let mut f = SourceFaults::default();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -100,18 +107,20 @@ impl SourceFaults {
                 .ok_or_else(|| anyhow!("{part:?}: expected name=value"))?;
             match k.trim() {
                 "seed" => f.seed = v.trim().parse().context("seed")?,
-                "redeliver" | "lost" => {
+                name @ ("redeliver" | "lost" | "reorder") => {
                     let p: f64 = v.trim().parse().with_context(|| k.to_owned())?;
                     if !(0.0..=1.0).contains(&p) {
                         anyhow::bail!("{k}={p}: a probability is between 0 and 1");
                     }
-                    if k.trim() == "lost" {
-                        f.lost = p;
-                    } else {
-                        f.redeliver = p;
+                    match name {
+                        "lost" => f.lost = p,
+                        "reorder" => f.reorder = p,
+                        _ => f.redeliver = p,
                     }
                 }
-                other => anyhow::bail!("unknown stream fault {other:?} (seed, redeliver, lost)"),
+                other => {
+                    anyhow::bail!("unknown stream fault {other:?} (seed, redeliver, lost, reorder)")
+                }
             }
         }
         Ok(f)
@@ -221,6 +230,7 @@ pub fn spawn(
         timeout,
         faults,
         rng: Mutex::new(fastrand::Rng::with_seed(faults.seed)),
+        reorder_rng: Mutex::new(fastrand::Rng::with_seed(!faults.seed)),
         stats: stats.clone(),
     });
     let task = tokio::spawn(mapping.run(stopped));
@@ -234,8 +244,11 @@ mod tests {
     #[test]
     fn faults_parse() {
         assert_eq!(SourceFaults::parse("").unwrap(), SourceFaults::default());
-        let f = SourceFaults::parse("seed=3, redeliver=0.5,lost=0.25").unwrap();
-        assert_eq!((f.seed, f.redeliver, f.lost), (3, 0.5, 0.25));
+        let f = SourceFaults::parse("seed=3, redeliver=0.5,lost=0.25,reorder=1").unwrap();
+        assert_eq!(
+            (f.seed, f.redeliver, f.lost, f.reorder),
+            (3, 0.5, 0.25, 1.0)
+        );
         assert!(SourceFaults::parse("lost=2").is_err());
         assert!(SourceFaults::parse("drop=0.1").is_err());
     }

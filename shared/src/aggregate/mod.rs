@@ -6,26 +6,44 @@
 //!
 //! Each stream shard has a checkpoint item in the counters table
 //! ([`crate::keys::aggregate_checkpoint_key`]): the sequence number of the
-//! last record applied. A batch is applied in [`chunk::Chunk`]s of
-//! consecutive records, each by one `TransactWriteItems` that adds the
-//! chunk's per-reel deltas to the reels' shards and moves the checkpoint
-//! from the value read to the chunk's last record, conditioned on the
-//! checkpoint still holding the value read. So:
+//! last record applied. A batch is applied in sequence order (see
+//! [Order](#order)), in [`chunk::Chunk`]s of consecutive records, each by
+//! one `TransactWriteItems` that adds the chunk's per-reel deltas to the
+//! reels' shards and moves the checkpoint from the value read to the
+//! chunk's last record, conditioned on the checkpoint still holding the
+//! value read and lying below the new one. So:
 //!
 //! * records at or below the checkpoint are skipped: a redelivered batch,
 //!   or the part of a batch Lambda sends again after a partial failure,
 //!   changes nothing already applied;
 //! * a chunk lands whole or not at all, and never twice: two invocations
 //!   holding the same records cannot both move the checkpoint from one
-//!   value; the `ClientRequestToken` (derived from the checkpoint key, the
-//!   value read, the chunk's range and the settings it was planned with)
-//!   makes the SDK's retry after a lost answer a replay;
+//!   value; the `ClientRequestToken` (derived from the whole transaction,
+//!   the aggregator's clock stamped in it included: one token never names
+//!   two bodies) makes a retry of one plan, the SDK's after a lost answer
+//!   or the aggregator's, a replay;
 //! * each shard update is also conditioned on the reel's settings version,
 //!   so a resize that moved on meanwhile makes the chunk plan again with
 //!   the new settings (the resize protocol's waits need no bound on how
 //!   long an aggregation takes).
 //!
+//! # Order
+//!
 //! Sequence numbers are compared as numbers ([`records::SequenceNumber`]).
+//! Lambda hands a stream shard's records over in that order the first time
+//! only: "Records are always processed in order the first time. If records
+//! are processed more than once, they might be processed out of order"
+//! (Lambda developer guide, tumbling windows for DynamoDB Streams), and
+//! this consumer has records handed over again routinely
+//! (`batchItemFailures`, function errors, bisection). A checkpoint is a
+//! high-water mark: applied in delivery order, a newer record would push
+//! the older ones after it at or below the checkpoint, and a checkpoint
+//! moved back would let records be applied twice. So a batch is sorted by
+//! sequence number and each record kept once before it is cut
+//! ([`records::ordered`]): it is applied as it was first delivered, whatever
+//! order it came in (such a batch counts in `AggregateBatchesOutOfOrder`);
+//! and the checkpoint item refuses a move back whatever was planned.
+//!
 //! Records of one key are ordered only within a stream shard, and a like
 //! row's INSERT and REMOVE may come from different shards after a
 //! partition split; the deltas commute, so the sums are exact either way.
@@ -48,7 +66,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::retry::Backoff;
-use crate::store::{AggregateStore, ChunkAdd, ChunkResult, ChunkWrite};
+use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
 use crate::token::RequestToken;
 use records::{SequenceNumber, StreamEvent};
 use std::time::{Duration, Instant};
@@ -71,7 +89,8 @@ const MAX_PLANS: u32 = 8;
 pub struct BatchOutcome {
     /// Records applied now.
     pub applied: usize,
-    /// Records at or below the checkpoint: applied before.
+    /// Records at or below the checkpoint (applied before), and copies of
+    /// a record in the batch.
     pub skipped: usize,
     /// Transactions committed.
     pub chunks: usize,
@@ -82,6 +101,9 @@ pub struct BatchOutcome {
     pub failed_from: Option<String>,
     /// Age of the newest record applied (now minus its creation time).
     pub lag_ms: Option<i64>,
+    /// Lambda delivered the records in another order than their sequence
+    /// numbers', or one twice (see [`records::Batch::out_of_order`]).
+    pub out_of_order: bool,
 }
 
 /// The stream consumer: applies batches of the Likes table's stream to the
@@ -96,17 +118,18 @@ pub struct Aggregator<S> {
 }
 
 /// `out` with its skipped records counted: those the checkpoint covers that
-/// this invocation did not apply itself.
+/// this invocation did not apply itself, and copies of a record.
 fn finish(
     mut out: BatchOutcome,
-    changes: &[records::Change],
+    batch: &records::Batch,
     checkpoint: Option<&SequenceNumber>,
 ) -> BatchOutcome {
-    let covered = changes
+    let covered = batch
+        .changes
         .iter()
         .filter(|c| checkpoint.is_some_and(|k| c.seq <= *k))
         .count();
-    out.skipped = covered.saturating_sub(out.applied);
+    out.skipped = covered.saturating_sub(out.applied) + batch.duplicates;
     out
 }
 
@@ -160,17 +183,20 @@ impl<S: AggregateStore> Aggregator<S> {
             .or_else(|| event.records[0].event_source_arn.as_deref())
             .unwrap_or("");
         let key = keys::aggregate_checkpoint_key(arn, shard_id);
-        let (changes, unordered) = match records::changes(&event.records, self.since_ms) {
-            Ok(c) => (c, None),
-            Err(bad) => {
-                tracing::error!(index = bad.index, seq = %bad.raw, "stream record without a readable sequence number");
-                let good = event.records[..bad.index]
-                    .iter()
-                    .filter_map(|r| r.change(self.since_ms))
-                    .collect();
-                (good, Some(bad.raw))
-            }
-        };
+        let batch = records::ordered(&event.records, self.since_ms);
+        if let Some(bad) = &batch.unreadable {
+            tracing::error!(index = bad.index, seq = %bad.raw, "stream record without a readable sequence number");
+        }
+        if batch.out_of_order {
+            // Lambda's redelivery; applied in sequence order all the same.
+            tracing::warn!(
+                shard = shard_id,
+                duplicates = batch.duplicates,
+                "stream batch delivered out of sequence order"
+            );
+        }
+        out.out_of_order = batch.out_of_order;
+        let changes = &batch.changes;
         let mut checkpoint = self.checkpoint(&key).await?;
         let mut plans = 0u32;
         'batch: loop {
@@ -181,14 +207,15 @@ impl<S: AggregateStore> Aggregator<S> {
                 .filter(|(_, c)| checkpoint.as_ref().is_none_or(|k| c.seq > *k))
                 .collect();
             for chunk in chunk::chunks(&pending, self.chunk_reels) {
-                // Fixed for the chunk's attempts, so that a retry under the
-                // same token sends the same body.
+                // Fixed for the chunk's attempts: planned again from the
+                // same state, the chunk is the same transaction under the
+                // same token (a replay if an attempt landed unanswered).
                 let now = crate::clock::since_epoch();
                 let mut attempt = 0u32;
                 loop {
                     if deadline.is_some_and(|d| Instant::now() + DEADLINE_SAFETY >= d) {
                         out.failed_from = Some(chunk.first.to_string());
-                        return Ok(finish(out, &changes, checkpoint.as_ref()));
+                        return Ok(finish(out, &batch, checkpoint.as_ref()));
                     }
                     attempt += 1;
                     let write = self
@@ -223,7 +250,7 @@ impl<S: AggregateStore> Aggregator<S> {
                             out.retries += 1;
                             if plans >= MAX_PLANS {
                                 out.failed_from = Some(chunk.first.to_string());
-                                return Ok(finish(out, &changes, checkpoint.as_ref()));
+                                return Ok(finish(out, &batch, checkpoint.as_ref()));
                             }
                         }
                         ChunkResult::Retry(reason) => {
@@ -236,7 +263,7 @@ impl<S: AggregateStore> Aggregator<S> {
                                     "aggregation retries exhausted; Lambda delivers the rest again"
                                 );
                                 out.failed_from = Some(chunk.first.to_string());
-                                return Ok(finish(out, &changes, checkpoint.as_ref()));
+                                return Ok(finish(out, &batch, checkpoint.as_ref()));
                             }
                             tokio::time::sleep(self.backoff.delay(attempt)).await;
                         }
@@ -245,10 +272,10 @@ impl<S: AggregateStore> Aggregator<S> {
             }
             break;
         }
-        if let Some(raw) = unordered {
-            out.failed_from = Some(raw);
+        if let Some(bad) = &batch.unreadable {
+            out.failed_from = Some(bad.raw.clone());
         }
-        Ok(finish(out, &changes, checkpoint.as_ref()))
+        Ok(finish(out, &batch, checkpoint.as_ref()))
     }
 
     /// The stream shard's checkpoint; a stored value that is not a sequence
@@ -265,9 +292,8 @@ impl<S: AggregateStore> Aggregator<S> {
         }
     }
 
-    /// The transaction of `chunk`: each reel's delta on the shard its
-    /// current settings give this stream shard, conditioned on those
-    /// settings' version.
+    /// The transaction of `chunk` under the reels' current settings (see
+    /// [`chunk::Chunk::write`]).
     async fn plan(
         &self,
         key: &str,
@@ -282,37 +308,6 @@ impl<S: AggregateStore> Aggregator<S> {
         } else {
             self.store.settings(&reels).await?
         };
-        let mut adds = Vec::with_capacity(reels.len());
-        let mut versions = Vec::with_capacity(reels.len());
-        for (reel, delta) in chunk.nonzero() {
-            let s = settings.get(reel).copied().unwrap_or_default();
-            versions.push(s.version.to_string());
-            adds.push(ChunkAdd {
-                reel: reel.clone(),
-                shard: counter_shard(key, s.write_shards),
-                delta,
-                settings_version: s.version,
-            });
-        }
-        let expected = checkpoint.map(|c| c.padded().to_owned());
-        let mut fields: Vec<&str> = vec![
-            key,
-            expected.as_deref().unwrap_or("-"),
-            chunk.first.padded(),
-            chunk.last.padded(),
-        ];
-        fields.extend(versions.iter().map(String::as_str));
-        let token = RequestToken::for_fields("aggregate", &fields);
-        Ok(ChunkWrite {
-            checkpoint_key: key.to_owned(),
-            shard_id: shard_id.to_owned(),
-            expected,
-            next: chunk.last.padded().to_owned(),
-            adds,
-            records: chunk.records as u64,
-            token,
-            now_ms: now.as_millis() as i64,
-            expires_at: (now + CHECKPOINT_TTL).as_secs() as i64,
-        })
+        Ok(chunk.write(key, shard_id, checkpoint, &settings, now))
     }
 }

@@ -1,6 +1,7 @@
 //! The Likes table's stream records as the aggregator sees them: Lambda's
 //! DynamoDB event (with the tumbling-window fields that name the stream
-//! shard), parsed into ordered changes of one reel's count each.
+//! shard), parsed into changes of one reel's count each, in sequence order
+//! whatever order they were delivered in.
 
 use crate::keys::{self, ReelId};
 use serde::Deserialize;
@@ -70,7 +71,7 @@ pub struct Change {
     /// What it adds to the count: +1 for a like row written in stream mode,
     /// −1 for a removed row, 0 for anything else (a row whose own
     /// transaction counted it, a modified row, a removal before the switch
-    /// to stream mode: see [`changes`]).
+    /// to stream mode: see [`ordered`]).
     pub delta: i64,
     /// When DynamoDB wrote it (`ApproximateCreationDateTime`, Unix ms).
     pub at_ms: Option<i64>,
@@ -81,7 +82,8 @@ pub struct Change {
 /// stream shard (`shardId`), which a plain event does not.
 #[derive(Debug, Deserialize)]
 pub struct StreamEvent {
-    /// The records of one stream shard, in stream order.
+    /// The records of one stream shard: in stream order when first
+    /// delivered, in any order when delivered again.
     #[serde(rename = "Records", default)]
     pub records: Vec<StreamRecord>,
     /// The stream shard (tumbling-window events only).
@@ -123,7 +125,8 @@ pub struct StreamChange {
 }
 
 /// Why a record cannot be placed in its shard's order. The batch cannot be
-/// applied past it: the aggregator reports it as the batch's failure.
+/// applied past it: only what lies below every record delivered after it
+/// is applied, and the aggregator reports it as the batch's failure.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Unordered {
     /// Where it is in the batch.
@@ -173,8 +176,31 @@ impl StreamRecord {
     }
 }
 
-/// The batch's changes in stream order, or the first record that has no
-/// readable sequence number.
+/// A batch's changes as the aggregator applies them: in sequence order,
+/// each record once, whatever order Lambda delivered them in.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// The changes, their sequence numbers strictly ascending.
+    pub changes: Vec<Change>,
+    /// The records came in another order than their sequence numbers', or
+    /// one of them more than once: a redelivery (AWS: "If records are
+    /// processed more than once, they might be processed out of order").
+    pub out_of_order: bool,
+    /// Records left out as copies of one already in the batch.
+    pub duplicates: usize,
+    /// The first record without a readable sequence number: the batch is
+    /// applied below it and handed back from it.
+    pub unreadable: Option<Unordered>,
+}
+
+/// The batch's changes in sequence order (see [`Batch`]).
+///
+/// A stream shard's records are totally ordered by sequence number, and
+/// Lambda hands each the first time in that order; a redelivery may not.
+/// Sorted, a batch is applied as it was first delivered, so the checkpoint
+/// (the last record applied) covers exactly the records applied. Two
+/// records with one sequence number are one record delivered twice: the
+/// first is kept.
 ///
 /// A new row counts only if stream mode wrote it ([`keys::COUNTED_BY_STREAM`]):
 /// a row written by transactional mode was counted by its own transaction,
@@ -182,17 +208,46 @@ impl StreamRecord {
 /// carries no such mark (a deleted item has no new image), so removals are
 /// told apart by time: those before `since_ms` (`STREAM_SINCE_MS`, when the
 /// deployment switched to stream mode) were counted by their transactions.
-pub fn changes(records: &[StreamRecord], since_ms: i64) -> Result<Vec<Change>, Unordered> {
-    records
-        .iter()
-        .enumerate()
-        .map(|(index, r)| {
-            r.change(since_ms).ok_or_else(|| Unordered {
-                index,
-                raw: r.dynamodb.sequence_number.clone(),
-            })
-        })
-        .collect()
+pub fn ordered(records: &[StreamRecord], since_ms: i64) -> Batch {
+    let mut out = Batch::default();
+    let mut readable: Vec<Change> = Vec::with_capacity(records.len());
+    let mut previous: Option<SequenceNumber> = None;
+    let mut bound: Option<SequenceNumber> = None;
+    for (index, r) in records.iter().enumerate() {
+        match r.change(since_ms) {
+            Some(c) => {
+                if previous.as_ref().is_some_and(|p| *p >= c.seq) {
+                    out.out_of_order = true;
+                }
+                previous = Some(c.seq.clone());
+                if out.unreadable.is_some() {
+                    // Handed back with the unreadable record: what is
+                    // applied now must stay below it, or the checkpoint
+                    // would pass a record Lambda delivers again.
+                    bound = Some(bound.map_or(c.seq.clone(), |b| b.min(c.seq.clone())));
+                } else {
+                    readable.push(c);
+                }
+            }
+            None if out.unreadable.is_none() => {
+                out.unreadable = Some(Unordered {
+                    index,
+                    raw: r.dynamodb.sequence_number.clone(),
+                });
+            }
+            None => {}
+        }
+    }
+    if let Some(b) = &bound {
+        readable.retain(|c| c.seq < *b);
+    }
+    // Stable: of two copies of a record, the one delivered first stays.
+    readable.sort_by(|a, b| a.seq.cmp(&b.seq));
+    let before = readable.len();
+    readable.dedup_by(|later, first| later.seq == first.seq);
+    out.duplicates = before - readable.len();
+    out.changes = readable;
+    out
 }
 
 #[cfg(test)]
@@ -227,16 +282,18 @@ mod tests {
                  "SequenceNumber": "100000000000000000001", "ApproximateCreationDateTime": 1700000000.5}},
                 {"eventName": "INSERT", "dynamodb": {"Keys": {"user_id": {"S": "v"}, "reel_id": {"S": "r1"}},
                  "NewImage": {"user_id": {"S": "v"}, "reel_id": {"S": "r1"}},
-                 "SequenceNumber": "100000000000000000001", "ApproximateCreationDateTime": 1700000000.5}},
+                 "SequenceNumber": "100000000000000000002", "ApproximateCreationDateTime": 1700000000.5}},
                 {"eventName": "REMOVE", "dynamodb": {"Keys": {"user_id": {"S": "u"}, "reel_id": {"S": "r1"}},
-                 "SequenceNumber": "100000000000000000002"}},
-                {"eventName": "MODIFY", "dynamodb": {"Keys": {"user_id": {"S": "u"}, "reel_id": {"S": "bad#id"}},
                  "SequenceNumber": "100000000000000000003"}},
+                {"eventName": "MODIFY", "dynamodb": {"Keys": {"user_id": {"S": "u"}, "reel_id": {"S": "bad#id"}},
+                 "SequenceNumber": "100000000000000000004"}},
             ]
         }))
         .unwrap();
         assert_eq!(event.shard_id.as_deref(), Some("shard-1"));
-        let c = changes(&event.records, 0).unwrap();
+        let batch = ordered(&event.records, 0);
+        assert!(!batch.out_of_order && batch.unreadable.is_none());
+        let c = batch.changes;
         // The second row was written (and counted) by a transaction.
         assert_eq!(c.iter().map(|c| c.delta).collect::<Vec<_>>(), [1, 0, -1, 0]);
         assert_eq!(c[0].reel, Some(ReelId::parse("r1").unwrap()));
@@ -244,7 +301,7 @@ mod tests {
         assert_eq!(c[3].reel, None, "an invalid reel id is never counted");
         // A removal before the switch to stream mode was counted by its
         // transaction; one with no time is taken as after it.
-        let before = changes(&event.records, 1_800_000_000_000).unwrap();
+        let before = ordered(&event.records, 1_800_000_000_000).changes;
         assert_eq!(before[2].delta, -1, "no creation time: after the switch");
         let mut timed = serde_json::to_value(serde_json::json!({
             "eventName": "REMOVE", "dynamodb": {"SequenceNumber": "9", "ApproximateCreationDateTime": 1700000000.0,
@@ -260,12 +317,75 @@ mod tests {
             ]
         }))
         .unwrap();
+        let bad = ordered(&bad.records, 0);
         assert_eq!(
-            changes(&bad.records, 0),
-            Err(Unordered {
+            bad.unreadable,
+            Some(Unordered {
                 index: 1,
                 raw: "x".into()
             })
         );
+        assert_eq!(bad.changes.len(), 1);
+    }
+
+    /// A batch of `(sequence number, reel)` likes, in the order given.
+    fn batch_of(records: &[(&str, &str)]) -> Vec<StreamRecord> {
+        records
+            .iter()
+            .map(|(seq, reel)| {
+                serde_json::from_value(serde_json::json!({
+                    "eventName": "INSERT",
+                    "dynamodb": {"Keys": {"user_id": {"S": "u"}, "reel_id": {"S": reel}},
+                        "NewImage": {"cm": {"S": "s"}}, "SequenceNumber": seq}
+                }))
+                .unwrap()
+            })
+            .collect()
+    }
+
+    fn order(b: &Batch) -> Vec<(String, String)> {
+        b.changes
+            .iter()
+            .map(|c| {
+                (
+                    c.seq.to_string(),
+                    c.reel.as_ref().unwrap().as_str().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_is_applied_in_sequence_order_each_record_once() {
+        let pair = |s: &str, r: &str| (s.to_owned(), r.to_owned());
+        // In order: as delivered.
+        let b = ordered(&batch_of(&[("9", "a"), ("10", "b")]), 0);
+        assert_eq!(order(&b), [pair("9", "a"), pair("10", "b")]);
+        assert!(!b.out_of_order);
+        // Reversed (and "10" < "9" as text): by number.
+        let b = ordered(&batch_of(&[("30", "a"), ("10", "b"), ("9", "c")]), 0);
+        assert_eq!(
+            order(&b),
+            [pair("9", "c"), pair("10", "b"), pair("30", "a")]
+        );
+        assert!(b.out_of_order);
+        // Repeated: once, the copy delivered first kept.
+        let b = ordered(&batch_of(&[("1", "a"), ("2", "b"), ("1", "x")]), 0);
+        assert_eq!(order(&b), [pair("1", "a"), pair("2", "b")]);
+        assert_eq!((b.out_of_order, b.duplicates), (true, 1));
+        let b = ordered(&batch_of(&[("1", "a"), ("1", "a")]), 0);
+        assert_eq!(
+            (b.changes.len(), b.out_of_order, b.duplicates),
+            (1, true, 1)
+        );
+        // Behind an unreadable record: only what lies below every record
+        // handed back with it.
+        let b = ordered(
+            &batch_of(&[("5", "a"), ("9", "b"), ("x", "c"), ("7", "d"), ("8", "e")]),
+            0,
+        );
+        assert_eq!(order(&b), [pair("5", "a")]);
+        assert_eq!(b.unreadable.map(|u| u.index), Some(2));
+        assert!(b.out_of_order, "9 before 7");
     }
 }

@@ -19,12 +19,14 @@ pub struct ChunkWrite {
     /// The checkpoint read (zero-padded sequence number), `None`: none yet.
     pub expected: Option<String>,
     /// The checkpoint once applied: the chunk's last record, zero-padded.
+    /// Never at or below `expected`: the store refuses such a write.
     pub next: String,
     /// The deltas, one per reel whose count the chunk changes.
     pub adds: Vec<ChunkAdd>,
     /// Records in the chunk.
     pub records: u64,
-    /// The transaction's `ClientRequestToken`.
+    /// The transaction's `ClientRequestToken`: derived from every other
+    /// field, so that it never names two bodies.
     pub token: RequestToken,
     /// The aggregator's clock (the shards' `updated_at`).
     pub now_ms: i64,
@@ -51,7 +53,7 @@ pub enum ChunkResult {
     /// Committed (or replayed): the checkpoint is now its last record.
     Applied,
     /// The checkpoint was not what was read (another invocation applied
-    /// records meanwhile): nothing written.
+    /// records meanwhile), or `next` was not above it: nothing written.
     CheckpointMoved,
     /// A reel's settings changed since they were read: plan again.
     SettingsChanged,

@@ -40,11 +40,16 @@ impl AggregateStore for DynamoStore {
             .expression_attribute_values(":at", n(write.now_ms))
             .expression_attribute_values(":exp", n(write.expires_at))
             .expression_attribute_values(":records", n(write.records as i64));
-        // Zero-padded sequence numbers: equal as strings when equal as numbers.
+        // Zero-padded sequence numbers of one width: equal as strings when
+        // equal as numbers, and ordered as strings as they are as numbers.
+        // Besides holding the value read, the checkpoint must lie below the
+        // new one: the item itself refuses to move back (or stay), whatever
+        // the caller planned, since a checkpoint that went back would let
+        // the records after it be applied again.
         let checkpoint = match &write.expected {
             None => checkpoint.condition_expression("attribute_not_exists(#s)"),
             Some(seq) => checkpoint
-                .condition_expression("#s = :expected")
+                .condition_expression("#s = :expected AND #s < :next")
                 .expression_attribute_values(":expected", AttributeValue::S(seq.clone())),
         };
         let mut request = self.client.transact_write_items().transact_items(
@@ -94,9 +99,9 @@ impl AggregateStore for DynamoStore {
                 MaintenanceTxFailure::Condition(0) => Ok(ChunkResult::CheckpointMoved),
                 MaintenanceTxFailure::Condition(_) => Ok(ChunkResult::SettingsChanged),
                 MaintenanceTxFailure::Retry(reason) => Ok(ChunkResult::Retry(reason)),
-                // The token is derived from the checkpoint read and the
-                // chunk: used before with another body means the
-                // checkpoint moved on since.
+                // The token is derived from the whole body, so this would
+                // take a hash collision; whatever it is, nothing was
+                // written: read the checkpoint again.
                 MaintenanceTxFailure::Mismatch => Ok(ChunkResult::CheckpointMoved),
             },
         }
