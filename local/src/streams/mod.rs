@@ -41,6 +41,8 @@ mod event;
 mod faults;
 mod lanes;
 mod mapping;
+#[cfg(test)]
+mod tests;
 
 pub use faults::SourceFaults;
 pub use lanes::Layout;
