@@ -233,12 +233,7 @@ impl Stack {
         // Likes table's stream (through the fault proxy too, with FAULTS).
         let mut streams = Vec::new();
         if config.counting == Counting::Stream {
-            let faults = crate::streams::SourceFaults::parse(
-                &lookup_opts
-                    .lookup("LOCAL_STREAM_FAULTS")
-                    .unwrap_or_default(),
-            )
-            .context("LOCAL_STREAM_FAULTS")?;
+            let settings = crate::streams::SourceSettings::from_lookup(|k| lookup_opts.lookup(k))?;
             let endpoint = proxy
                 .as_ref()
                 .map_or(dynamo_endpoint.clone(), |p| p.url.clone());
@@ -262,6 +257,15 @@ impl Stack {
                     .and_then(|t| t.latest_stream_arn())
                     .map(str::to_owned)
                     .ok_or_else(|| anyhow!("{table} has no stream (StreamSpecification)"))?;
+                // Virtual shards split the stream by the table's partition
+                // key, as DynamoDB's partitions do.
+                let partition_key = template
+                    .tables
+                    .iter()
+                    .find(|t| t.logical_id == def.table)
+                    .and_then(|t| t.key_schema.iter().find(|(_, kind)| kind == "HASH"))
+                    .map(|(name, _)| name.clone())
+                    .ok_or_else(|| anyhow!("{} has no HASH key in the template", def.table))?;
                 let timeout = def
                     .timeout_secs
                     .map_or(SCHEDULED_TIMEOUT, |s| Duration::from_secs(s.into()));
@@ -270,8 +274,9 @@ impl Stack {
                     streams_client.clone(),
                     def.clone(),
                     arn,
+                    partition_key,
                     timeout,
-                    faults,
+                    settings.clone(),
                     stopped.clone(),
                 );
                 streams.push(source);

@@ -18,22 +18,47 @@ pub(super) fn event(
     let mut event = Map::new();
     event.insert("Records".into(), Value::Array(records));
     if tumbling_window_secs > 0 {
-        let span = i64::from(tumbling_window_secs);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let start = now - now.rem_euclid(span);
-        event.insert("shardId".into(), json!(shard));
-        event.insert("eventSourceARN".into(), json!(stream_arn));
-        event.insert(
-            "window".into(),
-            json!({ "start": rfc3339(start), "end": rfc3339(start + span) }),
-        );
-        event.insert("state".into(), json!({}));
-        event.insert("isFinalInvokeForWindow".into(), json!(false));
-        event.insert("isWindowTerminatedEarly".into(), json!(false));
+        window(&mut event, stream_arn, tumbling_window_secs, shard, false);
     }
     Value::Object(event)
+}
+
+/// The invocation Lambda makes at the end of a tumbling window of `shard`:
+/// the window's fields with `isFinalInvokeForWindow: true`, and no records
+/// ("At the end of your window, the flag isFinalInvokeForWindow is set to
+/// true to indicate that this is the final state and that it's ready for
+/// processing", with the event's shape there:
+/// <https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-windows.html>).
+pub(super) fn final_window(stream_arn: &str, tumbling_window_secs: u32, shard: &str) -> Value {
+    let mut event = Map::new();
+    event.insert("Records".into(), json!([]));
+    window(
+        &mut event,
+        stream_arn,
+        tumbling_window_secs.max(1),
+        shard,
+        true,
+    );
+    Value::Object(event)
+}
+
+/// The tumbling window's fields: the window now open, its (unused) state,
+/// and the shard.
+fn window(event: &mut Map<String, Value>, stream_arn: &str, secs: u32, shard: &str, last: bool) {
+    let span = i64::from(secs);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let start = now - now.rem_euclid(span);
+    event.insert("shardId".into(), json!(shard));
+    event.insert("eventSourceARN".into(), json!(stream_arn));
+    event.insert(
+        "window".into(),
+        json!({ "start": rfc3339(start), "end": rfc3339(start + span) }),
+    );
+    event.insert("state".into(), json!({}));
+    event.insert("isFinalInvokeForWindow".into(), json!(last));
+    event.insert("isWindowTerminatedEarly".into(), json!(false));
 }
 
 /// One stream record as the event's `Records` hold it.
@@ -119,5 +144,32 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_607_497_440), "2020-12-09T07:04:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn the_final_invoke_of_a_window_has_its_fields_and_no_records() {
+        let e = final_window("arn:stream", 60, "shard-1-v2");
+        assert_eq!(e["Records"], json!([]));
+        assert_eq!(e["isFinalInvokeForWindow"], true);
+        assert_eq!(e["isWindowTerminatedEarly"], false);
+        assert_eq!(
+            (e["shardId"].as_str(), e["eventSourceARN"].as_str()),
+            (Some("shard-1-v2"), Some("arn:stream"))
+        );
+        assert!(e["state"].is_object());
+        let (start, end) = (
+            e["window"]["start"].as_str().unwrap(),
+            e["window"]["end"].as_str().unwrap(),
+        );
+        assert!(
+            start < end && start.ends_with(":00Z") && end.ends_with(":00Z"),
+            "{start} {end}"
+        );
+        // An ordinary batch says it is not the last of its window.
+        assert_eq!(
+            event("arn:stream", 60, "s", &[])["isFinalInvokeForWindow"],
+            false
+        );
+        assert!(event("arn:stream", 0, "s", &[]).get("shardId").is_none());
     }
 }

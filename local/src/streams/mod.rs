@@ -6,7 +6,7 @@
 //! Lambda's semantics, as far as the aggregator can tell them apart:
 //!
 //! * one batch per stream shard at a time, in stream order
-//!   (`ParallelizationFactor: 1`), of up to `BatchSize` records gathered for
+//!   (`ParallelizationFactor: 1`), shards side by side, of up to `BatchSize` records gathered for
 //!   up to `MaximumBatchingWindowInSeconds`;
 //! * with `TumblingWindowInSeconds`, the event names its shard (`shardId`)
 //!   and carries the window fields;
@@ -17,31 +17,46 @@
 //!   first with `BisectBatchOnFunctionError`; after `MaximumRetryAttempts`
 //!   retries the records go to the `OnFailure` destination (here: the log
 //!   and [`StreamSourceStats::discarded`]) and the shard moves on;
-//! * a closed shard is read to its end before its children.
+//! * a closed shard is read to its end before its children;
+//! * with `TumblingWindowInSeconds`, an answer without `state` is a failed
+//!   invocation.
+//!
+//! Its shards are virtual (`LOCAL_STREAM_SHARDS=K`, `lanes`): the
+//! emulator's one stream shard, cut by the rows' partition key into K
+//! shards with their own ids and checkpoints, delivered side by side, and
+//! rolling over into children (`LOCAL_STREAM_ROLL_RECORDS`).
 //!
 //! And its faults, on demand (`LOCAL_STREAM_FAULTS`, e.g.
-//! `seed=7,redeliver=0.2,lost=0.1,reorder=0.5`): `redeliver` delivers a
-//! batch that succeeded once more (at-least-once delivery), `lost` takes a
-//! successful invocation's answer away (an invocation that crashed after
-//! doing its work), which Lambda treats as a function error, and `reorder`
-//! shuffles a batch handed over again (a retry, a bisected half, a
-//! redelivery): "If records are processed more than once, they might be
-//! processed out of order" (Lambda developer guide, tumbling windows).
+//! `seed=7,redeliver=0.2,lost=0.1,reorder=0.3`): what Lambda may do under
+//! failures, one class each (`faults`, where AWS's words for each are).
 //!
-//! This file holds the source's handle, its settings and counters; the
-//! mapping's loop (polling, batching, invoking, acting on the answer) is
-//! `mapping`, and the event it hands the function is `event`.
+//! Rooms: this file holds the source's handle, its settings and counters;
+//! `mapping` the loops (following the real shards, reading them, one worker
+//! per lane), `lanes` the virtual shards, `deliver` one batch's way to the
+//! function and back, `faults` the fault classes, and `event` the event the
+//! function is handed.
 
+mod deliver;
 mod event;
+mod faults;
+mod lanes;
 mod mapping;
+#[cfg(test)]
+mod tests;
 
-use anyhow::{Context, Result, anyhow};
+pub use faults::SourceFaults;
+pub use lanes::Layout;
+
+use anyhow::{Context, Result};
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
+use deliver::{Delivery, Handler};
 use event::sequence;
+use faults::Dice;
 use likes::App;
+use likes::aggregate::records::SequenceNumber;
 use mapping::Mapping;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -68,16 +83,36 @@ pub struct StreamSourceStats {
     pub redelivered: AtomicU64,
     /// Answers taken away by the `lost` fault.
     pub lost: AtomicU64,
-    /// Batches handed over again shuffled, by the `reorder` fault.
+    /// Batches handed over again out of stream order (`reorder`).
     pub reordered: AtomicU64,
+    /// Records `reorder` appended after such a batch: the ones following it
+    /// in its shard, handed over for the first time.
+    pub appended: AtomicU64,
+    /// Batches in which `duplicate` repeated a record.
+    pub duplicated: AtomicU64,
+    /// End-of-window invocations without records (`final_window`).
+    pub final_windows: AtomicU64,
+    /// Invocations taken as timed out and left running (`late_commit`).
+    pub late_commits: AtomicU64,
+    /// Of those, the ones that were still running when a later invocation
+    /// of their shard (their retry) started.
+    pub late_overlaps: AtomicU64,
     /// Records sent to the `OnFailure` destination: never applied.
     pub discarded: AtomicU64,
     /// The last sequence number handed to the function with no failure
-    /// reported after it, per shard: what Lambda's checkpoint would be.
+    /// reported after it, per (virtual) shard id: what Lambda's checkpoint
+    /// would be.
     pub done: Mutex<Vec<(String, String)>>,
+    /// The virtual shards opened so far, each with its parent (a shard it
+    /// rolled over from), in the order their first records were read.
+    pub shards: Mutex<Vec<(String, Option<String>)>>,
+    /// The last sequence number read, per real shard id.
+    pub read: Mutex<Vec<(String, String)>>,
+    /// Records read and not yet handed to the function for good.
+    pub outstanding: AtomicU64,
     /// While set, records are read but not delivered (an aggregator that
     /// is down or far behind: records in flight).
-    pub paused: std::sync::atomic::AtomicBool,
+    pub paused: AtomicBool,
 }
 
 impl StreamSourceStats {
@@ -87,43 +122,47 @@ impl StreamSourceStats {
     }
 }
 
-/// The `LOCAL_STREAM_FAULTS` of the local event source.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct SourceFaults {
-    seed: u64,
-    redeliver: f64,
-    lost: f64,
-    reorder: f64,
+/// The local event source's own settings, beyond the template's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceSettings {
+    /// Virtual shards per real shard (`LOCAL_STREAM_SHARDS`, 1..=256).
+    pub lanes: u32,
+    /// Records per virtual shard before it rolls over into a child
+    /// (`LOCAL_STREAM_ROLL_RECORDS`; 0: never).
+    pub roll_records: u64,
+    /// `LOCAL_STREAM_FAULTS`.
+    pub faults: SourceFaults,
 }
 
-impl SourceFaults {
-    /// `seed=N,redeliver=P,lost=P,reorder=P` (probabilities in 0..=1);
-    /// empty: none.
-    pub fn parse(spec: &str) -> Result<Self> {
-        let mut f = SourceFaults::default();
-        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| anyhow!("{part:?}: expected name=value"))?;
-            match k.trim() {
-                "seed" => f.seed = v.trim().parse().context("seed")?,
-                name @ ("redeliver" | "lost" | "reorder") => {
-                    let p: f64 = v.trim().parse().with_context(|| k.to_owned())?;
-                    if !(0.0..=1.0).contains(&p) {
-                        anyhow::bail!("{k}={p}: a probability is between 0 and 1");
-                    }
-                    match name {
-                        "lost" => f.lost = p,
-                        "reorder" => f.reorder = p,
-                        _ => f.redeliver = p,
-                    }
-                }
-                other => {
-                    anyhow::bail!("unknown stream fault {other:?} (seed, redeliver, lost, reorder)")
-                }
+impl Default for SourceSettings {
+    fn default() -> Self {
+        SourceSettings {
+            lanes: 1,
+            roll_records: 0,
+            faults: SourceFaults::default(),
+        }
+    }
+}
+
+/// More virtual shards than this is a typo, not a table.
+const MAX_LANES: u32 = 256;
+
+impl SourceSettings {
+    /// From the `LOCAL_STREAM_*` variables `lookup` finds; unset: defaults.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut s = SourceSettings::default();
+        if let Some(v) = lookup("LOCAL_STREAM_SHARDS").filter(|v| !v.trim().is_empty()) {
+            s.lanes = v.trim().parse().context("LOCAL_STREAM_SHARDS")?;
+            if !(1..=MAX_LANES).contains(&s.lanes) {
+                anyhow::bail!("LOCAL_STREAM_SHARDS={}: 1 to {MAX_LANES}", s.lanes);
             }
         }
-        Ok(f)
+        if let Some(v) = lookup("LOCAL_STREAM_ROLL_RECORDS").filter(|v| !v.trim().is_empty()) {
+            s.roll_records = v.trim().parse().context("LOCAL_STREAM_ROLL_RECORDS")?;
+        }
+        s.faults = SourceFaults::parse(&lookup("LOCAL_STREAM_FAULTS").unwrap_or_default())
+            .context("LOCAL_STREAM_FAULTS")?;
+        Ok(s)
     }
 }
 
@@ -145,9 +184,11 @@ impl StreamSource {
     /// function for good (applied, or discarded after its retries): read
     /// with `client`, which should reach the stream directly.
     pub async fn caught_up(&self, client: &Client) -> Result<bool> {
-        let done = self
+        // Read before `outstanding`: the reader counts records in flight
+        // before it moves its read position past them.
+        let read = self
             .stats
-            .done
+            .read
             .lock()
             .map(|d| d.clone())
             .unwrap_or_default();
@@ -163,58 +204,81 @@ impl StreamSource {
             .unwrap_or_default()
         {
             let Some(id) = shard.shard_id() else { continue };
-            let mut it = client
-                .get_shard_iterator()
-                .stream_arn(&self.stream_arn)
-                .shard_id(id)
-                .shard_iterator_type(ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .context("GetShardIterator")?
-                .shard_iterator;
-            let mut last: Option<String> = None;
-            while let Some(i) = it {
-                let page = client
-                    .get_records()
-                    .shard_iterator(i)
-                    .send()
-                    .await
-                    .context("GetRecords")?;
-                let records = page.records();
-                if records.is_empty() {
-                    break;
-                }
-                if let Some(seq) = records.last().and_then(sequence) {
-                    last = Some(seq.to_owned());
-                }
-                it = page.next_shard_iterator;
-            }
-            let Some(last) = last else { continue };
-            let handed = done.iter().find(|(s, _)| s == id).map(|(_, q)| q.as_str());
-            let behind = match handed.and_then(likes::aggregate::records::SequenceNumber::parse) {
-                Some(h) => {
-                    likes::aggregate::records::SequenceNumber::parse(&last).is_some_and(|l| h < l)
-                }
+            let Some(last) = last_record(client, &self.stream_arn, id).await? else {
+                continue;
+            };
+            let reached = read
+                .iter()
+                .find(|(s, _)| s == id)
+                .and_then(|(_, q)| SequenceNumber::parse(q));
+            let behind = match reached {
+                Some(r) => SequenceNumber::parse(&last).is_some_and(|l| r < l),
                 None => true,
             };
             if behind {
                 return Ok(false);
             }
         }
-        Ok(true)
+        Ok(self.stats.outstanding.load(Ordering::SeqCst) == 0)
     }
 }
 
-/// Starts the event source of `def` on the stream `stream_arn`, invoking the
-/// aggregate function's entry point of `app` with `timeout` per invocation,
-/// until `stopped`.
+/// The sequence number of the last record of `shard`, if it has any.
+async fn last_record(client: &Client, stream_arn: &str, shard: &str) -> Result<Option<String>> {
+    let mut it = client
+        .get_shard_iterator()
+        .stream_arn(stream_arn)
+        .shard_id(shard)
+        .shard_iterator_type(ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .context("GetShardIterator")?
+        .shard_iterator;
+    let mut last: Option<String> = None;
+    while let Some(i) = it {
+        let page = client
+            .get_records()
+            .shard_iterator(i)
+            .send()
+            .await
+            .context("GetRecords")?;
+        let records = page.records();
+        if records.is_empty() {
+            break;
+        }
+        if let Some(seq) = records.last().and_then(sequence) {
+            last = Some(seq.to_owned());
+        }
+        it = page.next_shard_iterator;
+    }
+    Ok(last)
+}
+
+/// The aggregate function's entry point of `app`, as a [`Handler`].
+fn aggregate(app: Arc<App>) -> Handler {
+    Arc::new(move |event, deadline| {
+        let app = app.clone();
+        Box::pin(async move {
+            likes::triggers::handle_aggregate_event(&app, event, deadline)
+                .await
+                .map_err(|e| e.code().to_owned())
+        })
+    })
+}
+
+/// Starts the event source of `def` on the stream `stream_arn` of a table
+/// whose partition key is `partition_key`, invoking the aggregate
+/// function's entry point of `app` with `timeout` per invocation, until
+/// `stopped`.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     app: Arc<App>,
     client: Client,
     def: StreamSourceDef,
     stream_arn: String,
+    partition_key: String,
     timeout: Duration,
-    faults: SourceFaults,
+    settings: SourceSettings,
     stopped: watch::Receiver<bool>,
 ) -> (StreamSource, JoinHandle<()>) {
     let stats = Arc::new(StreamSourceStats::default());
@@ -223,33 +287,53 @@ pub fn spawn(
         stream_arn: stream_arn.clone(),
     };
     let mapping = Arc::new(Mapping {
-        app,
         client,
-        def,
-        stream_arn,
-        timeout,
-        faults,
-        rng: Mutex::new(fastrand::Rng::with_seed(faults.seed)),
-        reorder_rng: Mutex::new(fastrand::Rng::with_seed(!faults.seed)),
-        stats: stats.clone(),
+        stream_arn: stream_arn.clone(),
+        from_oldest: def.starting_position == "TRIM_HORIZON",
+        layout: Layout {
+            lanes: settings.lanes,
+            roll_records: settings.roll_records,
+            partition_key,
+        },
+        delivery: Arc::new(Delivery {
+            handler: aggregate(app),
+            def,
+            stream_arn,
+            timeout,
+            faults: settings.faults,
+            dice: Dice::new(settings.faults.seed),
+            stats: stats.clone(),
+            started: Arc::default(),
+        }),
+        stats,
     });
     let task = tokio::spawn(mapping.run(stopped));
     (source, task)
 }
 
 #[cfg(test)]
-mod tests {
+mod settings_tests {
     use super::*;
 
     #[test]
-    fn faults_parse() {
-        assert_eq!(SourceFaults::parse("").unwrap(), SourceFaults::default());
-        let f = SourceFaults::parse("seed=3, redeliver=0.5,lost=0.25,reorder=1").unwrap();
-        assert_eq!(
-            (f.seed, f.redeliver, f.lost, f.reorder),
-            (3, 0.5, 0.25, 1.0)
-        );
-        assert!(SourceFaults::parse("lost=2").is_err());
-        assert!(SourceFaults::parse("drop=0.1").is_err());
+    fn settings_parse() {
+        let none = SourceSettings::from_lookup(|_| None).unwrap();
+        assert_eq!(none, SourceSettings::default());
+        assert_eq!((none.lanes, none.roll_records), (1, 0), "today's source");
+        let env = |k: &str| match k {
+            "LOCAL_STREAM_SHARDS" => Some("4".to_owned()),
+            "LOCAL_STREAM_ROLL_RECORDS" => Some("50".to_owned()),
+            "LOCAL_STREAM_FAULTS" => Some("seed=2,reorder=0.5".to_owned()),
+            _ => None,
+        };
+        let s = SourceSettings::from_lookup(env).unwrap();
+        assert_eq!((s.lanes, s.roll_records), (4, 50));
+        assert_eq!(s.faults, SourceFaults::parse("seed=2,reorder=0.5").unwrap());
+        for bad in ["0", "257", "-1", "four"] {
+            let r = SourceSettings::from_lookup(|k| {
+                (k == "LOCAL_STREAM_SHARDS").then(|| bad.to_owned())
+            });
+            assert!(r.is_err(), "{bad}");
+        }
     }
 }
