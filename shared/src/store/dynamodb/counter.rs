@@ -401,10 +401,12 @@ impl DynamoStore {
                     },
                 )
             }
-            // Throttling that outlasted the SDK's retries: the service's
-            // backoff loop gets a go at it too.
+            // Throttling that outlasted the SDK's retries, or the row held
+            // by a transaction in flight (a keyed unlike of it): the
+            // service's backoff loop gets a go at it too.
             Err(e) => match translate("PutItem", e) {
                 Error::Throttled => Ok(TxResult::Retry(RetryReason::Throttled)),
+                Error::Contended => Ok(TxResult::Retry(RetryReason::Conflict)),
                 other => Err(other),
             },
         }

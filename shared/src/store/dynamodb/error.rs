@@ -17,20 +17,7 @@ where
     R: Debug,
 {
     let mapped = match &err {
-        SdkError::ServiceError(se) => match se.err().code() {
-            Some(
-                "ProvisionedThroughputExceededException"
-                | "ThrottlingException"
-                | "RequestLimitExceeded",
-            ) => Error::Throttled,
-            Some("InternalServerError" | "ServiceUnavailable" | "ServiceUnavailableException") => {
-                Error::Unavailable
-            }
-            // A missing table is an outage of this service, not a bug in
-            // the request: readiness checks and clients should see 503.
-            Some("ResourceNotFoundException") => Error::Unavailable,
-            _ => Error::Internal,
-        },
+        SdkError::ServiceError(se) => service_error(se.err().code()),
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             Error::Unavailable
         }
@@ -45,6 +32,30 @@ where
         }
     }
     mapped
+}
+
+/// What a service error's code means for the caller.
+fn service_error(code: Option<&str>) -> Error {
+    match code {
+        Some(
+            "ProvisionedThroughputExceededException"
+            | "ThrottlingException"
+            | "RequestLimitExceeded",
+        ) => Error::Throttled,
+        // A single-item write (or a transactional read) of an item that a
+        // transaction holds in flight, and a transaction whose token's
+        // first attempt is still in progress: contention, worth a retry
+        // later, not a fault of ours (DynamoDB developer guide,
+        // "Transaction conflict handling").
+        Some("TransactionConflictException" | "TransactionInProgressException") => Error::Contended,
+        Some("InternalServerError" | "ServiceUnavailable" | "ServiceUnavailableException") => {
+            Error::Unavailable
+        }
+        // A missing table is an outage of this service, not a bug in the
+        // request: readiness checks and clients should see 503.
+        Some("ResourceNotFoundException") => Error::Unavailable,
+        _ => Error::Internal,
+    }
 }
 
 /// A request the SDK's builder refused (a required field missing): a fault
@@ -151,6 +162,21 @@ pub(super) fn maintenance_tx_failure<R: Debug>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_conflict_outside_a_transaction_is_contention_not_a_fault() {
+        // What DynamoDB answers a PutItem/UpdateItem/DeleteItem on an item
+        // a transaction holds, and a token whose first attempt is still in
+        // flight: a 429 the client retries, never a 500.
+        for code in [
+            "TransactionConflictException",
+            "TransactionInProgressException",
+        ] {
+            assert_eq!(service_error(Some(code)), Error::Contended, "{code}");
+        }
+        assert_eq!(service_error(Some("ThrottlingException")), Error::Throttled);
+        assert_eq!(service_error(Some("SomethingElse")), Error::Internal);
+    }
 
     #[test]
     fn cancellation_reasons_are_classified() {
