@@ -12,12 +12,23 @@
 //! schedule, no automatic growth):
 //!
 //! * transactional: `PUT /reels/{id}/like` from a fresh user each time,
-//!   against a two-item `TransactWriteItems` (the like row's conditional
-//!   `Put` and the shard's `ADD`) sent with the product's own SDK client
-//!   settings;
+//!   against the two-item `TransactWriteItems` it sends (the like row's
+//!   conditional `Put` and the shard's `ADD`, with a `ClientRequestToken`
+//!   and `ReturnConsumedCapacity`, the same attributes), sent with the
+//!   product's own SDK client settings; and, as a third figure, the same
+//!   transaction without a token;
 //! * stream: the same request (one conditional `PutItem` of the row, the
 //!   aggregator running as it does locally) against a bare conditional
 //!   `PutItem` of such a row.
+//!
+//! Why the tokenless figure: the emulator keeps every token of the last ten
+//! minutes in a map and, on each tokened transaction, walks all of them to
+//! drop the expired ones (dynoxide 3.2, `evict_expired`, under the lock the
+//! transaction holds), so a token costs it time that grows with the rate.
+//! Profiled here, that walk was 28 % of the serving process's CPU during
+//! the like benchmark. DynamoDB charges nothing for a token; the like needs
+//! one (exactly once under the SDK's retries), so the ratio compares like
+//! with like, and the third figure shows what the emulator charges for it.
 //!
 //! The figures are medians of the rounds. Numbers only: no pass or fail
 //! (a timed test would fail on a loaded machine, not on a regression).
@@ -26,8 +37,11 @@ use super::report::median;
 use crate::stack::{Stack, StackOptions, client_for};
 use anyhow::{Context, Result, anyhow, bail};
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
+};
 use likes::keys::{self, ReelId};
+use likes::token::RequestToken;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -102,7 +116,7 @@ impl Mode {
     pub fn raw_call(self) -> &'static str {
         match self {
             Mode::Transactional => {
-                "TransactWriteItems: conditional Put of the row + ADD on a shard"
+                "TransactWriteItems: conditional Put of the row + ADD on a shard, with a token"
             }
             Mode::Stream => "PutItem of the row, conditional",
         }
@@ -118,6 +132,9 @@ pub struct RatioResult {
     pub endpoint: Vec<f64>,
     /// Calls a second the bare SDK call succeeded, per round.
     pub raw: Vec<f64>,
+    /// Transactional mode: the bare transaction without its token, per
+    /// round (empty in stream mode, whose bare call carries none).
+    pub raw_untokened: Vec<f64>,
     /// Answers other than 200 (endpoint) or failed calls (bare), in all.
     pub endpoint_errors: u64,
     /// See `endpoint_errors`.
@@ -126,6 +143,8 @@ pub struct RatioResult {
     pub endpoint_median: f64,
     /// See `endpoint_median`.
     pub raw_median: f64,
+    /// See `endpoint_median` (`None` in stream mode).
+    pub raw_untokened_median: Option<f64>,
     /// `endpoint_median / raw_median`.
     pub ratio: f64,
 }
@@ -209,20 +228,26 @@ struct Sides {
 enum Side {
     Endpoint,
     Raw,
+    /// Transactional mode's bare transaction without a token.
+    RawUntokened,
 }
 
 /// Both sides of one mode, round after round.
 async fn run_mode(opts: &RatioOptions, mode: Mode) -> Result<RatioResult> {
-    let (mut endpoint, mut raw) = (Vec::new(), Vec::new());
+    let (mut endpoint, mut raw, mut untokened) = (Vec::new(), Vec::new(), Vec::new());
     let (mut endpoint_errors, mut raw_errors) = (0, 0);
     for round in 0..opts.rounds {
-        // Alternating which side goes first: neither always runs on the
-        // emulator's fresher (or fuller) tables.
-        let order = if round % 2 == 0 {
-            [Side::Endpoint, Side::Raw]
+        // Alternating which side goes first: neither always runs first
+        // (each has a fresh stack, but the machine warms up and cools
+        // down).
+        let mut order = if round % 2 == 0 {
+            vec![Side::Endpoint, Side::Raw]
         } else {
-            [Side::Raw, Side::Endpoint]
+            vec![Side::Raw, Side::Endpoint]
         };
+        if mode == Mode::Transactional {
+            order.push(Side::RawUntokened);
+        }
         for side in order {
             let (rate, errors) = measure_side(opts, mode, side, round).await?;
             match side {
@@ -232,6 +257,10 @@ async fn run_mode(opts: &RatioOptions, mode: Mode) -> Result<RatioResult> {
                 }
                 Side::Raw => {
                     raw.push(rate);
+                    raw_errors += errors;
+                }
+                Side::RawUntokened => {
+                    untokened.push(rate);
                     raw_errors += errors;
                 }
             }
@@ -245,10 +274,13 @@ async fn run_mode(opts: &RatioOptions, mode: Mode) -> Result<RatioResult> {
     }
     let endpoint_median = median(endpoint.clone());
     let raw_median = median(raw.clone());
+    let raw_untokened_median = (!untokened.is_empty()).then(|| median(untokened.clone()));
     Ok(RatioResult {
         mode,
         endpoint,
         raw,
+        raw_untokened: untokened,
+        raw_untokened_median,
         endpoint_errors,
         raw_errors,
         endpoint_median,
@@ -272,7 +304,7 @@ async fn closed_loop(
 ) -> Result<(f64, u64)> {
     let reel = ReelId::parse(match side {
         Side::Endpoint => "ratio-endpoint",
-        Side::Raw => "ratio-raw",
+        Side::Raw | Side::RawUntokened => "ratio-raw",
     })
     .map_err(|e| anyhow!("{e}"))?;
     let ok = Arc::new(AtomicU64::new(0));
@@ -288,7 +320,8 @@ async fn closed_loop(
                 let user = format!("r{round}w{worker}i{i}");
                 let done = match side {
                     Side::Endpoint => sides.like(&reel, &user).await,
-                    Side::Raw => sides.raw(&reel, &user).await,
+                    Side::Raw => sides.raw(&reel, &user, true).await,
+                    Side::RawUntokened => sides.raw(&reel, &user, false).await,
                 };
                 if done {
                     ok.fetch_add(1, Ordering::Relaxed);
@@ -317,11 +350,14 @@ impl Sides {
             .is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
     }
 
-    /// The bare call the mode's like is built on; `true` if it succeeded.
-    async fn raw(&self, reel: &ReelId, user: &str) -> bool {
+    /// The bare call the mode's like is built on, the items as the like
+    /// writes them (the transaction with its token, unless `tokened` is
+    /// false); `true` if it succeeded.
+    async fn raw(&self, reel: &ReelId, user: &str, tokened: bool) -> bool {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
+        let token = RequestToken::random();
         let mut row = HashMap::from([
             ("user_id".to_owned(), AttributeValue::S(user.to_owned())),
             (
@@ -329,6 +365,10 @@ impl Sides {
                 AttributeValue::S(reel.as_str().to_owned()),
             ),
             ("liked_at".to_owned(), AttributeValue::N(now.to_string())),
+            (
+                "tok".to_owned(),
+                AttributeValue::S(token.as_str().to_owned()),
+            ),
         ]);
         let new_row = "attribute_not_exists(user_id)";
         match self.mode {
@@ -354,21 +394,28 @@ impl Sides {
                     Update::builder()
                         .table_name(&self.counters_table)
                         .key("pk", AttributeValue::S(keys::shard_key(reel, 0)))
-                        .update_expression("ADD #n :one, #w :one")
+                        .update_expression("ADD #n :one, #w :one SET #u = :at")
                         .expression_attribute_names("#n", "n")
                         .expression_attribute_names("#w", "w")
+                        .expression_attribute_names("#u", "updated_at")
                         .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                        .expression_attribute_values(":at", AttributeValue::N(now.to_string()))
                         .build(),
                 ) else {
                     return false;
                 };
-                self.sdk
+                let request = self
+                    .sdk
                     .transact_write_items()
                     .transact_items(TransactWriteItem::builder().put(put).build())
                     .transact_items(TransactWriteItem::builder().update(update).build())
-                    .send()
-                    .await
-                    .is_ok()
+                    .return_consumed_capacity(ReturnConsumedCapacity::Indexes);
+                let request = if tokened {
+                    request.client_request_token(token.as_str())
+                } else {
+                    request
+                };
+                request.send().await.is_ok()
             }
         }
     }
@@ -384,18 +431,20 @@ fn markdown(opts: &RatioOptions, results: &[RatioResult]) -> String {
     };
     let mut out = format!(
         "{} rounds of {} s per side, {} workers each, interleaved; medians.\n\n\
-         | counting | like endpoint (likes/s) | bare SDK call | bare call (calls/s) | ratio | rounds: endpoint | rounds: bare call |\n\
-         | --- | ---: | --- | ---: | ---: | --- | --- |\n",
+         | counting | like endpoint (likes/s) | bare SDK call | bare call (calls/s) | ratio | bare call without its token (calls/s) | rounds: endpoint | rounds: bare call |\n\
+         | --- | ---: | --- | ---: | ---: | ---: | --- | --- |\n",
         opts.rounds, opts.seconds, opts.concurrency
     );
     for r in results {
         out.push_str(&format!(
-            "| {} | {:.0} | {} | {:.0} | **{:.2}** | {} | {} |\n",
+            "| {} | {:.0} | {} | {:.0} | **{:.2}** | {} | {} | {} |\n",
             r.mode.as_str(),
             r.endpoint_median,
             r.mode.raw_call(),
             r.raw_median,
             r.ratio,
+            r.raw_untokened_median
+                .map_or_else(|| "—".to_owned(), |m| format!("{m:.0}")),
             rounds(&r.endpoint),
             rounds(&r.raw),
         ));
@@ -429,15 +478,17 @@ mod tests {
             mode: Mode::Transactional,
             endpoint: vec![900.0, 1000.0],
             raw: vec![1000.0, 1000.0],
+            raw_untokened: vec![1300.0, 1500.0],
             endpoint_errors: 0,
             raw_errors: 0,
             endpoint_median: 950.0,
             raw_median: 1000.0,
+            raw_untokened_median: Some(1400.0),
             ratio: 0.95,
         };
         let t = markdown(&opts, &[r]);
         assert!(t.contains("| transactional | 950 |"), "{t}");
-        assert!(t.contains("**0.95**"), "{t}");
+        assert!(t.contains("**0.95** | 1400 |"), "{t}");
         assert!(t.contains("900 · 1000"), "{t}");
     }
 }
