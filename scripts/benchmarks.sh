@@ -163,10 +163,13 @@ The ratio of the medians is the figure to watch: what the product adds to
 the one write it cannot avoid (request parsing and routing, the settings
 cache, the exactly-once token, the count in the answer and its guard). The
 machine and the emulator move both rates; a regression of the like path
-moves the ratio. Transactional mode is compared with a two-item
-`TransactWriteItems` (the like row's conditional `Put` and the shard's
-`ADD`), stream mode's unkeyed like with one conditional `PutItem` of the
-row (its aggregator running as it does locally, on both sides).
+moves the ratio. Transactional mode is compared with the two-item
+`TransactWriteItems` the like sends (the like row's conditional `Put` and
+the shard's `ADD`, with its `ClientRequestToken`; the same transaction
+without a token is the third figure: the emulator's token bookkeeping,
+which DynamoDB does not charge, see docs/benchmarks.md), stream mode's
+unkeyed like with one conditional `PutItem` of the row (its aggregator
+running as it does locally, on both sides).
 
 EOF
   cat "$work/ratio.md"
