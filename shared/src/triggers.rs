@@ -136,7 +136,7 @@ pub async fn handle_reconcile_event(
 /// from which Lambda must deliver again (empty: the whole batch is
 /// applied), and `state` is left empty (the checkpoint item is the state,
 /// kept across windows). An unreadable event or a store failure is an
-/// error, so Lambda retries the batch (or bisects it).
+/// error, so Lambda retries the whole batch (the mapping never bisects).
 pub async fn handle_aggregate_event(
     app: &App,
     event: Value,

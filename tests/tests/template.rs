@@ -36,6 +36,28 @@ fn the_template_never_enables_dev_auth() {
     }
 }
 
+/// The aggregator applies a batch sorted by sequence number above its
+/// shard's checkpoint: exact when a batch handed over again holds every
+/// record not yet applied, in whatever order. A bisected batch breaks that:
+/// after a function error Lambda may hand the halves over in either order
+/// ("If records are processed more than once, they might be processed out
+/// of order"), and a later half applied first moves the checkpoint past
+/// the earlier half, which is then skipped, silently. So the stream source
+/// retries whole batches (and reports partial failures from a record on).
+#[test]
+fn the_stream_source_never_bisects_a_batch() {
+    let t = template();
+    assert!(!t.stream_sources.is_empty());
+    for s in &t.stream_sources {
+        assert!(
+            !s.bisect,
+            "{}: BisectBatchOnFunctionError would hand records over in halves, out of order",
+            s.function
+        );
+        assert!(s.report_failures, "{}: ReportBatchItemFailures", s.function);
+    }
+}
+
 #[test]
 fn every_sample_event_is_a_route_of_the_template() {
     let t = template();
