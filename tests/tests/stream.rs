@@ -132,8 +132,16 @@ async fn stream_mode_counts_every_like_once_with_the_same_contract() {
     // after the user unliked since; the unlike is counted once.
     let keyed = act(&t, "keyed", "viral", true, Some("k-like")).await;
     assert_eq!(keyed.body["changed"], true);
+    // Past CACHE_TTL_MS (2 s): the unlike sums afresh, with or without the
+    // like the stream carries, and its answer drops the like all the same.
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
     let unlike = act(&t, "keyed", "viral", false, Some("k-unlike")).await;
     assert_eq!(unlike.body["changed"], true);
+    assert_eq!(
+        unlike.body["count"].as_i64(),
+        keyed.body["count"].as_i64().map(|c| c - 1),
+        "the unlike's answer holds the own like no longer"
+    );
     let late = act(&t, "keyed", "viral", true, Some("k-like")).await;
     assert_eq!(
         (late.body["changed"].as_bool(), late.body["liked"].as_bool()),

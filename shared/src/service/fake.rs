@@ -130,6 +130,11 @@ impl Fake {
         self.truth.load(Ordering::SeqCst)
     }
 
+    /// Sets the counter (in stream mode: the aggregator applied changes).
+    pub(super) fn set_truth(&self, n: i64) {
+        self.truth.store(n, Ordering::SeqCst);
+    }
+
     /// Sum reads sent so far.
     pub(super) fn sums(&self) -> u32 {
         self.sums.load(Ordering::SeqCst)
@@ -285,5 +290,13 @@ pub(super) fn like(user: &str, request_id: &str) -> WriteRequest {
         action: Action::Like,
         idempotency_key: None,
         request_id: Some(request_id.into()),
+    }
+}
+
+/// An unlike of reel `r` by `user`, delivered as API request `request_id`.
+pub(super) fn unlike(user: &str, request_id: &str) -> WriteRequest {
+    WriteRequest {
+        action: Action::Unlike,
+        ..like(user, request_id)
     }
 }

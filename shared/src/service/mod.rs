@@ -17,7 +17,9 @@
 //! cover, and a sum read sent before that instant never replaces it (a
 //! slow read, a load joined late, a batch read landing after the entry was
 //! dropped). Under likes only, the served count therefore never decreases,
-//! and it never exceeds the truth.
+//! and it never exceeds the truth. In stream mode an own change is applied
+//! to what was served last and replaces it, so an unlike after a like
+//! answers without that like.
 //!
 //! # Layout
 //!

@@ -228,4 +228,43 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(svc.store().puts().is_empty());
     }
+
+    #[tokio::test]
+    async fn contention_on_the_like_path_grows_nothing_in_stream_mode() {
+        // In stream mode a like writes its row only: its conflicts and
+        // throttles are the Likes table's, and say nothing about the load
+        // of shards that only the aggregator writes. The script that grows
+        // the reel in transactional mode (above) grows nothing here.
+        let conflict = TxResult::Retry(RetryReason::Conflict);
+        let throttled = TxResult::Retry(RetryReason::Throttled);
+        let script = vec![
+            conflict,
+            throttled,
+            conflict,
+            throttled,
+            TxResult::Committed { replayed: false },
+        ];
+        let svc = scripted(
+            script.clone(),
+            &[("CONTENTION_GROW_EVENTS", "3"), ("COUNTING", "stream")],
+        );
+        let out = svc.write(like("u", "req")).await.unwrap();
+        assert_eq!((out.conflicts, out.throttles), (2, 2));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(svc.store().puts().is_empty(), "{:?}", svc.store().puts());
+
+        // The same script in transactional mode starts a grow.
+        let svc = scripted(script, &[("CONTENTION_GROW_EVENTS", "3")]);
+        svc.write(like("u", "req")).await.unwrap();
+        for _ in 0..100 {
+            if !svc.store().puts().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            !svc.store().puts().is_empty(),
+            "no grow in transactional mode"
+        );
+    }
 }

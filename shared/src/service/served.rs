@@ -21,6 +21,28 @@ pub(super) struct Served {
     /// is at least what a read sent at this instant would return (likes
     /// only): a read sent earlier may return less.
     pub(super) covers: Instant,
+    /// Stream mode: `count` holds an own unlike that a sum read sent
+    /// before this instant may lack (the stream has not carried it to the
+    /// shards yet). Such a read may be larger for that reason alone, so it
+    /// does not replace the count, larger or not, unless it was sent at or
+    /// after `covers` (see [`replaces`]).
+    pub(super) unlikes_until: Option<Instant>,
+}
+
+/// Whether `c` replaces `r`, the value served last: a later value of the
+/// same lineage (the same read, adjusted by at least as many own changes),
+/// a read sent at or after `r.covers`, or else a larger read, unless `r`
+/// holds an own unlike that read may lack.
+fn replaces(r: &Served, c: &Cached) -> bool {
+    if r.load == c.load {
+        return c.adjusted >= r.adjusted;
+    }
+    let read_at = c.count.read_at;
+    if read_at >= r.covers {
+        return true;
+    }
+    let may_lack_own_unlike = r.unlikes_until.is_some_and(|u| read_at < u);
+    !may_lack_own_unlike && c.count.count > r.count
 }
 
 /// The record is kept for as long as a read sent before it covers may
@@ -60,7 +82,11 @@ impl<S: CounterStore> LikeService<S> {
     /// likes only both are at most the truth, so the larger of the two is
     /// served (and recorded), never the smaller. With unlikes, such an
     /// overlapping pair has no order; the larger is served until a read
-    /// sent after both settles it (within `CACHE_TTL_MS`).
+    /// sent after both settles it (within `CACHE_TTL_MS`). Except in stream
+    /// mode after an own unlike: the value holding it was recorded as the
+    /// newest ([`Self::serve_own_change`]), and no read sent before the
+    /// unlike is visible replaces it, so the tapper never sees their own
+    /// unlike undone.
     pub(super) async fn serve(&self, reel: &ReelId, c: Cached) -> Count {
         self.serve_from(reel, c).await.0
     }
@@ -91,25 +117,17 @@ impl<S: CounterStore> LikeService<S> {
                     load: c.load,
                     adjusted: c.adjusted,
                     covers: c.covers,
+                    unlikes_until: None,
                 };
                 match e.map(|e| e.into_value()) {
                     None => Op::Put(take),
-                    Some(r) if r.load == c.load => {
-                        if c.adjusted >= r.adjusted {
-                            Op::Put(Served {
-                                covers: r.covers.max(c.covers),
-                                ..take
-                            })
-                        } else {
-                            Op::Nop
-                        }
-                    }
-                    Some(r) if c.count.read_at >= r.covers || c.count.count > r.count => {
-                        Op::Put(Served {
-                            covers: r.covers.max(c.covers),
-                            ..take
-                        })
-                    }
+                    Some(r) if replaces(&r, &c) => Op::Put(Served {
+                        covers: r.covers.max(c.covers),
+                        // Kept while it may matter: a read sent before it
+                        // may still arrive.
+                        unlikes_until: r.unlikes_until,
+                        ..take
+                    }),
                     Some(_) => Op::Nop,
                 }
             })
@@ -128,6 +146,84 @@ impl<S: CounterStore> LikeService<S> {
             tracing::debug!(reel = %reel, had = c.count.count, served = count, "a read older than the count served was not served");
         }
         (Count { count, ..c.count }, descends)
+    }
+
+    /// Stream mode: serves the count after an own change of `delta` (a like
+    /// row written, not yet in any shard) that sum reads hold from
+    /// `visible_at` on; `current` is the count cache's value at hand. The
+    /// value recorded is returned, for the count cache.
+    ///
+    /// The change applies to what this instance serves now (`current`, or
+    /// the value served last if `current` would not replace it: an earlier
+    /// own change may be there and not in `current`), decided and recorded
+    /// in one step, so that no other value is served in between. That value
+    /// is recorded whatever was served before: it is the served value with
+    /// one more own change, newer than it, and may be below it (an unlike
+    /// after a like must answer without that like). Until `visible_at` a
+    /// read without the change cannot replace it: a smaller one (likes)
+    /// because it was sent before `covers`, a larger one (unlikes) because
+    /// of `unlikes_until`.
+    pub(super) async fn serve_own_change(
+        &self,
+        reel: &ReelId,
+        current: Cached,
+        delta: i64,
+        visible_at: Instant,
+    ) -> Cached {
+        let result = self
+            .served
+            .entry(reel.clone())
+            .and_compute_with(|e| async move {
+                let (base, adjusted, covers, unlikes_until) = match e.map(|e| e.into_value()) {
+                    Some(r) if !replaces(&r, &current) => {
+                        // Of the same lineage, `r` is `current` adjusted
+                        // further; of another, a value served over it.
+                        let adjusted = if r.load == current.load {
+                            r.adjusted
+                        } else {
+                            current.adjusted
+                        };
+                        (r.count, adjusted, r.covers, r.unlikes_until)
+                    }
+                    Some(r) => (
+                        current.count.count,
+                        current.adjusted,
+                        r.covers,
+                        r.unlikes_until,
+                    ),
+                    None => (current.count.count, current.adjusted, current.covers, None),
+                };
+                Op::Put(Served {
+                    count: base + delta,
+                    load: current.load,
+                    adjusted: adjusted.saturating_add(1),
+                    covers: covers.max(current.covers).max(visible_at),
+                    unlikes_until: if delta < 0 {
+                        Some(unlikes_until.map_or(visible_at, |u| u.max(visible_at)))
+                    } else {
+                        unlikes_until
+                    },
+                })
+            })
+            .await;
+        let r = result.into_entry().map(|e| e.into_value());
+        // Always a put: `Removed` and `StillNone` cannot happen.
+        let r = r.unwrap_or(Served {
+            count: current.count.count + delta,
+            load: current.load,
+            adjusted: current.adjusted.saturating_add(1),
+            covers: current.covers.max(visible_at),
+            unlikes_until: None,
+        });
+        Cached {
+            count: Count {
+                count: r.count,
+                ..current.count
+            },
+            load: r.load,
+            adjusted: r.adjusted,
+            covers: r.covers,
+        }
     }
 }
 
@@ -279,5 +375,85 @@ mod tests {
         served.push(("held batch read", batch.await.unwrap()));
         served.push(("next read", svc.count(&reel).await.unwrap().count));
         assert_never_back(&served, truth(&svc));
+    }
+
+    /// Stream mode (a like writes only its row; `set_truth` stands for the
+    /// aggregator), caches expiring after 100 ms, own changes visible to
+    /// reads after `visible_ms`.
+    fn streamed(truth: i64, visible_ms: &str) -> LikeService<Fake> {
+        LikeService::new(
+            Fake::new(truth).scripted(vec![]),
+            &fake::config(&[
+                ("COUNTING", "stream"),
+                ("CACHE_TTL_MS", "100"),
+                ("STREAM_VISIBLE_MS", visible_ms),
+                ("AUTO_RESHARD", "off"),
+            ]),
+        )
+    }
+
+    async fn expire() {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    #[tokio::test]
+    async fn an_unlike_after_a_like_answers_without_that_like() {
+        // Issue 21: 41, a like answers 42, the cache expires, the unlike
+        // answered 42 (the guard kept the like's 42 over 42 - 1 from the
+        // fresh 41) and this instance served 42 for STREAM_VISIBLE_MS.
+        let svc = streamed(41, "60000");
+        let reel = ReelId::parse("r").unwrap();
+        assert_eq!(svc.count(&reel).await.unwrap().count, 41);
+        let liked = svc.write(like("a")).await.unwrap();
+        assert_eq!((liked.changed, liked.count), (true, 42));
+        expire().await;
+        let unliked = svc.write(fake::unlike("a", "req-a2")).await.unwrap();
+        assert_eq!((unliked.changed, unliked.count), (true, 41));
+        assert_eq!(svc.count(&reel).await.unwrap().count, 41);
+        expire().await;
+        assert_eq!(svc.count(&reel).await.unwrap().count, 41);
+        // And a like after the unlike answers with it again.
+        expire().await;
+        let again = svc.write(like("a")).await.unwrap();
+        assert_eq!((again.changed, again.count), (true, 42));
+        expire().await;
+        assert_eq!(svc.count(&reel).await.unwrap().count, 42);
+    }
+
+    #[tokio::test]
+    async fn a_read_without_an_own_unlike_does_not_replace_it() {
+        // The aggregator applied the like (42) but not yet the unlike: a
+        // read sent meanwhile is larger only for lacking the unlike.
+        let svc = streamed(41, "1500");
+        let reel = ReelId::parse("r").unwrap();
+        assert_eq!(svc.write(like("a")).await.unwrap().count, 42);
+        svc.store().set_truth(42);
+        expire().await;
+        let unliked = svc.write(fake::unlike("a", "req-a2")).await.unwrap();
+        assert_eq!(unliked.count, 41);
+        expire().await;
+        assert_eq!(svc.count(&reel).await.unwrap().count, 41);
+        let batch = svc.counts(std::slice::from_ref(&reel)).await.unwrap()[&reel].count;
+        assert_eq!(batch, 41);
+        // Once the unlike is visible to reads, a read is the count again
+        // (here: others' likes since).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        svc.store().set_truth(45);
+        assert_eq!(svc.count(&reel).await.unwrap().count, 45);
+    }
+
+    #[tokio::test]
+    async fn transactional_an_unlike_after_a_like_answers_without_it() {
+        // The same sequence counted by transactions: the unlike's sum is
+        // read after its commit, past what the like's value covers.
+        let svc = service(41, 0, vec![], "100");
+        let reel = ReelId::parse("r").unwrap();
+        assert_eq!(svc.count(&reel).await.unwrap().count, 41);
+        assert_eq!(svc.write(like("a")).await.unwrap().count, 42);
+        expire().await;
+        let unliked = svc.write(fake::unlike("a", "req-a2")).await.unwrap();
+        assert_eq!((unliked.changed, unliked.count), (true, 41));
+        expire().await;
+        assert_eq!(svc.count(&reel).await.unwrap().count, 41);
     }
 }

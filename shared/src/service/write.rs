@@ -214,12 +214,13 @@ impl<S: CounterStore> LikeService<S> {
     /// change of `delta` at `committed_at`, which no shard holds yet.
     ///
     /// The answer is what this instance would serve now plus the change
-    /// (the larger of its cached sum and what it last served: an earlier
-    /// own change may be in the latter and not yet in the former). It is
-    /// served with `covers` set [`Config::stream_visible`] ahead: until
-    /// then a sum read without the change cannot replace it (likes only,
-    /// the larger of the two is served), after that the aggregator has
-    /// applied it and a fresh sum holds it.
+    /// (the value served last if the cached sum would not replace it: an
+    /// earlier own change may be in the former and not yet in the latter),
+    /// recorded by the guard as the newest value whatever it served before
+    /// ([`Self::serve_own_change`]): an unlike after a like answers without
+    /// that like. It is served with `covers` set [`Config::stream_visible`]
+    /// ahead: until then a sum read without the change cannot replace it,
+    /// after that the aggregator has applied it and a fresh sum holds it.
     ///
     /// [`Config::stream_visible`]: crate::config::Config::stream_visible
     async fn count_after_own_streamed_change(
@@ -229,25 +230,17 @@ impl<S: CounterStore> LikeService<S> {
         committed_at: Instant,
     ) -> Result<i64, Error> {
         let current = self.cached(reel).await?;
-        let base = match self.served.get(reel).await {
-            Some(r) if r.count > current.count.count => r.count,
-            _ => current.count.count,
-        };
-        let adjusted = Cached {
-            count: Count {
-                count: base + delta,
-                ..current.count
-            },
-            adjusted: current.adjusted.saturating_add(1),
-            covers: current.covers.max(committed_at + self.stream_visible),
-            ..current
-        };
+        let adjusted = self
+            .serve_own_change(reel, current, delta, committed_at + self.stream_visible)
+            .await;
         if let Some(c) = &self.counts {
             c.entry(reel.clone())
                 .and_compute_with(|entry| async move {
                     match entry.map(|e| e.into_value()) {
-                        // Still the entry read above: it now holds the change.
-                        Some(n) if n.load == current.load && n.adjusted == current.adjusted => {
+                        // Still the lineage read above, not adjusted as far
+                        // (a concurrent own change may have gone further):
+                        // it now holds the change.
+                        Some(n) if n.load == adjusted.load && n.adjusted < adjusted.adjusted => {
                             Op::Put(adjusted)
                         }
                         _ => Op::Nop,
@@ -255,7 +248,7 @@ impl<S: CounterStore> LikeService<S> {
                 })
                 .await;
         }
-        Ok(self.serve(reel, adjusted).await.count)
+        Ok(adjusted.count.count)
     }
 
     /// The count after this instance committed `delta` with a transaction
