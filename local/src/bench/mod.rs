@@ -376,6 +376,50 @@ fn test_options() -> BenchOptions {
     }
 }
 
+/// A run of `variant` with plain figures, exact, no `stream-scale`
+/// figures: for tests of what is made of results.
+#[cfg(test)]
+fn test_result(variant: Variant) -> RunResult {
+    let scale = scale::ScaleFigures::NONE;
+    RunResult {
+        variant,
+        offered_likes_per_sec: 750.0,
+        accepted_likes_per_sec: 750.0,
+        refused_pct: 0.0,
+        refused_pct_second_half: 0.0,
+        latency_p50_ms: 5.0,
+        latency_p99_ms: 20.0,
+        busiest_key_wcu_per_sec: 10.0,
+        busiest_key: String::new(),
+        cap: 30.0,
+        shards: 1,
+        ceiling_likes_per_sec: f64::NAN,
+        offered_to_ceiling: f64::NAN,
+        wcu_per_viral_like: 2.0,
+        wcu_per_background_like: 4.0,
+        wcu_unattributed: 0.0,
+        rcu_per_read: 5.0,
+        shard_reads_per_sec: 10.0,
+        shard_reads_per_sec_uncached_equiv: 100.0,
+        final_count: 10,
+        acknowledged: 10,
+        exact: true,
+        dollars_per_million_likes: 1.25,
+        dollars_per_million_background_likes: 2.5,
+        dollars_per_million_reads: 0.6,
+        wcu_checkpoints: 0.0,
+        freshness_p50_ms: 1000.0,
+        freshness_p99_ms: 2000.0,
+        aggregator_conflicted_pct: scale.conflicted_pct,
+        batches_retried: scale.retried,
+        batches_partial: scale.partial,
+        records_discarded: scale.discarded,
+        resize_refused: scale.resize_refused,
+        resize_done_s: scale.resize_done_s,
+        timeline: Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

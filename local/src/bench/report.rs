@@ -193,6 +193,48 @@ pub(super) fn median(mut v: Vec<f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::{test_options, test_result};
+
+    fn scale_run(conflicted: f64, discarded: f64, done: f64) -> RunResult {
+        RunResult {
+            aggregator_conflicted_pct: conflicted,
+            batches_retried: 3.0,
+            batches_partial: 1.0,
+            records_discarded: discarded,
+            resize_refused: 0.0,
+            resize_done_s: done,
+            ..test_result(Variant::StreamScale)
+        }
+    }
+
+    fn table(runs: Vec<RunResult>) -> String {
+        let mut results = BTreeMap::new();
+        results.insert("stream".to_owned(), vec![test_result(Variant::Stream)]);
+        if !runs.is_empty() {
+            results.insert("stream-scale".to_owned(), runs);
+        }
+        markdown(&test_options(), &results)
+    }
+
+    #[test]
+    fn stream_scale_has_its_own_table_against_its_target() {
+        let t = table(vec![scale_run(0.5, 0.0, 12.0), scale_run(1.0, 0.0, 14.0)]);
+        assert!(t.contains("| aggregator transactions conflicted % | 0.75 (0.50–1.00) |"));
+        assert!(t.contains("| records sent to OnFailure | 0 |"));
+        assert!(t.contains("| resize completed, s after the load started | 13.0 (12.0–14.0) |"));
+        assert!(t.contains("met in every run: yes."));
+        // In the main table its figures are its column; the others' are —.
+        assert!(!t.contains("conflicted % | —"));
+        for bad in [
+            scale_run(1.5, 0.0, 12.0),
+            scale_run(0.5, 2.0, 12.0),
+            scale_run(0.5, 0.0, f64::NAN),
+        ] {
+            assert!(table(vec![bad]).contains("met in every run: NO."));
+        }
+        // Without the variant, no such table.
+        assert!(!table(Vec::new()).contains("conflicted"));
+    }
 
     #[test]
     fn median_of_odd_even_and_empty() {
