@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates BENCHMARKS.md: the shard-sizing planner on the published
 # example, the viral-load benchmark (naive counter, fixed shards with and
-# without the cache, automatic growth, stream mode: every `Variant` of
-# local/src/bench/variant.rs unless BENCH_VARIANTS says otherwise), and the
-# Lambda figures. One command: `make benchmarks`.
+# without the cache, automatic growth, stream mode, stream mode at scale:
+# every `Variant` of local/src/bench/variant.rs unless BENCH_VARIANTS says
+# otherwise), and the Lambda figures. One command: `make benchmarks`.
 #
 # This script is the one writer of BENCHMARKS.md, and of all its prose;
 # the others hand it data: the planner's output, the bench's Markdown table
@@ -241,6 +241,17 @@ copied from a run):
   to the shard holding it, polled every 20 ms: the stream, the 1 s batching
   window, the aggregation; a reader adds up to `CACHE_TTL_MS` (2 s) on top.
   Transactional variants show 0: the shard is written before the answer.
+- **Stream mode at scale.** `stream-scale` is stream mode as DynamoDB runs
+  it for a viral reel: its rows' records spread over 32 stream shards, each
+  aggregated by its own invocations side by side, DynamoDB's transaction
+  conflicts modeled, and the reel resized under load (its settings are in
+  the line above its own table, and in docs/benchmarks.md). Each stream
+  shard adds to one of the reel's shards, so chunks of different stream
+  shards meet on a shard item, and on any item every chunk touches: a
+  conflicted transaction is retried, and past its retries its batch is
+  handed back to the event source and delivered again. The target is at
+  most 1 % of the aggregator's transactions conflicted, no record sent to
+  `OnFailure` (counted nowhere), and exact counts after the drain.
 - **Exactness.** "stored − offered" counts every like once its client has
   retried it. The naive counter is exact here too, because the proxy's
   capacity model refuses before writing and the bench injects no lost

@@ -10,8 +10,9 @@
 //!   events, the real handlers.
 //! * [`demo`]: the viral-burst demo.
 //! * [`bench`](mod@bench): the viral-load benchmark (naive counter, fixed
-//!   shards with and without the cache, automatic growth, stream mode); a
-//!   directory of its own, whose parts its `# Layout` lists.
+//!   shards with and without the cache, automatic growth, stream mode, and
+//!   stream mode at scale); a directory of its own, whose parts its
+//!   `# Layout` lists.
 //! * [`plan`]: the shard-sizing planner behind `likes-local plan`: shards for
 //!   a planned peak, checked by simulation, and the cost of reading the count.
 //!   `plan/mod.rs` the inputs, the report and the planning; `rule.rs` the

@@ -1,10 +1,12 @@
 //! One variant in one run, as a sequence of named steps: start its stack,
 //! pre-size the viral reel, drive the load, read what it cost, retry the
-//! refused likes, drain, check exactness, and sum it all up. The order is
+//! refused likes, drain, check exactness, and sum it all up (with
+//! `stream-scale`'s resize halfway and its own figures). The order is
 //! part of what is measured (units and shard count before the retries,
 //! the stored count after the drain), so [`run_variant`] spells it out.
 
 use super::load::{self, Load, Sample, Target, percentile};
+use super::scale::{ScaleFigures, resize_midway, wait_resized};
 use super::store::{presize_viral, stored_count};
 use super::units::{Units, attribute};
 use super::variant::Variant;
@@ -24,8 +26,8 @@ pub(super) async fn run_variant(
 ) -> Result<RunResult> {
     let stack = start_stack(opts, variant).await?;
     let proxy = stack.proxy.clone().context("the stack has a proxy")?;
-    if variant.is_presized() {
-        presize_viral(&stack, opts.fixed_shards).await?;
+    if let Some(shards) = variant.presized_shards(opts) {
+        presize_viral(&stack, shards).await?;
     }
     let target = Arc::new(connect(opts, variant, &stack, &proxy.url).await?);
     // Everything counted from here on is the load's.
@@ -37,18 +39,41 @@ pub(super) async fn run_variant(
         stack.client.clone(),
         target.counters.clone(),
         t0,
-        variant.is_stream(),
+        variant.watched_shards(),
     );
+    let resize = (variant == Variant::StreamScale).then(|| {
+        resize_midway(
+            stack.app.clone(),
+            Duration::from_secs_f64(opts.seconds / 2.0),
+            Duration::from_secs(60),
+        )
+    });
     let load = load::drive(opts, &target, &prefix, t0).await;
     let elapsed = t0.elapsed().as_secs_f64();
     let (stats, units) = load_cost(&proxy, &stack, &prefix);
     let shards = shards_at_end(&stack, variant).await?;
     let unsettled = load::retry_refused(&target, &load.viral).await;
     let shard_reads = shard_reads_so_far(&stack) - reads_before;
+    let mut resize_refused = 0;
+    if let Some(resize) = resize {
+        let (refused, begun) = resize.await.context("the resize")??;
+        resize_refused = refused;
+        // Two resize waits (about 5 s each here) and the schedule's runs
+        // are all a grow takes; a minute is a stuck resize.
+        if begun {
+            wait_resized(&stack.app, Duration::from_secs(60)).await?;
+        }
+    }
     if variant.is_stream() {
         drain_stream(&stack).await?;
     }
     let seen = watcher.stop().await?;
+    let scale = if variant == Variant::StreamScale {
+        let source = stack.streams.first().context("stream mode has a source")?;
+        ScaleFigures::of(&proxy.stats(), &source.stats, resize_refused, &seen.shards)
+    } else {
+        ScaleFigures::NONE
+    };
     // Exactness: every offered like was acknowledged in the end; the store
     // must hold exactly one per user.
     let acknowledged = (load.viral.len() - unsettled) as i64;
@@ -66,6 +91,7 @@ pub(super) async fn run_variant(
             seen,
             acknowledged,
             final_count,
+            scale,
         },
     );
     stack.shutdown().await;
@@ -178,6 +204,7 @@ struct Measured {
     seen: Seen,
     acknowledged: i64,
     final_count: i64,
+    scale: ScaleFigures,
 }
 
 /// Share of refused samples, %; 0 if there are none.
@@ -255,6 +282,12 @@ fn summarise(opts: &BenchOptions, variant: Variant, m: Measured) -> RunResult {
         wcu_checkpoints: m.units.checkpoints,
         freshness_p50_ms,
         freshness_p99_ms,
+        aggregator_conflicted_pct: m.scale.conflicted_pct,
+        batches_retried: m.scale.retried,
+        batches_partial: m.scale.partial,
+        records_discarded: m.scale.discarded,
+        resize_refused: m.scale.resize_refused,
+        resize_done_s: m.scale.resize_done_s,
         timeline,
     }
 }

@@ -14,7 +14,12 @@
 //!    their row only, the aggregate function (fed by the local event
 //!    source) adds them to one shard; offered at `BENCH_STREAM_RATE`
 //!    (default 5× the `fixed` variant's ceiling), with its freshness
-//!    (acknowledged → in the shards) measured.
+//!    (acknowledged → in the shards) measured;
+//! 6. `stream-scale`: stream mode at scale: the stream read as 32 shards,
+//!    the fault proxy's conflict model on, the viral reel grown 8 → 16
+//!    halfway through, offered at `BENCH_STREAM_SCALE_RATE`; with how many
+//!    of the aggregator's transactions conflicted, the batches handed back
+//!    and the records sent to `OnFailure` (`scale.rs`).
 //!
 //! The bench also draws, per variant, the likes accepted and refused each
 //! second and the viral reel's shard count over time (`BENCH_SVG`).
@@ -36,6 +41,7 @@
 //! * `watch.rs`: the viral reel polled over time: the onset timeline and
 //!   stream mode's freshness;
 //! * `units.rs`: write units by whose likes they served;
+//! * `scale.rs`: `stream-scale`'s resize and its figures;
 //! * `store.rs`: pre-sizing, and the stored count read back;
 //! * `report.rs`: the Markdown table; `svg.rs`: the onset chart.
 //! * [`ratio`]: a second benchmark, `likes-local bench ratio`: the like
@@ -47,6 +53,7 @@ mod load;
 mod measure;
 pub mod ratio;
 mod report;
+mod scale;
 mod store;
 mod svg;
 mod units;
@@ -69,6 +76,10 @@ pub struct BenchOptions {
     /// ... by the `stream` variant (`BENCH_STREAM_RATE`; default 5× the
     /// `fixed` variant's ceiling, `BENCH_SHARDS` × cap ÷ 2).
     pub stream_rate: f64,
+    /// ... by `stream-scale` (`BENCH_STREAM_SCALE_RATE`; default
+    /// `BENCH_STREAM_RATE`, not tuned: the rate this machine sustains with
+    /// 32 stream shards is for a quiet machine to find).
+    pub stream_scale_rate: f64,
     /// Likes a second on the background reels (`BENCH_BACKGROUND_RATE`).
     pub background_rate: f64,
     /// Feed reads a second, each of the viral reel and the background
@@ -135,12 +146,14 @@ impl BenchOptions {
         };
         let write_cap = num("BENCH_WRITE_CAP", 30.0)?;
         let fixed_shards = num("BENCH_SHARDS", 10.0)? as u32;
+        let stream_rate = num(
+            "BENCH_STREAM_RATE",
+            5.0 * f64::from(fixed_shards) * write_cap / 2.0,
+        )?;
         Ok(BenchOptions {
             viral_rate: num("BENCH_RATE", 75.0)?,
-            stream_rate: num(
-                "BENCH_STREAM_RATE",
-                5.0 * f64::from(fixed_shards) * write_cap / 2.0,
-            )?,
+            stream_rate,
+            stream_scale_rate: num("BENCH_STREAM_SCALE_RATE", stream_rate)?,
             background_rate: num("BENCH_BACKGROUND_RATE", 20.0)?,
             read_rate: num("BENCH_READ_RATE", 20.0)?,
             seconds: num("BENCH_SECONDS", 20.0)?,
@@ -169,6 +182,10 @@ impl BenchOptions {
         vec![
             ("BENCH_RATE", self.viral_rate.to_string()),
             ("BENCH_STREAM_RATE", self.stream_rate.to_string()),
+            (
+                "BENCH_STREAM_SCALE_RATE",
+                self.stream_scale_rate.to_string(),
+            ),
             ("BENCH_BACKGROUND_RATE", self.background_rate.to_string()),
             ("BENCH_READ_RATE", self.read_rate.to_string()),
             ("BENCH_SECONDS", self.seconds.to_string()),
@@ -252,6 +269,23 @@ pub struct RunResult {
     pub freshness_p50_ms: f64,
     /// ... 99th percentile.
     pub freshness_p99_ms: f64,
+    /// `stream-scale`'s own figures (NaN for the other variants): the
+    /// aggregator's transactions refused by the conflict model, %.
+    pub aggregator_conflicted_pct: f64,
+    /// Batches the event source delivered again (after a failure report
+    /// or a function error).
+    pub batches_retried: f64,
+    /// ... of which the function had applied a first part.
+    pub batches_partial: f64,
+    /// Records sent to the `OnFailure` destination: never counted.
+    pub records_discarded: f64,
+    /// Requests to resize refused before one got through (or all of them,
+    /// for a minute).
+    pub resize_refused: f64,
+    /// Seconds from the start of the load to the resize's completion, as
+    /// the watcher saw the writers' shard count reach the target; NaN if
+    /// not by the end of the watch (after the drain).
+    pub resize_done_s: f64,
     /// Per second of the load: likes accepted and refused, and the viral
     /// reel's shard count (the onset chart).
     pub timeline: Vec<Second>,
@@ -326,6 +360,7 @@ fn test_options() -> BenchOptions {
     BenchOptions {
         viral_rate: 75.0,
         stream_rate: 750.0,
+        stream_scale_rate: 750.0,
         background_rate: 20.0,
         read_rate: 20.0,
         seconds: 20.0,
@@ -338,6 +373,50 @@ fn test_options() -> BenchOptions {
         out: "target/bench/viral.json".into(),
         svg: "target/bench/onset.svg".into(),
         template: "template.yaml".into(),
+    }
+}
+
+/// A run of `variant` with plain figures, exact, no `stream-scale`
+/// figures: for tests of what is made of results.
+#[cfg(test)]
+fn test_result(variant: Variant) -> RunResult {
+    let scale = scale::ScaleFigures::NONE;
+    RunResult {
+        variant,
+        offered_likes_per_sec: 750.0,
+        accepted_likes_per_sec: 750.0,
+        refused_pct: 0.0,
+        refused_pct_second_half: 0.0,
+        latency_p50_ms: 5.0,
+        latency_p99_ms: 20.0,
+        busiest_key_wcu_per_sec: 10.0,
+        busiest_key: String::new(),
+        cap: 30.0,
+        shards: 1,
+        ceiling_likes_per_sec: f64::NAN,
+        offered_to_ceiling: f64::NAN,
+        wcu_per_viral_like: 2.0,
+        wcu_per_background_like: 4.0,
+        wcu_unattributed: 0.0,
+        rcu_per_read: 5.0,
+        shard_reads_per_sec: 10.0,
+        shard_reads_per_sec_uncached_equiv: 100.0,
+        final_count: 10,
+        acknowledged: 10,
+        exact: true,
+        dollars_per_million_likes: 1.25,
+        dollars_per_million_background_likes: 2.5,
+        dollars_per_million_reads: 0.6,
+        wcu_checkpoints: 0.0,
+        freshness_p50_ms: 1000.0,
+        freshness_p99_ms: 2000.0,
+        aggregator_conflicted_pct: scale.conflicted_pct,
+        batches_retried: scale.retried,
+        batches_partial: scale.partial,
+        records_discarded: scale.discarded,
+        resize_refused: scale.resize_refused,
+        resize_done_s: scale.resize_done_s,
+        timeline: Vec::new(),
     }
 }
 
@@ -354,6 +433,7 @@ mod tests {
             [
                 "BENCH_RATE",
                 "BENCH_STREAM_RATE",
+                "BENCH_STREAM_SCALE_RATE",
                 "BENCH_BACKGROUND_RATE",
                 "BENCH_READ_RATE",
                 "BENCH_SECONDS",
@@ -372,7 +452,7 @@ mod tests {
         assert_eq!(get("BENCH_WRU_PRICE"), "0.625");
         assert_eq!(
             get("BENCH_VARIANTS"),
-            "naive,fixed,fixed-nocache,auto,stream"
+            "naive,fixed,fixed-nocache,auto,stream,stream-scale"
         );
     }
 }

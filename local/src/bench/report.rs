@@ -1,8 +1,9 @@
 //! The Markdown the bench prints: one line of what was offered, the table
-//! of medians (with min–max over the runs) per variant, and whether every
-//! run was exact. `scripts/benchmarks.sh` puts it into BENCHMARKS.md as
+//! of medians (with min–max over the runs) per variant, whether every run
+//! was exact, and `stream-scale`'s own small table against its target. `scripts/benchmarks.sh` puts it into BENCHMARKS.md as
 //! it is, so its format is that file's.
 
+use super::variant::{CONFLICT_HOLD_MS, SCALE_FROM, SCALE_TO, STREAM_SHARDS, Variant};
 use super::{BACKGROUND_REELS, BenchOptions, RunResult};
 use std::collections::BTreeMap;
 
@@ -73,9 +74,10 @@ pub(super) fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunRe
     ];
     let mut out = String::new();
     out.push_str(&format!(
-        "Offered: {:.0} likes/s on one reel from distinct users ({:.0}/s for `stream`), {:.0} likes/s on {} background reels, {:.0} feed reads/s (10 reels each); {:.0} s per variant, {} runs; write cap {:.0} units per key per second; fixed variants {} shards. Medians, with min–max over the runs; — where a figure does not apply.\n\n",
+        "Offered: {:.0} likes/s on one reel from distinct users ({:.0}/s for `stream`, {:.0}/s for `stream-scale`), {:.0} likes/s on {} background reels, {:.0} feed reads/s (10 reels each); {:.0} s per variant, {} runs; write cap {:.0} units per key per second; fixed variants {} shards. Medians, with min–max over the runs; — where a figure does not apply.\n\n",
         opts.viral_rate,
         opts.stream_rate,
+        opts.stream_scale_rate,
         opts.background_rate,
         BACKGROUND_REELS,
         opts.read_rate,
@@ -96,20 +98,7 @@ pub(super) fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunRe
     for (name, get, prec) in rows {
         out.push_str(&format!("| {name} |"));
         for rs in results.values() {
-            let vals: Vec<f64> = rs.iter().map(get).collect();
-            let (lo, hi) = vals
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
-                    (a.min(*x), b.max(*x))
-                });
-            let m = median(vals.clone());
-            if vals.iter().any(|v| !v.is_finite()) {
-                out.push_str(" — |");
-            } else if (hi - lo).abs() < 1e-9 {
-                out.push_str(&format!(" {m:.prec$} |"));
-            } else {
-                out.push_str(&format!(" {m:.prec$} ({lo:.prec$}–{hi:.prec$}) |"));
-            }
+            out.push_str(&format!(" {} |", cell(rs, get, prec)));
         }
         out.push('\n');
     }
@@ -117,6 +106,73 @@ pub(super) fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunRe
     out.push_str(&format!(
         "\nEvery run exact (stored count = acknowledged likes): {}.\n",
         if exact { "yes" } else { "NO" }
+    ));
+    if let Some(rs) = results.get(Variant::StreamScale.as_str()) {
+        out.push_str(&scale_table(rs));
+    }
+    out
+}
+
+/// One cell: the median of `get` over `rs` with its min–max if they
+/// differ, or — if any run has no such figure (NaN).
+fn cell(rs: &[RunResult], get: fn(&RunResult) -> f64, prec: usize) -> String {
+    let vals: Vec<f64> = rs.iter().map(get).collect();
+    let (lo, hi) = vals
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+            (a.min(*x), b.max(*x))
+        });
+    let m = median(vals.clone());
+    if vals.is_empty() || vals.iter().any(|v| !v.is_finite()) {
+        "—".to_owned()
+    } else if (hi - lo).abs() < 1e-9 {
+        format!("{m:.prec$}")
+    } else {
+        format!("{m:.prec$} ({lo:.prec$}–{hi:.prec$})")
+    }
+}
+
+/// `stream-scale`'s figures (its runs `rs`), and whether every run met the
+/// target of issue 21: at most 1 % of the aggregator's transactions
+/// conflicted, no record sent to `OnFailure`, exact; the resize completed.
+/// Its freshness and rate are its column in the table above.
+fn scale_table(rs: &[RunResult]) -> String {
+    type Get = fn(&RunResult) -> f64;
+    let rows: [(&str, Get, usize); 6] = [
+        (
+            "aggregator transactions conflicted %",
+            |r| r.aggregator_conflicted_pct,
+            2,
+        ),
+        ("batches delivered again", |r| r.batches_retried, 0),
+        ("… of them partly applied first", |r| r.batches_partial, 0),
+        ("records sent to OnFailure", |r| r.records_discarded, 0),
+        (
+            "resize requests refused before one got through",
+            |r| r.resize_refused,
+            0,
+        ),
+        (
+            "resize completed, s after the load started",
+            |r| r.resize_done_s,
+            1,
+        ),
+    ];
+    let mut out = format!(
+        "\n`stream-scale`: {STREAM_SHARDS} stream shards, the conflict model on (a transaction holds its items {CONFLICT_HOLD_MS} ms past its answer), the viral reel grown {SCALE_FROM} → {SCALE_TO} shards halfway through the load (completed by the scheduled resharder; waited for after the load if need be).\n\n| metric | stream-scale |\n| --- | --- |\n"
+    );
+    for (name, get, prec) in rows {
+        out.push_str(&format!("| {name} | {} |\n", cell(rs, get, prec)));
+    }
+    let met = rs.iter().all(|r| {
+        r.aggregator_conflicted_pct <= 1.0
+            && r.records_discarded == 0.0
+            && r.exact
+            && r.resize_done_s.is_finite()
+    });
+    out.push_str(&format!(
+        "\nTarget (≤ 1 % conflicted, 0 to OnFailure, exact, resized) met in every run: {}.\n",
+        if met { "yes" } else { "NO" }
     ));
     out
 }
@@ -137,6 +193,48 @@ pub(super) fn median(mut v: Vec<f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::{test_options, test_result};
+
+    fn scale_run(conflicted: f64, discarded: f64, done: f64) -> RunResult {
+        RunResult {
+            aggregator_conflicted_pct: conflicted,
+            batches_retried: 3.0,
+            batches_partial: 1.0,
+            records_discarded: discarded,
+            resize_refused: 0.0,
+            resize_done_s: done,
+            ..test_result(Variant::StreamScale)
+        }
+    }
+
+    fn table(runs: Vec<RunResult>) -> String {
+        let mut results = BTreeMap::new();
+        results.insert("stream".to_owned(), vec![test_result(Variant::Stream)]);
+        if !runs.is_empty() {
+            results.insert("stream-scale".to_owned(), runs);
+        }
+        markdown(&test_options(), &results)
+    }
+
+    #[test]
+    fn stream_scale_has_its_own_table_against_its_target() {
+        let t = table(vec![scale_run(0.5, 0.0, 12.0), scale_run(1.0, 0.0, 14.0)]);
+        assert!(t.contains("| aggregator transactions conflicted % | 0.75 (0.50–1.00) |"));
+        assert!(t.contains("| records sent to OnFailure | 0 |"));
+        assert!(t.contains("| resize completed, s after the load started | 13.0 (12.0–14.0) |"));
+        assert!(t.contains("met in every run: yes."));
+        // In the main table its figures are its column; the others' are —.
+        assert!(!t.contains("conflicted % | —"));
+        for bad in [
+            scale_run(1.5, 0.0, 12.0),
+            scale_run(0.5, 2.0, 12.0),
+            scale_run(0.5, 0.0, f64::NAN),
+        ] {
+            assert!(table(vec![bad]).contains("met in every run: NO."));
+        }
+        // Without the variant, no such table.
+        assert!(!table(Vec::new()).contains("conflicted"));
+    }
 
     #[test]
     fn median_of_odd_even_and_empty() {

@@ -25,16 +25,39 @@ pub enum Variant {
     /// row only, the aggregate function adds them to one shard; offered at
     /// `BENCH_STREAM_RATE`.
     Stream,
+    /// Stream mode at scale: the stream read as [`STREAM_SHARDS`] shards
+    /// side by side, the proxy's conflict model on ([`CONFLICT_HOLD_MS`]),
+    /// the viral reel grown [`SCALE_FROM`] → [`SCALE_TO`] halfway through;
+    /// offered at `BENCH_STREAM_SCALE_RATE`. What shows whether the
+    /// aggregator's transactions of different stream shards get in each
+    /// other's way.
+    StreamScale,
 }
+
+/// `stream-scale`'s stream shards (`LOCAL_STREAM_SHARDS`): a viral reel's
+/// likes come from many users, so DynamoDB spreads its rows' records over
+/// many stream shards, each aggregated by its own invocations.
+pub(super) const STREAM_SHARDS: u32 = 32;
+/// `stream-scale`'s conflict hold (`FAULTS=conflict_hold_ms`): how long a
+/// transaction holds its items past the emulator's answer, which comes in
+/// well under a millisecond; a `TransactWriteItems` in DynamoDB takes
+/// about this long, so two aggregations overlap about as often as there.
+pub(super) const CONFLICT_HOLD_MS: u32 = 10;
+/// `stream-scale`'s viral reel before the resize ...
+pub(super) const SCALE_FROM: u32 = 8;
+/// ... and after it: the aggregator's chunks must follow the settings
+/// while the stream shards keep writing.
+pub(super) const SCALE_TO: u32 = 16;
 
 impl Variant {
     /// Every variant, in the order `BENCH_VARIANTS` runs them by default.
-    pub const ALL: [Variant; 5] = [
+    pub const ALL: [Variant; 6] = [
         Variant::Naive,
         Variant::Fixed,
         Variant::FixedNocache,
         Variant::Auto,
         Variant::Stream,
+        Variant::StreamScale,
     ];
 
     /// The name in `BENCH_VARIANTS`, the table's columns and the JSON.
@@ -45,6 +68,7 @@ impl Variant {
             Variant::FixedNocache => "fixed-nocache",
             Variant::Auto => "auto",
             Variant::Stream => "stream",
+            Variant::StreamScale => "stream-scale",
         }
     }
 
@@ -60,21 +84,39 @@ impl Variant {
 
     /// Stream mode: likes write their row only; the counts catch up later.
     pub(super) fn is_stream(self) -> bool {
-        self == Variant::Stream
+        matches!(self, Variant::Stream | Variant::StreamScale)
     }
 
-    /// The `fixed` variants pre-size the viral reel before the load.
-    pub(super) fn is_presized(self) -> bool {
-        matches!(self, Variant::Fixed | Variant::FixedNocache)
+    /// The viral reel's shards set before the load, if any: the `fixed`
+    /// variants' size, and `stream-scale`'s size before its resize.
+    pub(super) fn presized_shards(self, opts: &BenchOptions) -> Option<u32> {
+        match self {
+            Variant::Fixed | Variant::FixedNocache => Some(opts.fixed_shards),
+            Variant::StreamScale => Some(SCALE_FROM),
+            Variant::Naive | Variant::Auto | Variant::Stream => None,
+        }
+    }
+
+    /// The viral reel's shards whose sum the watcher polls for freshness
+    /// (0: none, the transactional variants write before they answer): all
+    /// that the aggregator may write, before and after a resize.
+    pub(super) fn watched_shards(self) -> u32 {
+        match self {
+            Variant::Stream => 1,
+            Variant::StreamScale => SCALE_TO,
+            Variant::Naive | Variant::Fixed | Variant::FixedNocache | Variant::Auto => 0,
+        }
     }
 
     /// Likes a second offered on the viral reel: stream mode is offered far
     /// more, since no like writes a counter item.
     pub(super) fn offered_rate(self, opts: &BenchOptions) -> f64 {
-        if self.is_stream() {
-            opts.stream_rate
-        } else {
-            opts.viral_rate
+        match self {
+            Variant::Stream => opts.stream_rate,
+            Variant::StreamScale => opts.stream_scale_rate,
+            Variant::Naive | Variant::Fixed | Variant::FixedNocache | Variant::Auto => {
+                opts.viral_rate
+            }
         }
     }
 
@@ -89,8 +131,12 @@ impl Variant {
     /// everything scaled with it, then the variant's own switches.
     pub(super) fn stack_env(self, opts: &BenchOptions) -> Vec<(String, String)> {
         let cap = opts.write_cap;
+        let mut faults = format!("seed=1,write_cap={cap}");
+        if self == Variant::StreamScale {
+            faults.push_str(&format!(",conflict_hold_ms={CONFLICT_HOLD_MS}"));
+        }
         let mut env = vec![
-            ("FAULTS".into(), format!("seed=1,write_cap={cap}")),
+            ("FAULTS".into(), faults),
             // The local reshard schedule, every second.
             ("LOCAL_SCHEDULE_SECS".into(), "1".into()),
             // The sizing rule scaled with the cap: production runs 400
@@ -110,10 +156,16 @@ impl Variant {
         let (auto, cache) = match self {
             Variant::Auto => ("on", "2000"),
             Variant::FixedNocache => ("off", "0"),
-            Variant::Naive | Variant::Fixed | Variant::Stream => ("off", "2000"),
+            // stream-scale's one resize is the bench's, not the policy's.
+            Variant::Naive | Variant::Fixed | Variant::Stream | Variant::StreamScale => {
+                ("off", "2000")
+            }
         };
         if self.is_stream() {
             env.push(("COUNTING".into(), "stream".into()));
+        }
+        if self == Variant::StreamScale {
+            env.push(("LOCAL_STREAM_SHARDS".into(), STREAM_SHARDS.to_string()));
         }
         env.push(("AUTO_RESHARD".into(), auto.into()));
         env.push(("CACHE_TTL_MS".into(), cache.into()));
@@ -161,6 +213,7 @@ mod tests {
             (Variant::FixedNocache, "off", "0", None),
             (Variant::Auto, "on", "2000", None),
             (Variant::Stream, "off", "2000", Some("stream")),
+            (Variant::StreamScale, "off", "2000", Some("stream")),
         ] {
             let env: std::collections::HashMap<String, String> =
                 v.stack_env(&test_options()).into_iter().collect();
@@ -168,17 +221,41 @@ mod tests {
             assert_eq!(get("AUTO_RESHARD"), Some(auto), "{v}");
             assert_eq!(get("CACHE_TTL_MS"), Some(cache), "{v}");
             assert_eq!(get("COUNTING"), counting, "{v}");
-            assert_eq!(get("FAULTS"), Some("seed=1,write_cap=30"), "{v}");
+            let faults = if v == Variant::StreamScale {
+                "seed=1,write_cap=30,conflict_hold_ms=10"
+            } else {
+                "seed=1,write_cap=30"
+            };
+            assert_eq!(get("FAULTS"), Some(faults), "{v}");
+            let lanes = (v == Variant::StreamScale).then_some("32");
+            assert_eq!(get("LOCAL_STREAM_SHARDS"), lanes, "{v}");
             assert_eq!(get("SHARD_WRITES_PER_SEC"), Some("12"), "{v}");
             assert_eq!(get("HOT_LIKES_PER_SEC"), Some("9"), "{v}");
         }
         assert_eq!(Variant::Stream.offered_rate(&test_options()), 750.0);
         assert_eq!(Variant::Auto.offered_rate(&test_options()), 75.0);
+        assert_eq!(Variant::StreamScale.offered_rate(&test_options()), 750.0);
+        assert_eq!(
+            Variant::StreamScale.presized_shards(&test_options()),
+            Some(8)
+        );
+        assert_eq!(Variant::Fixed.presized_shards(&test_options()), Some(10));
+        assert_eq!(Variant::Stream.presized_shards(&test_options()), None);
     }
 
     #[test]
     fn the_default_list_is_every_variant_in_order() {
         let names: Vec<&str> = Variant::ALL.iter().map(|v| v.as_str()).collect();
-        assert_eq!(names, ["naive", "fixed", "fixed-nocache", "auto", "stream"]);
+        assert_eq!(
+            names,
+            [
+                "naive",
+                "fixed",
+                "fixed-nocache",
+                "auto",
+                "stream",
+                "stream-scale"
+            ]
+        );
     }
 }

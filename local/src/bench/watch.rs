@@ -14,11 +14,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// What the watcher saw, times in seconds since the load started: the
-/// viral reel's shard count, and (stream mode) its one shard's count.
+/// viral reel's shard count, and (stream mode) its shards' summed count.
 pub(super) struct Seen {
     /// `(at, write_shards)` every 250 ms.
     pub shards: Vec<(f64, u32)>,
-    /// `(at, n)` every 20 ms; empty unless stream mode.
+    /// `(at, n)` every 20 ms, `n` summed over the watched shards; empty
+    /// unless stream mode.
     pub sums: Vec<(f64, i64)>,
 }
 
@@ -29,15 +30,22 @@ pub(super) struct Watcher {
 }
 
 impl Watcher {
-    /// Starts polling the viral reel's items in `counters`.
+    /// Starts polling the viral reel's items in `counters`, summing its
+    /// first `sum_shards` shards (0: none).
     pub fn start(
         client: aws_sdk_dynamodb::Client,
         counters: String,
         t0: Instant,
-        stream: bool,
+        sum_shards: u32,
     ) -> Self {
         let watching = Arc::new(AtomicBool::new(true));
-        let task = tokio::spawn(watch_viral(client, counters, watching.clone(), t0, stream));
+        let task = tokio::spawn(watch_viral(
+            client,
+            counters,
+            watching.clone(),
+            t0,
+            sum_shards,
+        ));
         Watcher { watching, task }
     }
 
@@ -49,14 +57,14 @@ impl Watcher {
 }
 
 /// Polls the viral reel's settings (every 250 ms: its shard count) and, in
-/// stream mode, its one shard (every 20 ms: the aggregated count) until
-/// `watching` is cleared. Times are seconds since `t0`.
+/// stream mode, its shards `0..sum_shards` (every 20 ms: the aggregated
+/// count) until `watching` is cleared. Times are seconds since `t0`.
 async fn watch_viral(
     client: aws_sdk_dynamodb::Client,
     counters: String,
     watching: Arc<AtomicBool>,
     t0: Instant,
-    stream: bool,
+    sum_shards: u32,
 ) -> Seen {
     let (mut shards, mut sums) = (Vec::new(), Vec::new());
     let viral = likes::keys::ReelId::parse(VIRAL).expect("a valid reel id");
@@ -79,18 +87,56 @@ async fn watch_viral(
             let n = number(&out.item, "write_shards").unwrap_or(1);
             shards.push((t0.elapsed().as_secs_f64(), n as u32));
         }
-        // With one shard (stream mode never grows it), the aggregator
-        // writes shard 0.
-        if stream && let Ok(out) = get(likes::keys::shard_key(&viral, 0)).await {
-            sums.push((
-                t0.elapsed().as_secs_f64(),
-                number(&out.item, "n").unwrap_or(0),
-            ));
+        if sum_shards > 0
+            && let Some(n) = shard_sum(&client, &counters, &viral, sum_shards).await
+        {
+            sums.push((t0.elapsed().as_secs_f64(), n));
         }
         tick += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Seen { shards, sums }
+}
+
+/// The sum of the viral reel's shards `0..shards`, read consistently in
+/// one request: every shard the aggregator writes, before and after a
+/// grow (which folds nothing, so the sum only grows). `None` if the read
+/// failed or came back partial: a short sum would look like a late like.
+async fn shard_sum(
+    client: &aws_sdk_dynamodb::Client,
+    counters: &str,
+    viral: &likes::keys::ReelId,
+    shards: u32,
+) -> Option<i64> {
+    let keys = (0..shards)
+        .map(|i| {
+            std::collections::HashMap::from([(
+                "pk".to_owned(),
+                AttributeValue::S(likes::keys::shard_key(viral, i)),
+            )])
+        })
+        .collect();
+    let ka = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+        .set_keys(Some(keys))
+        .consistent_read(true)
+        .build()
+        .ok()?;
+    let out = client
+        .batch_get_item()
+        .request_items(counters, ka)
+        .send()
+        .await
+        .ok()?;
+    if out.unprocessed_keys().is_some_and(|u| !u.is_empty()) {
+        return None;
+    }
+    let items = out.responses()?.get(counters)?;
+    Some(
+        items
+            .iter()
+            .filter_map(|i| i.get("n")?.as_n().ok()?.parse::<i64>().ok())
+            .sum(),
+    )
 }
 
 /// Acknowledged → visible, p50 and p99 in ms: the k-th accepted like (by
