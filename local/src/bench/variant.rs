@@ -25,9 +25,9 @@ pub enum Variant {
     /// row only, the aggregate function adds them to one shard; offered at
     /// `BENCH_STREAM_RATE`.
     Stream,
-    /// Stream mode at scale: the stream read as [`STREAM_SHARDS`] shards
-    /// side by side, the proxy's conflict model on ([`CONFLICT_HOLD_MS`]),
-    /// the viral reel grown [`SCALE_FROM`] → [`SCALE_TO`] halfway through;
+    /// Stream mode at scale: the stream read as 32 shards side by side,
+    /// the proxy's conflict model on (a 10 ms hold), the viral reel grown
+    /// 8 → 16 halfway through (the constants below);
     /// offered at `BENCH_STREAM_SCALE_RATE`. What shows whether the
     /// aggregator's transactions of different stream shards get in each
     /// other's way.
