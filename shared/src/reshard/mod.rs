@@ -443,14 +443,22 @@ impl<S: ResizeStore> Resharder<S> {
                         due_ms,
                     });
                 }
-                Phase::Growing => Settings {
-                    phase: Phase::Stable,
-                    write_shards: cur.target,
-                    read_shards: cur.read_shards.max(cur.target),
-                    fold_from: cur.read_shards.max(cur.target),
-                    phase_at_ms: now,
-                    ..cur
-                },
+                Phase::Growing => {
+                    // Readers sum them already; writers are sent to them
+                    // only by the put below.
+                    let range = cur.write_shards..cur.target;
+                    if !self.store.reopen(reel, range, cur.version).await? {
+                        continue 'outer;
+                    }
+                    Settings {
+                        phase: Phase::Stable,
+                        write_shards: cur.target,
+                        read_shards: cur.read_shards.max(cur.target),
+                        fold_from: cur.read_shards.max(cur.target),
+                        phase_at_ms: now,
+                        ..cur
+                    }
+                }
                 Phase::Draining => {
                     for s in cur.write_shards..cur.fold_from {
                         if let FoldStep::SettingsChanged =
@@ -467,28 +475,16 @@ impl<S: ResizeStore> Resharder<S> {
                     }
                 }
                 Phase::Cleanup => {
+                    // A write that landed after its fold (a like that
+                    // outlived the wait) is folded too; each shard is left
+                    // empty and closed, its tombstone kept.
                     for s in cur.read_shards..cur.fold_from {
-                        let mut cycles = 0u32;
-                        loop {
-                            cycles += 1;
-                            if cycles > FOLD_MAX_ATTEMPTS {
-                                tracing::warn!(reel = %reel, shard = s, "shard keeps taking writes after its fold; left for the next run");
-                                return Err(Stop::Failed(Error::Contended));
-                            }
-                            spend(limit)?;
-                            if self.store.delete_empty_shard(reel, s).await? {
-                                tally.deletes += 1;
-                                break;
-                            }
-                            // A write landed after the fold (a writer that
-                            // outlived the wait): fold it too, then delete.
-                            tracing::warn!(reel = %reel, shard = s, "late write on a folded shard; folding again");
-                            if let FoldStep::SettingsChanged =
-                                self.fold_shard(reel, s, cur.version, limit, tally).await?
-                            {
-                                continue 'outer;
-                            }
+                        if let FoldStep::SettingsChanged =
+                            self.fold_shard(reel, s, cur.version, limit, tally).await?
+                        {
+                            continue 'outer;
                         }
+                        tally.deletes += 1;
                     }
                     Settings {
                         phase: Phase::Stable,
@@ -517,7 +513,8 @@ impl<S: ResizeStore> Resharder<S> {
         }
     }
 
-    /// Folds shard `shard` into the base item until it holds zero.
+    /// Folds shard `shard` into the base item and closes it (an empty one
+    /// is only closed).
     async fn fold_shard(
         &self,
         reel: &ReelId,
@@ -529,12 +526,9 @@ impl<S: ResizeStore> Resharder<S> {
         let mut attempts = 0u32;
         let mut backoffs = 0u32;
         loop {
-            let Some(seen) = self.store.shard(reel, shard).await? else {
-                return Ok(FoldStep::Done);
-            };
-            if seen.n == 0 && seen.w == 0 {
-                return Ok(FoldStep::Done);
-            }
+            // No item: its tombstone is made, so that an aggregation
+            // planned with older settings cannot make it as a live item.
+            let seen = self.store.shard(reel, shard).await?.unwrap_or_default();
             attempts += 1;
             if attempts > FOLD_MAX_ATTEMPTS {
                 tracing::warn!(reel = %reel, shard, "fold still failing; left for the next run");
@@ -547,8 +541,11 @@ impl<S: ResizeStore> Resharder<S> {
                 .await?
             {
                 FoldResult::Folded => {
-                    tally.folds += 1;
-                    tracing::debug!(reel = %reel, shard, n = seen.n, w = seen.w, "folded");
+                    if seen != ShardValue::default() {
+                        tally.folds += 1;
+                    }
+                    tracing::debug!(reel = %reel, shard, n = seen.n, w = seen.w, "folded and closed");
+                    return Ok(FoldStep::Done);
                 }
                 FoldResult::ShardChanged => {
                     tracing::debug!(reel = %reel, shard, "shard changed under the fold; reading it again");
