@@ -15,11 +15,23 @@
 //! * Shrink M → N: `Draining` lowers `write_shards` to N; after the wait no
 //!   writer touches shards ≥ N, and each is folded into the reel's base item
 //!   ([`crate::keys::base_key`]) by one transaction (add its `n` and `w` to
-//!   the base, subtract them from the shard, conditioned on the shard still
-//!   holding exactly what was read and on the settings version); then
-//!   `Cleanup` lowers `read_shards` to N and deletes the emptied shard items
-//!   (conditioned on holding zero; a late write is folded first); then
-//!   `Stable`.
+//!   the base, subtract them from the shard and close it, conditioned on
+//!   the shard still holding exactly what was read and on the settings
+//!   version); then `Cleanup` lowers `read_shards` to N and checks each
+//!   retired shard is still empty (a late write is folded too); then
+//!   `Stable`. A grow reopens closed shards of its new write range when
+//!   `Growing` ends, before `write_shards` is raised to them.
+//!
+//! # Stream aggregation: closed shards
+//!
+//! A chunk of stream aggregation, unlike a like, may land any time after
+//! it was planned; its danger is adding to a shard readers no longer sum.
+//! A fold closes its shard ([`crate::keys::SHARD_CLOSED`], an empty or
+//! missing one too) before `read_shards` is lowered, a chunk's `ADD`
+//! requires the shard open (refused: plan again), and a closed item is
+//! never deleted (an `Update` would make a missing one live). Closing and
+//! reopening are conditioned on the settings version, so no stale run
+//! closes a written shard or reopens an unread one.
 //!
 //! While draining, readers sum the base item and the shards being folded in
 //! one `TransactGetItems` ([`Settings::read_items`]), so no reader sees a
@@ -444,8 +456,7 @@ impl<S: ResizeStore> Resharder<S> {
                     });
                 }
                 Phase::Growing => {
-                    // Readers sum them already; writers are sent to them
-                    // only by the put below.
+                    // Read already; written only after the put below.
                     let range = cur.write_shards..cur.target;
                     if !self.store.reopen(reel, range, cur.version).await? {
                         continue 'outer;
@@ -475,9 +486,8 @@ impl<S: ResizeStore> Resharder<S> {
                     }
                 }
                 Phase::Cleanup => {
-                    // A write that landed after its fold (a like that
-                    // outlived the wait) is folded too; each shard is left
-                    // empty and closed, its tombstone kept.
+                    // A late write (a like that outlived the wait) is
+                    // folded too; each shard is left empty and closed.
                     for s in cur.read_shards..cur.fold_from {
                         if let FoldStep::SettingsChanged =
                             self.fold_shard(reel, s, cur.version, limit, tally).await?
@@ -526,8 +536,7 @@ impl<S: ResizeStore> Resharder<S> {
         let mut attempts = 0u32;
         let mut backoffs = 0u32;
         loop {
-            // No item: its tombstone is made, so that an aggregation
-            // planned with older settings cannot make it as a live item.
+            // No item: its tombstone is made (a stale chunk's ADD must not).
             let seen = self.store.shard(reel, shard).await?.unwrap_or_default();
             attempts += 1;
             if attempts > FOLD_MAX_ATTEMPTS {
