@@ -22,10 +22,18 @@ pub const MAX_TRANSACT_ITEMS: u32 = 100;
 /// The most shards a resize may go to (and the ceiling of `MAX_SHARDS` in
 /// the configuration): one `TransactGetItems` must read them all.
 pub const MAX_RESIZE_SHARDS: u32 = MAX_TRANSACT_ITEMS;
-/// Reels one stream-mode aggregation transaction can take: a checkpoint
-/// update plus, per reel, a settings check and a shard update, within
-/// DynamoDB's [`MAX_TRANSACT_ITEMS`].
+/// Reels one stream-mode aggregation transaction may take: a checkpoint
+/// update plus a shard update per reel would fit 99 in DynamoDB's
+/// [`MAX_TRANSACT_ITEMS`]; this stays at the 49 of when each reel also took
+/// a settings check, so the configured bound and the chunks cut under it
+/// are what they were.
 pub const MAX_CHUNK_REELS: usize = ((MAX_TRANSACT_ITEMS as usize) - 1) / 2;
+
+/// A shard item's attribute that marks it closed: a shrink retired the
+/// shard (its value moved to the base item) and keeps the item as a
+/// tombstone that refuses stream aggregation until a grow reopens it (see
+/// [`crate::reshard`]). Holds the settings version of the retiring shrink.
+pub const SHARD_CLOSED: &str = "closed";
 
 /// The like row's attribute that says stream mode wrote it (and so that no
 /// transaction counted it): `cm = "s"`.

@@ -134,8 +134,13 @@ impl ResizeStore for Delayed {
     ) -> Result<FoldResult, Error> {
         self.inner.fold(reel, shard, seen, version, attempt).await
     }
-    async fn delete_empty_shard(&self, reel: &ReelId, shard: u32) -> Result<bool, Error> {
-        self.inner.delete_empty_shard(reel, shard).await
+    async fn reopen(
+        &self,
+        reel: &ReelId,
+        shards: std::ops::Range<u32>,
+        version: u64,
+    ) -> Result<bool, Error> {
+        self.inner.reopen(reel, shards, version).await
     }
     async fn clear_stray(
         &self,

@@ -666,11 +666,12 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
         ("ReadFunction", "ConditionCheckItem", true, none.to_vec()),
         ("ReadFunction", "GetItem", false, reads_sum.to_vec()),
         ("ReadFunction", "BatchGetItem", false, reads_sum.to_vec()),
-        // Reshard: settings puts, empty shard deletes, folds (base and shard
-        // updates checked against the settings) inside transactions.
+        // Reshard: settings puts; folds, reopenings and stray emptying
+        // (base and shard updates checked against the settings) inside
+        // transactions; it deletes nothing.
         ("ReshardFunction", "PutItem", true, vec!["settings"]),
-        ("ReshardFunction", "DeleteItem", false, vec!["shard", "shard0"]),
-        ("ReshardFunction", "DeleteItem", true, vec!["base", "shard", "shard0"]),
+        ("ReshardFunction", "DeleteItem", false, none.to_vec()),
+        ("ReshardFunction", "DeleteItem", true, none.to_vec()),
         ("ReshardFunction", "UpdateItem", false, none.to_vec()),
         ("ReshardFunction", "UpdateItem", true, vec!["base", "shard", "shard0"]),
         ("ReshardFunction", "ConditionCheckItem", false, none.to_vec()),
@@ -678,25 +679,25 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
         ("ReshardFunction", "GetItem", false, reads_sum.to_vec()),
         ("ReshardFunction", "BatchGetItem", false, reads_sum.to_vec()),
         // Reconcile: its run's items; corrections (shard 0 and the ledger)
-        // and stray-item deletes (checked against the settings) inside
+        // and stray-item emptying (checked against the settings) inside
         // transactions.
         ("ReconcileFunction", "PutItem", true, vec!["chunk", "count", "run"]),
         ("ReconcileFunction", "UpdateItem", false, vec!["count"]),
-        ("ReconcileFunction", "UpdateItem", true, vec!["count", "ledger", "shard0"]),
+        ("ReconcileFunction", "UpdateItem", true, vec!["base", "count", "ledger", "shard", "shard0"]),
         ("ReconcileFunction", "DeleteItem", false, none.to_vec()),
-        ("ReconcileFunction", "DeleteItem", true, vec!["base", "shard", "shard0"]),
+        ("ReconcileFunction", "DeleteItem", true, none.to_vec()),
         ("ReconcileFunction", "ConditionCheckItem", false, none.to_vec()),
         ("ReconcileFunction", "ConditionCheckItem", true, vec!["settings"]),
         ("ReconcileFunction", "GetItem", false, reads_recon.to_vec()),
         ("ReconcileFunction", "BatchGetItem", false, reads_recon.to_vec()),
-        // Aggregate (stream mode): checkpoints and shard increments, checked
-        // against the settings, inside one transaction per chunk.
+        // Aggregate (stream mode): checkpoints and shard increments (each
+        // refused by a closed shard) inside one transaction per chunk.
         ("AggregateFunction", "PutItem", false, none.to_vec()),
         ("AggregateFunction", "PutItem", true, none.to_vec()),
         ("AggregateFunction", "UpdateItem", false, none.to_vec()),
         ("AggregateFunction", "UpdateItem", true, vec!["checkpoint", "shard", "shard0"]),
         ("AggregateFunction", "DeleteItem", true, none.to_vec()),
-        ("AggregateFunction", "ConditionCheckItem", true, vec!["settings"]),
+        ("AggregateFunction", "ConditionCheckItem", true, none.to_vec()),
         ("AggregateFunction", "GetItem", false, vec!["checkpoint", "settings"]),
         ("AggregateFunction", "BatchGetItem", false, vec!["checkpoint", "settings"]),
     ];

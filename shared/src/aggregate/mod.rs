@@ -22,10 +22,13 @@
 //!   the aggregator's clock stamped in it included: one token never names
 //!   two bodies) makes a retry of one plan, the SDK's after a lost answer
 //!   or the aggregator's, a replay;
-//! * each shard update is also conditioned on the reel's settings version,
-//!   so a resize that moved on meanwhile makes the chunk plan again with
-//!   the new settings (the resize protocol's waits need no bound on how
-//!   long an aggregation takes).
+//! * each shard update is also conditioned on the shard not being closed:
+//!   a chunk planned before a shrink retired the shard is refused and
+//!   planned again with the new settings, so the resize protocol's waits
+//!   need no bound on how long an aggregation takes. The transaction
+//!   touches no other item (not the reel's settings item, on which every
+//!   stream shard's chunks would queue); why the fence suffices is in
+//!   [`crate::reshard`].
 //!
 //! # Order
 //!

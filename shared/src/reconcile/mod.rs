@@ -39,7 +39,7 @@
 //! A shard item at or beyond a stable reel's `shards_to_sum()` (or a base
 //! item before the reel's first shrink) is read by no reader, so it is not
 //! part of the count; but a later grow would start reading it. The check
-//! phase deletes every such item that is not empty, in one transaction
+//! phase empties every such item that is not empty, in one transaction
 //! conditioned on the settings version it read and on the item still
 //! holding what it read: the count shown does not change, and a resize
 //! never adopts it. Resizing reels are left to the resize (a grow clears

@@ -15,11 +15,23 @@
 //! * Shrink M → N: `Draining` lowers `write_shards` to N; after the wait no
 //!   writer touches shards ≥ N, and each is folded into the reel's base item
 //!   ([`crate::keys::base_key`]) by one transaction (add its `n` and `w` to
-//!   the base, subtract them from the shard, conditioned on the shard still
-//!   holding exactly what was read and on the settings version); then
-//!   `Cleanup` lowers `read_shards` to N and deletes the emptied shard items
-//!   (conditioned on holding zero; a late write is folded first); then
-//!   `Stable`.
+//!   the base, subtract them from the shard and close it, conditioned on
+//!   the shard still holding exactly what was read and on the settings
+//!   version); then `Cleanup` lowers `read_shards` to N and checks each
+//!   retired shard is still empty (a late write is folded too); then
+//!   `Stable`. A grow reopens closed shards of its new write range when
+//!   `Growing` ends, before `write_shards` is raised to them.
+//!
+//! # Stream aggregation: closed shards
+//!
+//! A chunk of stream aggregation, unlike a like, may land any time after
+//! it was planned; its danger is adding to a shard readers no longer sum.
+//! A fold closes its shard ([`crate::keys::SHARD_CLOSED`], an empty or
+//! missing one too) before `read_shards` is lowered, a chunk's `ADD`
+//! requires the shard open (refused: plan again), and a closed item is
+//! never deleted (an `Update` would make a missing one live). Closing and
+//! reopening are conditioned on the settings version, so no stale run
+//! closes a written shard or reopens an unread one.
 //!
 //! While draining, readers sum the base item and the shards being folded in
 //! one `TransactGetItems` ([`Settings::read_items`]), so no reader sees a
@@ -443,14 +455,21 @@ impl<S: ResizeStore> Resharder<S> {
                         due_ms,
                     });
                 }
-                Phase::Growing => Settings {
-                    phase: Phase::Stable,
-                    write_shards: cur.target,
-                    read_shards: cur.read_shards.max(cur.target),
-                    fold_from: cur.read_shards.max(cur.target),
-                    phase_at_ms: now,
-                    ..cur
-                },
+                Phase::Growing => {
+                    // Read already; written only after the put below.
+                    let range = cur.write_shards..cur.target;
+                    if !self.store.reopen(reel, range, cur.version).await? {
+                        continue 'outer;
+                    }
+                    Settings {
+                        phase: Phase::Stable,
+                        write_shards: cur.target,
+                        read_shards: cur.read_shards.max(cur.target),
+                        fold_from: cur.read_shards.max(cur.target),
+                        phase_at_ms: now,
+                        ..cur
+                    }
+                }
                 Phase::Draining => {
                     for s in cur.write_shards..cur.fold_from {
                         if let FoldStep::SettingsChanged =
@@ -467,28 +486,15 @@ impl<S: ResizeStore> Resharder<S> {
                     }
                 }
                 Phase::Cleanup => {
+                    // A late write (a like that outlived the wait) is
+                    // folded too; each shard is left empty and closed.
                     for s in cur.read_shards..cur.fold_from {
-                        let mut cycles = 0u32;
-                        loop {
-                            cycles += 1;
-                            if cycles > FOLD_MAX_ATTEMPTS {
-                                tracing::warn!(reel = %reel, shard = s, "shard keeps taking writes after its fold; left for the next run");
-                                return Err(Stop::Failed(Error::Contended));
-                            }
-                            spend(limit)?;
-                            if self.store.delete_empty_shard(reel, s).await? {
-                                tally.deletes += 1;
-                                break;
-                            }
-                            // A write landed after the fold (a writer that
-                            // outlived the wait): fold it too, then delete.
-                            tracing::warn!(reel = %reel, shard = s, "late write on a folded shard; folding again");
-                            if let FoldStep::SettingsChanged =
-                                self.fold_shard(reel, s, cur.version, limit, tally).await?
-                            {
-                                continue 'outer;
-                            }
+                        if let FoldStep::SettingsChanged =
+                            self.fold_shard(reel, s, cur.version, limit, tally).await?
+                        {
+                            continue 'outer;
                         }
+                        tally.deletes += 1;
                     }
                     Settings {
                         phase: Phase::Stable,
@@ -517,7 +523,8 @@ impl<S: ResizeStore> Resharder<S> {
         }
     }
 
-    /// Folds shard `shard` into the base item until it holds zero.
+    /// Folds shard `shard` into the base item and closes it (an empty one
+    /// is only closed).
     async fn fold_shard(
         &self,
         reel: &ReelId,
@@ -529,12 +536,8 @@ impl<S: ResizeStore> Resharder<S> {
         let mut attempts = 0u32;
         let mut backoffs = 0u32;
         loop {
-            let Some(seen) = self.store.shard(reel, shard).await? else {
-                return Ok(FoldStep::Done);
-            };
-            if seen.n == 0 && seen.w == 0 {
-                return Ok(FoldStep::Done);
-            }
+            // No item: its tombstone is made (a stale chunk's ADD must not).
+            let seen = self.store.shard(reel, shard).await?.unwrap_or_default();
             attempts += 1;
             if attempts > FOLD_MAX_ATTEMPTS {
                 tracing::warn!(reel = %reel, shard, "fold still failing; left for the next run");
@@ -547,8 +550,11 @@ impl<S: ResizeStore> Resharder<S> {
                 .await?
             {
                 FoldResult::Folded => {
-                    tally.folds += 1;
-                    tracing::debug!(reel = %reel, shard, n = seen.n, w = seen.w, "folded");
+                    if seen != ShardValue::default() {
+                        tally.folds += 1;
+                    }
+                    tracing::debug!(reel = %reel, shard, n = seen.n, w = seen.w, "folded and closed");
+                    return Ok(FoldStep::Done);
                 }
                 FoldResult::ShardChanged => {
                     tracing::debug!(reel = %reel, shard, "shard changed under the fold; reading it again");

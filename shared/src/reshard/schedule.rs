@@ -31,7 +31,8 @@ pub struct RunSummary {
     pub completed: usize,
     /// Shards folded into the base item.
     pub folds: usize,
-    /// Shard items deleted once folded.
+    /// Retired shards checked empty and closed at cleanup (their items
+    /// are kept as tombstones).
     pub deletes: usize,
     /// Reels whose next step is not due yet (left for the next run).
     pub waiting: usize,

@@ -43,8 +43,6 @@ pub struct ChunkAdd {
     pub shard: u32,
     /// The net change of its count.
     pub delta: i64,
-    /// The settings version it was planned with (0: no settings item).
-    pub settings_version: u64,
 }
 
 /// What became of a [`ChunkWrite`].
@@ -55,7 +53,8 @@ pub enum ChunkResult {
     /// The checkpoint was not what was read (another invocation applied
     /// records meanwhile), or `next` was not above it: nothing written.
     CheckpointMoved,
-    /// A reel's settings changed since they were read: plan again.
+    /// A shard it adds to is closed (a shrink retired it after the reel's
+    /// settings were read): plan again with the settings now in place.
     SettingsChanged,
     /// Worth another attempt after backoff.
     Retry(RetryReason),

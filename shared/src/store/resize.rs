@@ -1,7 +1,10 @@
 //! [`ResizeStore`]: what resizing needs beyond [`CounterStore`]: single
-//! shards, the fold of a shard into the base item, the removal of emptied
-//! and stray items, and the index of reels not at one stable shard. The
-//! protocol that drives it is [`crate::reshard`].
+//! shards, the fold of a shard into the base item that retires it, the
+//! reopening of retired shards, the emptying of stray items, and the index
+//! of reels not at one stable shard. The protocol that drives it is
+//! [`crate::reshard`].
+
+use std::ops::Range;
 
 use super::{CountItem, CounterStore, RetryReason, ShardValue};
 use crate::error::Error;
@@ -11,7 +14,8 @@ use std::future::Future;
 /// How one fold attempt ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FoldResult {
-    /// The shard's counts moved to the base item (or it was already empty).
+    /// The shard's counts moved to the base item (none if it was empty)
+    /// and the shard is closed; for a stray item: it was emptied.
     Folded,
     /// The shard no longer holds the value read (a late write): read again.
     ShardChanged,
@@ -22,7 +26,8 @@ pub enum FoldResult {
 }
 
 /// What resizing needs beyond [`CounterStore`]: single shards, folds,
-/// deletes, and the index of reels that are not at one stable shard.
+/// reopening, strays, and the index of reels that are not at one stable
+/// shard.
 pub trait ResizeStore: CounterStore {
     /// One shard item, read consistently (`None`: no item).
     fn shard(
@@ -31,11 +36,14 @@ pub trait ResizeStore: CounterStore {
         shard: u32,
     ) -> impl Future<Output = Result<Option<ShardValue>, Error>> + Send;
 
-    /// One `TransactWriteItems`: adds `seen` to the reel's base item and
-    /// subtracts it from `shard`, conditioned on `shard` still holding
+    /// One `TransactWriteItems`: adds `seen` to the reel's base item,
+    /// subtracts it from `shard` and marks the shard closed
+    /// ([`crate::keys::SHARD_CLOSED`]), conditioned on `shard` still holding
     /// exactly `seen` and on the settings item still being at
-    /// `settings_version`. `attempt` tells apart the tokens of successive
-    /// attempts that happen to see the same value.
+    /// `settings_version`. With `seen` zero the base item is left alone and
+    /// the shard only closed (its tombstone made if it has no item).
+    /// `attempt` tells apart the tokens of successive attempts that happen
+    /// to see the same value.
     fn fold(
         &self,
         reel: &ReelId,
@@ -45,18 +53,22 @@ pub trait ResizeStore: CounterStore {
         attempt: u32,
     ) -> impl Future<Output = Result<FoldResult, Error>> + Send;
 
-    /// Deletes the shard item if it holds zero (or is gone). `Ok(false)`: it
-    /// holds something (a late write) and must be folded first.
-    fn delete_empty_shard(
+    /// Reopens the closed shards among `shards` (removes the mark), each in
+    /// one transaction conditioned on the settings item still being at
+    /// `settings_version`. `Ok(false)`: the settings moved on.
+    fn reopen(
         &self,
         reel: &ReelId,
-        shard: u32,
+        shards: Range<u32>,
+        settings_version: u64,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
-    /// One transaction: deletes `item` of `reel` if it still holds exactly
-    /// `seen` and the settings item is still at `settings_version` (0: no
-    /// settings item). For items outside the reel's read range: no reader
-    /// counts them, so removing them changes no count.
+    /// One transaction: empties `item` of `reel` (subtracts `seen`) if it
+    /// still holds exactly `seen` and the settings item is still at
+    /// `settings_version` (0: no settings item). For items outside the
+    /// reel's read range: no reader counts them, so emptying them changes no
+    /// count. The item is kept, not deleted: a closed shard's tombstone
+    /// must stay closed.
     fn clear_stray(
         &self,
         reel: &ReelId,

@@ -62,32 +62,37 @@ impl AggregateStore for DynamoStore {
                 .build(),
         );
         for add in &write.adds {
-            request = request
-                .transact_items(self.settings_at(&add.reel, add.settings_version)?)
-                .transact_items(
-                    TransactWriteItem::builder()
-                        .update(
-                            Update::builder()
-                                .table_name(&self.counters_table)
-                                .key(
-                                    "pk",
-                                    AttributeValue::S(keys::shard_key(&add.reel, add.shard)),
-                                )
-                                // `w` counts the writes the shard took (one
-                                // per chunk here): its rate drives automatic
-                                // resizing, which stream mode rarely needs.
-                                .update_expression("ADD #n :d, #w :one SET #u = :at")
-                                .expression_attribute_names("#n", "n")
-                                .expression_attribute_names("#w", "w")
-                                .expression_attribute_names("#u", "updated_at")
-                                .expression_attribute_values(":d", n(add.delta))
-                                .expression_attribute_values(":one", n(1))
-                                .expression_attribute_values(":at", n(write.now_ms))
-                                .build()
-                                .map_err(|e| request_build_failed("Update", &e))?,
-                        )
-                        .build(),
-                );
+            request = request.transact_items(
+                TransactWriteItem::builder()
+                    .update(
+                        Update::builder()
+                            .table_name(&self.counters_table)
+                            .key(
+                                "pk",
+                                AttributeValue::S(keys::shard_key(&add.reel, add.shard)),
+                            )
+                            // `w` counts the writes the shard took (one
+                            // per chunk here): its rate drives automatic
+                            // resizing, which stream mode rarely needs.
+                            .update_expression("ADD #n :d, #w :one SET #u = :at")
+                            // A shard a shrink retired is kept as a
+                            // closed tombstone and refuses a chunk
+                            // planned before it (see crate::reshard):
+                            // the guard sits on the item written anyway,
+                            // not on the reel's one settings item.
+                            .condition_expression(super::SHARD_OPEN)
+                            .expression_attribute_names("#c", keys::SHARD_CLOSED)
+                            .expression_attribute_names("#n", "n")
+                            .expression_attribute_names("#w", "w")
+                            .expression_attribute_names("#u", "updated_at")
+                            .expression_attribute_values(":d", n(add.delta))
+                            .expression_attribute_values(":one", n(1))
+                            .expression_attribute_values(":at", n(write.now_ms))
+                            .build()
+                            .map_err(|e| request_build_failed("Update", &e))?,
+                    )
+                    .build(),
+            );
         }
         let result = request
             .client_request_token(write.token.as_str())
@@ -96,6 +101,7 @@ impl AggregateStore for DynamoStore {
         match result.map_err(|e| maintenance_tx_failure("aggregation", e)) {
             Ok(_) => Ok(ChunkResult::Applied),
             Err(failure) => match failure? {
+                // The checkpoint is action 0, each reel's shard one after.
                 MaintenanceTxFailure::Condition(0) => Ok(ChunkResult::CheckpointMoved),
                 MaintenanceTxFailure::Condition(_) => Ok(ChunkResult::SettingsChanged),
                 MaintenanceTxFailure::Retry(reason) => Ok(ChunkResult::Retry(reason)),

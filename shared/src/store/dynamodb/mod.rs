@@ -43,6 +43,10 @@ use ext::Item;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+/// The condition "this shard item is not closed" (no [`keys::SHARD_CLOSED`],
+/// named `#c`): what a stream aggregation's shard update requires.
+pub(super) const SHARD_OPEN: &str = "attribute_not_exists(#c)";
+
 /// The DynamoDB implementation of [`CounterStore`](super::CounterStore),
 /// [`ResizeStore`](super::ResizeStore),
 /// [`ReconcileStore`](super::ReconcileStore) and

@@ -1,16 +1,17 @@
 //! [`ResizeStore`] on DynamoDB: single shards, the fold of a shard into the
-//! base item, removal of emptied and stray items, the resizing index.
+//! base item that closes it, reopening, emptying stray items, the resizing
+//! index.
 
 use super::DynamoStore;
 use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::{Item, ItemExt};
 use crate::error::Error;
 use crate::keys::{self, ReelId};
-use crate::store::{CountItem, FoldResult, ResizeStore, ShardValue};
+use crate::store::{CountItem, FoldResult, ResizeStore, RetryReason, ShardValue};
 use crate::token::RequestToken;
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::types::{AttributeValue, Delete, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 impl ResizeStore for DynamoStore {
@@ -35,9 +36,6 @@ impl ResizeStore for DynamoStore {
         settings_version: u64,
         attempt: u32,
     ) -> Result<FoldResult, Error> {
-        if seen == ShardValue::default() {
-            return Ok(FoldResult::Folded);
-        }
         let n = |v: i64| AttributeValue::N(v.to_string());
         let check = self.settings_at(reel, settings_version)?;
         let into = TransactWriteItem::builder()
@@ -63,16 +61,20 @@ impl ResizeStore for DynamoStore {
         let from = Update::builder()
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(keys::shard_key(reel, shard)))
-            .update_expression("ADD #n :neg_n, #w :neg_w")
+            // Closed in the same transaction that empties it: from then on
+            // it refuses stream aggregation planned with older settings.
+            .update_expression("ADD #n :neg_n, #w :neg_w SET #c = :ver")
             .condition_expression(condition)
             .expression_attribute_names("#n", "n")
             .expression_attribute_names("#w", "w")
+            .expression_attribute_names("#c", keys::SHARD_CLOSED)
             .set_expression_attribute_values(Some(
                 values
                     .into_iter()
                     .chain([
                         (":neg_n".to_owned(), n(-seen.n)),
                         (":neg_w".to_owned(), n(-seen.w)),
+                        (":ver".to_owned(), n(settings_version as i64)),
                     ])
                     .collect(),
             ));
@@ -97,11 +99,12 @@ impl ResizeStore for DynamoStore {
                 &fastrand::u64(..).to_string(),
             ],
         );
-        let result = self
-            .client
-            .transact_write_items()
-            .transact_items(check)
-            .transact_items(into)
+        let mut request = self.client.transact_write_items().transact_items(check);
+        // An empty shard is only closed: nothing moves into the base item.
+        if seen != ShardValue::default() {
+            request = request.transact_items(into);
+        }
+        let result = request
             .transact_items(from)
             .client_request_token(token.as_str())
             .send()
@@ -122,27 +125,72 @@ impl ResizeStore for DynamoStore {
         }
     }
 
-    async fn delete_empty_shard(&self, reel: &ReelId, shard: u32) -> Result<bool, Error> {
-        let result = self
-            .client
-            .delete_item()
-            .table_name(&self.counters_table)
-            .key("pk", AttributeValue::S(keys::shard_key(reel, shard)))
-            .condition_expression(
-                "(attribute_not_exists(#n) OR #n = :zero) AND (attribute_not_exists(#w) OR #w = :zero)",
-            )
-            .expression_attribute_names("#n", "n")
-            .expression_attribute_names("#w", "w")
-            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
-                Ok(false)
-            }
-            Err(e) => Err(translate("DeleteItem", e)),
+    async fn reopen(
+        &self,
+        reel: &ReelId,
+        shards: Range<u32>,
+        settings_version: u64,
+    ) -> Result<bool, Error> {
+        let wanted: Vec<String> = shards.map(|s| keys::shard_key(reel, s)).collect();
+        if wanted.is_empty() {
+            return Ok(true);
         }
+        let closed: Vec<String> = self
+            .batch_get_counters(wanted, None)
+            .await?
+            .iter()
+            .filter(|i| i.contains_key(keys::SHARD_CLOSED))
+            .filter_map(|i| i.pk().map(str::to_owned))
+            .collect();
+        for pk in closed {
+            let mut attempt = 0u32;
+            loop {
+                attempt += 1;
+                // `attribute_exists`: an Update on a missing item would
+                // make one; a shard reopened meanwhile needs nothing.
+                let open = Update::builder()
+                    .table_name(&self.counters_table)
+                    .key("pk", AttributeValue::S(pk.clone()))
+                    .update_expression("REMOVE #c")
+                    .condition_expression("attribute_exists(#c)")
+                    .expression_attribute_names("#c", keys::SHARD_CLOSED)
+                    .build()
+                    .map_err(|e| request_build_failed("Update", &e))?;
+                let token = RequestToken::for_fields(
+                    "reopen",
+                    &[
+                        &pk,
+                        &settings_version.to_string(),
+                        &fastrand::u64(..).to_string(),
+                    ],
+                );
+                let result = self
+                    .client
+                    .transact_write_items()
+                    .transact_items(self.settings_at(reel, settings_version)?)
+                    .transact_items(TransactWriteItem::builder().update(open).build())
+                    .client_request_token(token.as_str())
+                    .send()
+                    .await;
+                let reason = match result.map_err(|e| maintenance_tx_failure("reopen", e)) {
+                    Ok(_) => break,
+                    Err(failure) => match failure? {
+                        MaintenanceTxFailure::Condition(0) => return Ok(false),
+                        MaintenanceTxFailure::Condition(_) => break,
+                        MaintenanceTxFailure::Retry(reason) => reason,
+                        MaintenanceTxFailure::Mismatch => RetryReason::Conflict,
+                    },
+                };
+                if !self.backoff.allows(attempt) {
+                    return Err(match reason {
+                        RetryReason::Throttled => Error::Throttled,
+                        _ => Error::Contended,
+                    });
+                }
+                tokio::time::sleep(self.backoff.delay(attempt)).await;
+            }
+        }
+        Ok(true)
     }
 
     async fn clear_stray(
@@ -153,18 +201,29 @@ impl ResizeStore for DynamoStore {
         settings_version: u64,
     ) -> Result<FoldResult, Error> {
         let pk = item.key(reel);
-        let (condition, values) = holds_exactly(seen);
-        let delete = TransactWriteItem::builder()
-            .delete(
-                Delete::builder()
+        let (condition, mut values) = holds_exactly(seen);
+        values.insert(
+            ":neg_n".to_owned(),
+            AttributeValue::N((-seen.n).to_string()),
+        );
+        values.insert(
+            ":neg_w".to_owned(),
+            AttributeValue::N((-seen.w).to_string()),
+        );
+        // Emptied, not deleted: a closed shard's tombstone must stay (see
+        // crate::reshard), and an empty item is counted by no one.
+        let empty = TransactWriteItem::builder()
+            .update(
+                Update::builder()
                     .table_name(&self.counters_table)
                     .key("pk", AttributeValue::S(pk.clone()))
+                    .update_expression("ADD #n :neg_n, #w :neg_w")
                     .condition_expression(condition)
                     .expression_attribute_names("#n", "n")
                     .expression_attribute_names("#w", "w")
                     .set_expression_attribute_values(Some(values))
                     .build()
-                    .map_err(|e| request_build_failed("Delete", &e))?,
+                    .map_err(|e| request_build_failed("Update", &e))?,
             )
             .build();
         // A fresh token per attempt: the value and settings conditions make a
@@ -183,7 +242,7 @@ impl ResizeStore for DynamoStore {
             .client
             .transact_write_items()
             .transact_items(self.settings_at(reel, settings_version)?)
-            .transact_items(delete)
+            .transact_items(empty)
             .client_request_token(token.as_str())
             .send()
             .await;

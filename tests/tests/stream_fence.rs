@@ -1,0 +1,260 @@
+//! Stream mode's aggregation against resizes (issue 21, point 2): a chunk
+//! transaction touches only the checkpoint and the shard items it adds to,
+//! never the reel's settings item, and a shard a shrink retired refuses
+//! it instead. Batches go to the aggregate function's entry point against
+//! the embedded emulator, the resizes through the resharder:
+//!
+//! * two stream shards aggregating one reel and a resize writing its
+//!   settings, all at once under the fault proxy's conflict model: nothing
+//!   waits on anything else;
+//! * a chunk planned before a shrink and sent after it is refused, planned
+//!   again with the new settings, and counted once (on a shard that held
+//!   likes before the shrink, and on one that never had an item);
+//! * after a shrink and a grow back, aggregations land on the reopened
+//!   shards and readers count them.
+
+mod common;
+
+use common::TestStack;
+use likes::aggregate::counter_shard;
+use likes::keys::{self, ReelId};
+use likes::reshard::{Progress, Resharder};
+use likes::store::dynamodb::DynamoStore;
+use likes::store::{AggregateStore, ChunkAdd, ChunkResult, ChunkWrite, CounterStore};
+use likes::token::RequestToken;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const ARN: &str =
+    "arn:aws:dynamodb:us-east-1:123456789012:table/likes-LikesTable/stream/2026-12-01T00:00:00.000";
+
+/// Stream mode with the resize waits shortened (as in `strays.rs`).
+const ENV: &[(&str, &str)] = &[
+    ("COUNTING", "stream"),
+    ("LOCAL_SCHEDULE_SECS", "0"),
+    ("AUTO_RESHARD", "off"),
+    ("AGGREGATE_CHUNK_REELS", "1"),
+    ("SETTINGS_TTL_MS", "100"),
+    ("CACHE_TTL_MS", "0"),
+    ("REQUEST_TIMEOUT_MS", "1000"),
+    ("REQUEST_BUDGET_MS", "800"),
+    ("RESIZE_MARGIN_MS", "0"),
+    ("DDB_OPERATION_TIMEOUT_MS", "1000"),
+    ("RESHARD_MAX_WAIT_MS", "5000"),
+];
+
+async fn stack(extra: &[(&str, &str)]) -> TestStack {
+    let mut env = ENV.to_vec();
+    env.extend_from_slice(extra);
+    let t = TestStack::start(&env).await;
+    // Only the batches a test hands over reach the aggregator.
+    t.stack.streams[0].pause(true);
+    t
+}
+
+fn seq(n: u64) -> String {
+    (100_000_000_000_000_000_000u128 + u128::from(n)).to_string()
+}
+
+/// Stream shard `shard`'s batch: one like of `reel` per (sequence, user).
+fn batch(shard: &str, reel: &str, likes: &[(u64, &str)]) -> Value {
+    let records: Vec<Value> = likes
+        .iter()
+        .map(|(n, user)| {
+            let keys = json!({"user_id": {"S": user}, "reel_id": {"S": reel}});
+            json!({
+                "eventName": "INSERT",
+                "eventSource": "aws:dynamodb",
+                "eventSourceARN": ARN,
+                "dynamodb": {
+                    "Keys": keys,
+                    "NewImage": {"user_id": {"S": user}, "reel_id": {"S": reel}, "cm": {"S": "s"}},
+                    "SequenceNumber": seq(*n),
+                    "ApproximateCreationDateTime": 1_800_000_000u64,
+                    "StreamViewType": "NEW_IMAGE",
+                },
+            })
+        })
+        .collect();
+    json!({
+        "Records": records,
+        "window": {"start": "2026-12-01T00:00:00Z", "end": "2026-12-01T00:01:00Z"},
+        "state": {},
+        "shardId": shard,
+        "eventSourceARN": ARN,
+        "isFinalInvokeForWindow": false,
+        "isWindowTerminatedEarly": false,
+    })
+}
+
+/// Hands `event` to the entry point; the whole batch must be applied.
+async fn deliver(t: &TestStack, event: &Value) {
+    let out = likes::triggers::handle_aggregate_event(&t.stack.app, event.clone(), None)
+        .await
+        .expect("the batch is applied");
+    assert_eq!(out["batchItemFailures"], json!([]), "{out}");
+}
+
+/// A stream shard id whose chunks add to shard `want` of a reel writing
+/// to `shards` shards, other than those in `not`.
+fn stream_shard(want: u32, shards: u32, not: &[&str]) -> String {
+    (0..10_000)
+        .map(|i| format!("shardId-{i:05}"))
+        .find(|id| {
+            !not.contains(&id.as_str())
+                && counter_shard(&keys::aggregate_checkpoint_key(ARN, id), shards) == want
+        })
+        .expect("some stream shard maps there")
+}
+
+async fn drive(r: &Resharder<DynamoStore>, reel: &ReelId) {
+    let started = Instant::now();
+    loop {
+        match r.advance(reel).await.expect("advance") {
+            Progress::Stable(_) => return,
+            Progress::Waiting { .. } => tokio::time::sleep(Duration::from_millis(100)).await,
+            Progress::Interrupted => unreachable!("no limit"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "resize stuck");
+    }
+}
+
+/// Whether shard `shard` of `reel` is a retired shard's tombstone.
+async fn closed(t: &TestStack, reel: &str, shard: u32) -> bool {
+    t.stack
+        .client
+        .get_item()
+        .table_name(&t.stack.config.counters_table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("{shard:03}#reel#{reel}#likes")),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .is_some_and(|i| i.contains_key("closed"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregations_of_one_reel_and_its_resize_do_not_wait_on_each_other() {
+    // The proxy's conflict model: each transaction holds its items 1.5 s
+    // after its answer, as a slow one in flight would.
+    let t = stack(&[("FAULTS", "seed=21,conflict_hold_ms=1500")]).await;
+    t.set_shards("pop", 4, 4).await;
+    let a = stream_shard(0, 4, &[]);
+    let b = stream_shard(1, 4, &[]);
+    let started = Instant::now();
+    deliver(&t, &batch(&a, "pop", &[(10, "u1")])).await;
+    // Another stream shard's chunk for the same reel, and the resharder
+    // writing the reel's settings, while the first chunk holds its items.
+    deliver(&t, &batch(&b, "pop", &[(10, "u2")])).await;
+    let id = ReelId::parse("pop").unwrap();
+    t.stack.app.reshard.begin(&id, 8).await.expect("grow");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "inside the hold"
+    );
+    let s = t.stack.proxy.as_ref().expect("FAULTS").stats();
+    let m = &s.modeled_conflicts;
+    assert!(m.holds >= 2, "{m:?}");
+    assert!(m.refused.is_empty(), "nothing met a held item: {m:?}");
+    assert_eq!(t.shards("pop").await, vec![(0, 1), (1, 1)]);
+    t.stop().await;
+}
+
+/// A chunk of stream shard `key` adding `delta` to `shard` of `reel`,
+/// moving its checkpoint from `from` to `to`.
+fn stale_chunk(key: &str, reel: &str, shard: u32, from: Option<u64>, to: u64) -> ChunkWrite {
+    let pad = |n: u64| format!("{:0>40}", seq(n));
+    ChunkWrite {
+        checkpoint_key: key.to_owned(),
+        shard_id: "stale".into(),
+        token: RequestToken::for_fields("test-stale", &[key, reel, &to.to_string()]),
+        expected: from.map(pad),
+        next: pad(to),
+        adds: vec![ChunkAdd {
+            reel: ReelId::parse(reel).unwrap(),
+            shard,
+            delta: 1,
+        }],
+        records: 1,
+        now_ms: 1,
+        expires_at: 4_000_000_000,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_planned_before_a_shrink_is_refused_after_it_and_counted_once() {
+    let t = stack(&[]).await;
+    let r = &t.stack.app.reshard;
+    let store = t.stack.app.aggregate.store();
+    // "held": shard 3 takes likes before the shrink; "bare": it never has
+    // an item, and the stale chunk would be the first to create one.
+    for reel in ["held", "bare"] {
+        t.set_shards(reel, 4, 4).await;
+    }
+    let s3 = stream_shard(3, 4, &[]);
+    let key = keys::aggregate_checkpoint_key(ARN, &s3);
+    deliver(&t, &batch(&s3, "held", &[(10, "u1"), (11, "u2")])).await;
+    assert_eq!(t.shards("held").await, vec![(3, 2)]);
+    // Planned now, under four write shards: shard 3 of each reel.
+    let held = stale_chunk(&key, "held", 3, Some(11), 12);
+    let other = keys::aggregate_checkpoint_key(ARN, "bare-shard");
+    let bare = stale_chunk(&other, "bare", 3, None, 10);
+    for reel in ["held", "bare"] {
+        let id = ReelId::parse(reel).unwrap();
+        r.begin(&id, 1).await.expect("shrink");
+        drive(r, &id).await;
+        let s = store.settings(std::slice::from_ref(&id)).await.unwrap()[&id];
+        assert_eq!((s.write_shards, s.read_shards), (1, 1));
+        assert!(closed(&t, reel, 3).await, "{reel}: shard 3 retired");
+    }
+    // Sent after the shrink: refused, nothing written.
+    for write in [&held, &bare] {
+        assert_eq!(
+            store.apply_chunk(write).await.unwrap(),
+            ChunkResult::SettingsChanged
+        );
+    }
+    assert_eq!(t.shard_sum("bare").await, 0);
+    // Lambda delivers them again: planned with the new settings, counted.
+    deliver(
+        &t,
+        &batch(&s3, "held", &[(10, "u1"), (11, "u2"), (12, "u3")]),
+    )
+    .await;
+    deliver(&t, &batch("bare-shard", "bare", &[(10, "u1")])).await;
+    assert_eq!(t.http_count("held").await, 3);
+    assert_eq!(t.http_count("bare").await, 1);
+    assert_eq!(
+        (t.shard_sum("held").await, t.shard_sum("bare").await),
+        (3, 1)
+    );
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_shrink_and_a_grow_back_aggregations_land_and_are_read() {
+    let t = stack(&[]).await;
+    let r = &t.stack.app.reshard;
+    let id = ReelId::parse("again").unwrap();
+    t.set_shards("again", 4, 4).await;
+    let s3 = stream_shard(3, 4, &[]);
+    deliver(&t, &batch(&s3, "again", &[(10, "u1")])).await;
+    r.begin(&id, 1).await.expect("shrink");
+    drive(r, &id).await;
+    assert!(closed(&t, "again", 3).await);
+    assert_eq!(t.http_count("again").await, 1);
+    r.begin(&id, 4).await.expect("grow");
+    drive(r, &id).await;
+    for s in 1..4 {
+        assert!(!closed(&t, "again", s).await, "shard {s} reopened");
+    }
+    // The same stream shard adds to shard 3 again, and readers count it.
+    deliver(&t, &batch(&s3, "again", &[(11, "u2"), (12, "u3")])).await;
+    assert_eq!(t.shards("again").await, vec![(1, 0), (2, 0), (3, 2)]);
+    assert_eq!(t.http_count("again").await, 3);
+    t.stop().await;
+}
