@@ -38,7 +38,8 @@
 //! are processed more than once, they might be processed out of order"
 //! (Lambda developer guide, tumbling windows for DynamoDB Streams), and
 //! this consumer has records handed over again routinely
-//! (`batchItemFailures`, function errors, bisection). A checkpoint is a
+//! (`batchItemFailures`, function errors; never bisected halves, which
+//! could come newer half first: see template.yaml). A checkpoint is a
 //! high-water mark: applied in delivery order, a newer record would push
 //! the older ones after it at or below the checkpoint, and a checkpoint
 //! moved back would let records be applied twice. So a batch is sorted by
