@@ -1,6 +1,7 @@
 //! The SDK client: bounded retries and timeouts, the retry quota, and the
 //! endpoint from the standard chain.
 
+use super::tls::https_client;
 use crate::config::Config;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::{RetryConfig, RetryPartition, TokenBucket};
@@ -28,6 +29,18 @@ pub fn sdk_config_loader(config: &Config) -> aws_config::ConfigLoader {
                 .operation_timeout(config.ddb_operation_timeout)
                 .build(),
         )
+}
+
+/// [`sdk_config_loader`] as a function instance uses it at cold start
+/// ([`DynamoStore::from_env`](super::DynamoStore::from_env)): with the HTTPS
+/// client of [`https_client`], whose trust store is the system's CA bundle
+/// file alone, where there is a usable one.
+pub(super) fn instance_config_loader(config: &Config) -> aws_config::ConfigLoader {
+    let loader = sdk_config_loader(config);
+    match https_client() {
+        Some(http) => loader.http_client(http),
+        None => loader,
+    }
 }
 
 /// The SDK's retry partition for `config`: its own token bucket (the retry
