@@ -13,13 +13,13 @@
 //! certificate" form, which rustls skips. Reading them was most of the
 //! functions' init beyond a hello-world's (issue 20).
 //!
-//! So [`https_client`] trusts the bundle alone: the file `SSL_CERT_FILE`
-//! names, or else the one the default finds first (the same `openssl-probe`
-//! list). Where `SSL_CERT_DIR` is set, someone asked for a directory: the
-//! SDK's default client is kept, and reads both. So it is where the bundle
-//! cannot be read, holds no certificate, or holds one that rustls cannot
-//! take as a trust anchor: the SDK would panic on that certificate, where
-//! its default skips it.
+//! So where neither is set, [`https_client`] trusts the bundle alone: the
+//! one the default reads first (the same `openssl-probe` list). Where
+//! either is set, the SDK's default client is kept: it reads those, and
+//! only those, as asked, the file once for all its connectors. So it is
+//! where the bundle cannot be read, holds no certificate, or holds one that
+//! rustls cannot take as a trust anchor: the SDK would panic on that
+//! certificate, where its default skips it.
 //!
 //! The bundle is read and checked once, at cold start. The SDK parses it
 //! again when it builds its connector, for the first request; not also when
@@ -45,8 +45,9 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 /// The SDK's HTTPS client over the system's CA bundle (see the module
-/// documentation), or `None` for the SDK's default client: `SSL_CERT_DIR`
-/// is set, or no bundle was found or it is not usable (logged).
+/// documentation), or `None` for the SDK's default client: `SSL_CERT_FILE`
+/// or `SSL_CERT_DIR` is set, or no bundle was found or it is not usable
+/// (logged).
 pub(super) fn https_client() -> Option<SharedHttpClient> {
     https_client_with(|name| std::env::var_os(name))
 }
@@ -54,10 +55,18 @@ pub(super) fn https_client() -> Option<SharedHttpClient> {
 /// [`https_client`] with the environment read through `lookup`.
 fn https_client_with(lookup: impl Fn(&str) -> Option<OsString>) -> Option<SharedHttpClient> {
     let Some(path) = bundle_path(lookup) else {
-        tracing::debug!("trust store: the SDK's default (SSL_CERT_DIR set, or no CA bundle)");
+        tracing::debug!(
+            "trust store: the SDK's default (SSL_CERT_FILE or SSL_CERT_DIR set, or no CA bundle)"
+        );
         return None;
     };
-    match CaBundle::read(&path) {
+    bundle_client(&path)
+}
+
+/// The HTTPS client trusting the bundle at `path` alone, or `None` where it
+/// is not usable (logged).
+fn bundle_client(path: &Path) -> Option<SharedHttpClient> {
+    match CaBundle::read(path) {
         Ok(bundle) => {
             tracing::debug!(
                 bundle = %path.display(),
@@ -77,19 +86,15 @@ fn https_client_with(lookup: impl Fn(&str) -> Option<OsString>) -> Option<Shared
     }
 }
 
-/// The CA bundle to trust alone, from `SSL_CERT_FILE` and `SSL_CERT_DIR` as
-/// `lookup` reads them (empty counts as unset): `None` when `SSL_CERT_DIR`
-/// is set, the file `SSL_CERT_FILE` names, or else the bundle that the
-/// SDK's default would read first, if any.
+/// The CA bundle to trust alone: with `SSL_CERT_FILE` and `SSL_CERT_DIR`,
+/// as `lookup` reads them, unset or empty, the bundle that the SDK's
+/// default would read first, if any; `None` where either is set.
 fn bundle_path(lookup: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
-    let set = |name: &str| lookup(name).filter(|v| !v.is_empty());
-    if set("SSL_CERT_DIR").is_some() {
+    let set = |name: &str| lookup(name).is_some_and(|v| !v.is_empty());
+    if set("SSL_CERT_FILE") || set("SSL_CERT_DIR") {
         return None;
     }
-    match set("SSL_CERT_FILE") {
-        Some(file) => Some(PathBuf::from(file)),
-        None => openssl_probe::probe().cert_file,
-    }
+    openssl_probe::probe().cert_file
 }
 
 /// Why a CA bundle is not used.
@@ -251,34 +256,21 @@ mod tests {
     }
 
     #[test]
-    fn the_bundle_is_the_file_ssl_cert_file_names_unless_a_directory_is_asked_for() {
+    fn the_bundle_is_the_one_the_default_reads_first_unless_a_variable_names_one() {
+        let probed = openssl_probe::probe().cert_file;
+        assert_eq!(bundle_path(env(&[])), probed);
+        assert_eq!(
+            bundle_path(env(&[("SSL_CERT_FILE", ""), ("SSL_CERT_DIR", "")])),
+            probed,
+            "empty is unset"
+        );
         let file = testdata("ca.pem");
         let file = file.to_str().unwrap();
-        assert_eq!(
-            bundle_path(env(&[("SSL_CERT_FILE", file)])),
-            Some(PathBuf::from(file))
-        );
-        assert_eq!(
-            bundle_path(env(&[("SSL_CERT_FILE", file), ("SSL_CERT_DIR", "")])),
-            Some(PathBuf::from(file)),
-            "an empty SSL_CERT_DIR is unset"
-        );
-        assert_eq!(
-            bundle_path(env(&[
-                ("SSL_CERT_FILE", file),
-                ("SSL_CERT_DIR", "/etc/ssl/certs")
-            ])),
-            None
-        );
+        assert_eq!(bundle_path(env(&[("SSL_CERT_FILE", file)])), None);
         assert_eq!(
             bundle_path(env(&[("SSL_CERT_DIR", "/etc/ssl/certs")])),
             None
         );
-    }
-
-    #[test]
-    fn without_either_variable_the_bundle_is_the_one_the_default_reads_first() {
-        assert_eq!(bundle_path(env(&[])), openssl_probe::probe().cert_file);
     }
 
     #[test]
@@ -325,21 +317,10 @@ mod tests {
     }
 
     #[test]
-    fn an_unusable_bundle_or_a_directory_leaves_the_sdk_default() {
-        let ca = testdata("ca.pem");
-        let ca = ca.to_str().unwrap();
-        assert!(https_client_with(env(&[("SSL_CERT_FILE", ca)])).is_some());
-        let missing = testdata("no-such-bundle.pem");
-        assert!(https_client_with(env(&[("SSL_CERT_FILE", missing.to_str().unwrap())])).is_none());
-        let key = testdata("localhost.key");
-        assert!(https_client_with(env(&[("SSL_CERT_FILE", key.to_str().unwrap())])).is_none());
-        assert!(
-            https_client_with(env(&[
-                ("SSL_CERT_FILE", ca),
-                ("SSL_CERT_DIR", "/etc/ssl/certs")
-            ]))
-            .is_none()
-        );
+    fn an_unusable_bundle_leaves_the_sdk_default() {
+        assert!(bundle_client(&testdata("ca.pem")).is_some());
+        assert!(bundle_client(&testdata("no-such-bundle.pem")).is_none());
+        assert!(bundle_client(&testdata("localhost.key")).is_none());
     }
 
     /// A TLS server on 127.0.0.1 with the certificate `ca.pem` signed for
@@ -402,8 +383,7 @@ mod tests {
     /// `ListTables` on the server over HTTPS with the client of the bundle
     /// `bundle`.
     async fn list_tables(port: u16, bundle: &Path) -> Result<(), String> {
-        let http = https_client_with(env(&[("SSL_CERT_FILE", bundle.to_str().unwrap())]))
-            .expect("the bundle is used");
+        let http = bundle_client(bundle).expect("the bundle is used");
         let conf = aws_sdk_dynamodb::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
