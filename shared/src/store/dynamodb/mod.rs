@@ -8,6 +8,8 @@
 //!   conditional writes every trait uses (`put_versioned`, `settings_at`).
 //! * `sdk`: the SDK client: retries, timeouts, the retry quota, the
 //!   endpoint ([`sdk_config_loader`], [`retry_partition`], [`client`]).
+//! * `tls`: the HTTPS client of a function instance's SDK client, which
+//!   trusts the system's CA bundle file alone.
 //! * `ext`: typed access to stored items: the accessor extension, the
 //!   projections, and the `TryFrom` conversions of the stored types.
 //! * `reads`: consistent multi-item reads of the counters table
@@ -28,6 +30,7 @@ mod reads;
 mod reconcile;
 mod resize;
 mod sdk;
+mod tls;
 
 pub use sdk::{client, retry_partition, sdk_config_loader};
 
@@ -81,7 +84,7 @@ pub struct StoreStats {
 impl DynamoStore {
     /// Builds the SDK client from the environment (once per cold start).
     pub async fn from_env(config: &Config) -> Self {
-        let sdk = sdk_config_loader(config).load().await;
+        let sdk = sdk::instance_config_loader(config).load().await;
         Self::new(client(&sdk, config), config)
     }
 

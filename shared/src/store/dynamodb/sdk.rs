@@ -1,7 +1,9 @@
 //! The SDK client: bounded retries and timeouts, the retry quota, and the
 //! endpoint from the standard chain.
 
+use super::tls::https_client;
 use crate::config::Config;
+use aws_config::environment::EnvironmentVariableCredentialsProvider;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::{RetryConfig, RetryPartition, TokenBucket};
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
@@ -28,6 +30,38 @@ pub fn sdk_config_loader(config: &Config) -> aws_config::ConfigLoader {
                 .operation_timeout(config.ddb_operation_timeout)
                 .build(),
         )
+}
+
+/// [`sdk_config_loader`] as a function instance uses it at cold start
+/// ([`DynamoStore::from_env`](super::DynamoStore::from_env)), with what the
+/// standard chains would choose, chosen without building what they would
+/// not use:
+///
+/// * the HTTPS client of [`https_client`], whose trust store is the
+///   system's CA bundle file alone, where there is a usable one;
+/// * the credentials of the environment where it has them, as on Lambda
+///   (the execution role's keys). They are the standard credentials chain's
+///   first link and would win there too; building the chain also builds its
+///   other links, an STS client for web identity among them.
+pub(super) fn instance_config_loader(config: &Config) -> aws_config::ConfigLoader {
+    let mut loader = sdk_config_loader(config);
+    if let Some(http) = https_client() {
+        loader = loader.http_client(http);
+    }
+    if has_env_credentials(|name| std::env::var(name).ok()) {
+        loader = loader.credentials_provider(EnvironmentVariableCredentialsProvider::new());
+    }
+    loader
+}
+
+/// Whether the environment, read through `lookup`, has the credentials that
+/// the standard chain's first link takes: a key id and a secret key, neither
+/// blank. (That link also reads the secret from `SECRET_ACCESS_KEY`; where
+/// only that is set, the chain itself is built.)
+fn has_env_credentials(lookup: impl Fn(&str) -> Option<String>) -> bool {
+    ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+        .iter()
+        .all(|name| lookup(name).is_some_and(|v| !v.trim().is_empty()))
 }
 
 /// The SDK's retry partition for `config`: its own token bucket (the retry
@@ -61,4 +95,34 @@ pub fn client(sdk: &aws_config::SdkConfig, config: &Config) -> Client {
         builder.set_endpoint_url(url);
     }
     Client::from_conf(builder.build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_credentials_are_a_key_id_and_a_secret_key_neither_blank() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(has_env_credentials(env(&[
+            ("AWS_ACCESS_KEY_ID", "AKID"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+        ])));
+        assert!(!has_env_credentials(env(&[("AWS_ACCESS_KEY_ID", "AKID")])));
+        assert!(!has_env_credentials(env(&[(
+            "AWS_SECRET_ACCESS_KEY",
+            "secret"
+        )])));
+        assert!(!has_env_credentials(env(&[
+            ("AWS_ACCESS_KEY_ID", " "),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+        ])));
+        assert!(!has_env_credentials(env(&[])));
+    }
 }
