@@ -55,6 +55,9 @@ pub struct StreamSourceDef {
     pub batching_window_secs: u32,
     /// `MaximumRetryAttempts` (-1: until the records expire).
     pub max_retries: i64,
+    /// `MaximumRecordAgeInSeconds` (-1: until the records expire): older
+    /// records go to `OnFailure` instead of to the function.
+    pub max_record_age_secs: i64,
     /// `BisectBatchOnFunctionError`.
     pub bisect: bool,
     /// `FunctionResponseTypes` holds `ReportBatchItemFailures`.
@@ -172,7 +175,8 @@ impl Template {
                                 let p = p.ok_or_else(|| {
                                     anyhow!("{id}: a DynamoDB event without Properties")
                                 })?;
-                                let mut s = stream_source(&id, &code_uri, p)?;
+                                let mut s =
+                                    stream_source(&id, &code_uri, p, doc.get("Parameters"))?;
                                 s.timeout_secs = props
                                     .get("Timeout")
                                     .and_then(Value::as_u64)
@@ -333,7 +337,12 @@ pub fn match_path(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
 
 /// A function's `DynamoDB` event, with Lambda's defaults for what it leaves
 /// out. The stream must be `!GetAtt <Table>.StreamArn`.
-fn stream_source(function: &str, code_uri: &str, p: &Value) -> Result<StreamSourceDef> {
+fn stream_source(
+    function: &str,
+    code_uri: &str,
+    p: &Value,
+    parameters: Option<&Value>,
+) -> Result<StreamSourceDef> {
     let table = match p.get("Stream") {
         Some(Value::Tagged(t)) if t.tag == "!GetAtt" => t
             .value
@@ -343,7 +352,16 @@ fn stream_source(function: &str, code_uri: &str, p: &Value) -> Result<StreamSour
         _ => None,
     }
     .ok_or_else(|| anyhow!("{function}: Stream must be !GetAtt <Table>.StreamArn"))?;
-    let int = |name: &str, default: i64| p.get(name).and_then(Value::as_i64).unwrap_or(default);
+    // A number, or a `!Ref` to a parameter: its default, as deployed
+    // without overrides.
+    let int = |name: &str, default: i64| match p.get(name) {
+        Some(Value::Tagged(t)) if t.tag == "!Ref" => t
+            .value
+            .as_str()
+            .and_then(|param| parameters?.get(param)?.get("Default")?.as_i64())
+            .unwrap_or(default),
+        other => other.and_then(Value::as_i64).unwrap_or(default),
+    };
     Ok(StreamSourceDef {
         function: function.to_owned(),
         code_uri: code_uri.to_owned(),
@@ -351,6 +369,7 @@ fn stream_source(function: &str, code_uri: &str, p: &Value) -> Result<StreamSour
         batch_size: int("BatchSize", 100).clamp(1, 10_000) as u32,
         batching_window_secs: int("MaximumBatchingWindowInSeconds", 0).clamp(0, 300) as u32,
         max_retries: int("MaximumRetryAttempts", -1),
+        max_record_age_secs: int("MaximumRecordAgeInSeconds", -1),
         bisect: p
             .get("BisectBatchOnFunctionError")
             .and_then(Value::as_bool)

@@ -152,13 +152,57 @@ pub struct ReconcileConfig {
     /// shards were stamped after `run start − REQUEST_TIMEOUT_MS − skew` is
     /// deferred.
     pub clock_skew: Duration,
-    /// `RECONCILE_STREAM_SETTLE_SECS` (default 93600, 26 hours; stream
-    /// mode): how long a drift must stay exactly as it was (same rows, same
-    /// shard values) before it is corrected. Longer than the stream keeps a
-    /// record (24 hours), so no record that was in flight at the first
-    /// sighting can still be on its way: each was applied (which changes the
-    /// shards), sent to the failure queue, or trimmed.
+    /// How long a stream record can be on its way (stream mode): after it,
+    /// every record made before was applied, sent to the failure queue, or
+    /// trimmed. Reconciliation compares a reel's rows with its shards only
+    /// this long after it counted them. `RECONCILE_STREAM_SETTLE_SECS` if
+    /// set; otherwise `STREAM_MAX_RECORD_AGE_SECS` (the event source's
+    /// `MaximumRecordAgeInSeconds`: Lambda hands no older record over) plus
+    /// [`STREAM_DELIVERY_MARGIN`], or without it the stream's 24-hour
+    /// retention plus that margin (25 hours).
     pub stream_settle: Duration,
+}
+
+/// Added to a stream record's longest age to bound how long it can be on
+/// its way: an invocation that took it just before that age may run for
+/// Lambda's longest timeout (15 minutes), and clocks differ a little. An
+/// hour's margin over both.
+pub const STREAM_DELIVERY_MARGIN: Duration = Duration::from_secs(3_600);
+
+/// How long DynamoDB keeps a stream record (24 hours).
+const STREAM_RETENTION_SECS: u64 = 86_400;
+
+/// The buckets of recent changes the aggregator keeps on shard items
+/// ([`crate::keys::recent_delta_attr`]), derived from
+/// [`ReconcileConfig::stream_settle`] and the clock skew, so that every
+/// function computes the same from the same settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecentWindow {
+    /// A bucket's width (ms): bucket starts are its multiples.
+    pub width_ms: i64,
+    /// How long a bucket is kept (ms): the aggregator writes none that
+    /// starts earlier than this before its clock, and removes those.
+    pub keep_ms: i64,
+}
+
+/// Buckets a shard item keeps at most (besides a few being removed): with
+/// their removal counts, the attributes they add (under 20 bytes each)
+/// keep a shard item within one write unit.
+pub const RECENT_BUCKETS: i64 = 16;
+
+impl ReconcileConfig {
+    /// See [`RecentWindow`]: kept for four settle times (a run compares a
+    /// reel a settle time after its likes scan, and its scans take the
+    /// rest), in [`RECENT_BUCKETS`] buckets.
+    pub fn recent_window(&self) -> RecentWindow {
+        let keep_ms =
+            4 * self.stream_settle.as_millis() as i64 + 2 * self.clock_skew.as_millis() as i64;
+        let width_ms = (keep_ms / RECENT_BUCKETS).max(50);
+        RecentWindow {
+            width_ms,
+            keep_ms: width_ms * RECENT_BUCKETS,
+        }
+    }
 }
 
 /// How reels are resized, by hand and automatically.
@@ -299,6 +343,34 @@ impl Config {
             saturated_growth: num("SATURATED_GROWTH", 4, 2, 100)? as u32,
             max_wait: ms("RESHARD_MAX_WAIT_MS", 0, 0, 600_000)?,
         };
+        let stream_settle = || -> Result<Duration, ConfigError> {
+            // Lambda's range for MaximumRecordAgeInSeconds, or -1 (records
+            // are handed over until the stream trims them, after 24 hours).
+            let age = match get("STREAM_MAX_RECORD_AGE_SECS").as_deref().map(str::trim) {
+                None | Some("" | "-1") => None,
+                Some(_) => Some(
+                    num("STREAM_MAX_RECORD_AGE_SECS", 0, 60, 604_800)?.min(STREAM_RETENTION_SECS),
+                ),
+            };
+            let bound =
+                Duration::from_secs(age.unwrap_or(STREAM_RETENTION_SECS)) + STREAM_DELIVERY_MARGIN;
+            let explicit = "RECONCILE_STREAM_SETTLE_SECS";
+            if get(explicit).is_none_or(|v| v.trim().is_empty()) {
+                return Ok(bound);
+            }
+            let settle = Duration::from_secs(num(explicit, 0, 0, 30 * 86_400)?);
+            // Shorter than records can be in flight, reconciliation would
+            // "correct" them, and they would count twice once applied.
+            // (Tests scale it down on a stack whose records land at once,
+            // with no record age set.)
+            if age.is_some() && settle < bound {
+                return Err(ConfigError(format!(
+                    "{explicit} must be at least STREAM_MAX_RECORD_AGE_SECS + {} s",
+                    STREAM_DELIVERY_MARGIN.as_secs()
+                )));
+            }
+            Ok(settle)
+        };
         let reconcile = ReconcileConfig {
             segments: num("RECONCILE_SEGMENTS", 8, 1, 200)? as u32,
             page_items: num("RECONCILE_PAGE_ITEMS", 0, 0, 100_000)? as u32,
@@ -306,12 +378,7 @@ impl Config {
             max_read_units: rate("RECONCILE_MAX_READ_UNITS", 500.0)?,
             max_write_units: rate("RECONCILE_MAX_WRITE_UNITS", 100.0)?,
             clock_skew: ms("RECONCILE_CLOCK_SKEW_MS", 5_000, 0, 3_600_000)?,
-            stream_settle: Duration::from_secs(num(
-                "RECONCILE_STREAM_SETTLE_SECS",
-                93_600,
-                0,
-                30 * 86_400,
-            )?),
+            stream_settle: stream_settle()?,
         };
         if resize.cool_per_sec >= resize.hot_per_sec {
             return Err(ConfigError(

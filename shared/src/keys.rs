@@ -35,6 +35,59 @@ pub const MAX_CHUNK_REELS: usize = ((MAX_TRANSACT_ITEMS as usize) - 1) / 2;
 /// [`crate::reshard`]). Holds the settings version of the retiring shrink.
 pub const SHARD_CLOSED: &str = "closed";
 
+/// A shard item's recent changes (stream mode), kept so reconciliation can
+/// take out of a shard's `n` what was applied after the moment it counted
+/// the rows at (see [`crate::reconcile`]): `d{width}_{index}` is the net
+/// change of the records applied to the item whose time (a new row's
+/// `liked_at`, a removal's stream timestamp) falls in bucket `index` of
+/// `width` ms (it starts at `index × width`, Unix ms); `x{width}_{index}`
+/// how many of them were removals. The width is in the name so that
+/// buckets of another width (after a configuration change) are never read
+/// as this one's. The aggregator writes them beside `n` and removes the
+/// old ones.
+pub fn recent_delta_attr(width_ms: i64, start_ms: i64) -> String {
+    format!("d{width_ms}_{}", start_ms.div_euclid(width_ms.max(1)))
+}
+
+/// See [`recent_delta_attr`]: the removals of a bucket.
+pub fn recent_removals_attr(width_ms: i64, start_ms: i64) -> String {
+    format!("x{width_ms}_{}", start_ms.div_euclid(width_ms.max(1)))
+}
+
+/// What a shard item's attribute named `name` is, if it is one of its
+/// recent-change buckets ([`recent_delta_attr`], [`recent_removals_attr`]).
+pub fn parse_recent_attr(name: &str) -> Option<RecentAttr> {
+    let (kind, rest) = name.split_at_checked(1)?;
+    let removals = match kind {
+        "d" => false,
+        "x" => true,
+        _ => return None,
+    };
+    let (width, index) = rest.split_once('_')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(width) || !digits(index) {
+        return None;
+    }
+    let width_ms: i64 = width.parse().ok().filter(|w| *w > 0)?;
+    let start_ms = index.parse::<i64>().ok()?.checked_mul(width_ms)?;
+    Some(RecentAttr {
+        removals,
+        width_ms,
+        start_ms,
+    })
+}
+
+/// A recent-change bucket attribute ([`recent_delta_attr`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecentAttr {
+    /// `x…`: the bucket's removals; `d…`: its net change.
+    pub removals: bool,
+    /// The bucket width it was written with.
+    pub width_ms: i64,
+    /// The bucket's start (Unix ms).
+    pub start_ms: i64,
+}
+
 /// The like row's attribute that says stream mode wrote it (and so that no
 /// transaction counted it): `cm = "s"`.
 pub const COUNTED_BY_STREAM: (&str, &str) = ("cm", "s");
@@ -282,6 +335,48 @@ pub fn parse_shard_key(pk: &str) -> Option<(u32, ReelId)> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn recent_bucket_attributes_name_their_bucket_and_nothing_else() {
+        let w = 450_000;
+        let start = 4_000_000 * w;
+        assert_eq!(recent_delta_attr(w, start), "d450000_4000000");
+        assert_eq!(
+            parse_recent_attr(&recent_delta_attr(w, start)),
+            Some(RecentAttr {
+                removals: false,
+                width_ms: w,
+                start_ms: start
+            })
+        );
+        assert_eq!(
+            parse_recent_attr(&recent_removals_attr(250, 500)),
+            Some(RecentAttr {
+                removals: true,
+                width_ms: 250,
+                start_ms: 500
+            })
+        );
+        // A shard item's other attributes are never read as buckets.
+        for other in [
+            "n",
+            "w",
+            "d",
+            "x",
+            "d1",
+            "d_1",
+            "d1_",
+            "d0_5",
+            "updated_at",
+            SHARD_CLOSED,
+            "folds",
+            "dx1_2",
+            "d-1_2",
+            "é1_2",
+        ] {
+            assert_eq!(parse_recent_attr(other), None, "{other}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -345,37 +345,36 @@ async fn rows_counted_by_their_transactions_are_not_counted_again() {
     drop(file_str);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconciliation_corrects_only_drift_that_no_record_in_flight_explains() {
+/// Stream mode with a settle time of 2 s standing in for the event
+/// source's record age (the test makes sure its records in flight land
+/// within it), and short request bounds, so that a run's cut is near.
+fn scaled_reconcile_env() -> Vec<(&'static str, &'static str)> {
     let mut env = STREAM.to_vec();
-    // A short settle time stands in for the 26 hours: the test makes sure
-    // the records in flight are applied (or not) within it.
-    env.push(("RECONCILE_STREAM_SETTLE_SECS", "1"));
-    // Reconciliation defers reels written within a request's bound of its
-    // start: short bounds, so that the test need not wait long.
     env.extend([
+        ("RECONCILE_STREAM_SETTLE_SECS", "2"),
         ("REQUEST_TIMEOUT_MS", "1000"),
         ("REQUEST_BUDGET_MS", "800"),
         ("DDB_OPERATION_TIMEOUT_MS", "900"),
         ("RECONCILE_CLOCK_SKEW_MS", "0"),
     ]);
-    let t = TestStack::start(&env).await;
-    let reconcile = |t: &TestStack| {
-        let app = t.stack.app.clone();
-        async move {
-            let out = likes::triggers::handle_reconcile_event(
-                &app,
-                &serde_json::json!({"mode": "start"}),
-                None,
-            )
-            .await
-            .unwrap();
-            (
-                out["reels_corrected"].as_u64().unwrap(),
-                out["reels_deferred"].as_u64().unwrap(),
-            )
-        }
-    };
+    env
+}
+
+/// One reconciliation invocation (`mode`, and a deadline `within` from
+/// now if given), its summary.
+async fn reconcile(t: &TestStack, mode: &str, within: Option<Duration>) -> serde_json::Value {
+    likes::triggers::handle_reconcile_event(
+        &t.stack.app,
+        &serde_json::json!({ "mode": mode }),
+        within.map(|d| std::time::Instant::now() + d),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_never_compares_a_reel_while_records_can_be_in_flight() {
+    let t = TestStack::start(&scaled_reconcile_env()).await;
     // Records in flight: the aggregator is held back, so the rows hold five
     // likes and the shards none.
     let source = &t.stack.streams[0];
@@ -386,33 +385,148 @@ async fn reconciliation_corrects_only_drift_that_no_record_in_flight_explains() 
             true
         );
     }
-    tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(
         (t.like_rows("late").await, t.shard_sum("late").await),
         (5, 0)
     );
-    // Seen once: deferred, nothing corrected.
-    assert_eq!(reconcile(&t).await, (0, 1));
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    // Still in flight after the settle time, the rows and shards unchanged:
-    // a second sighting would correct it, which is why the real settle time
-    // outlasts the stream's retention. Here the records land first.
+    // An invocation that cannot wait out the settle time counts the rows,
+    // then stops before comparing anything: it corrects nothing and says
+    // when the run may go on. (The old rule compared at once and deferred
+    // "settling" drift, here 5, to a later sighting.)
+    let first = reconcile(&t, "start", Some(Duration::from_millis(1_500))).await;
+    assert_eq!(first["complete"], false, "{first}");
+    assert_eq!(first["phase"], "scan_counters", "{first}");
+    assert_eq!(first["reels_checked"], 0, "{first}");
+    assert_eq!(first["reels_corrected"], 0, "{first}");
+    let ready = first["stream_ready_at_ms"].as_i64().expect("a ready time");
+    assert!(
+        first["cut_ms"].as_i64().is_some_and(|c| c < ready),
+        "{first}"
+    );
+    assert_eq!(t.shard_sum("late").await, 0);
+    // The records land within the bound, as Lambda's record age enforces.
     source.pause(false);
     drained(&t, Duration::from_secs(30)).await;
     assert_eq!(t.shard_sum("late").await, 5);
-    tokio::time::sleep(Duration::from_millis(2200)).await;
-    // The shards moved since the first sighting: no correction, no drift.
-    assert_eq!(reconcile(&t).await, (0, 0));
+    // The continuation resumes the run, waits out the rest, and finds the
+    // reel exact: the rows that were in flight were never "corrected".
+    let resumed = reconcile(&t, "resume", None).await;
+    assert_eq!(resumed["complete"], true, "{resumed}");
+    assert_eq!(resumed["reels_corrected"], 0, "{resumed}");
+    assert_eq!(resumed["reels_deferred"], 0, "{resumed}");
     assert_eq!(t.shard_sum("late").await, 5);
+    t.stop().await;
+}
 
-    // Real drift (a shard edited by hand): deferred at first sight,
-    // corrected once seen again unchanged after the settle time.
-    t.put_shard("late", 0, 8).await;
-    assert_eq!(reconcile(&t).await, (0, 1));
-    assert_eq!(t.shard_sum("late").await, 8, "not corrected at first sight");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(reconcile(&t).await, (1, 0));
-    assert_eq!(t.shard_sum("late").await, 5);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_run_repairs_a_reel_that_keeps_being_liked() {
+    let t = TestStack::start(&scaled_reconcile_env()).await;
+    for u in 0..10 {
+        for reel in ["busy", "fickle", "calm"] {
+            act(&t, &format!("early{u}"), reel, true, None).await;
+        }
+    }
+    drained(&t, Duration::from_secs(30)).await;
+    assert_eq!(t.shard_sum("busy").await, 10);
+    // Drift, as a batch lost to OnFailure would leave (or a hand edit).
+    t.add_to_shard("busy", 0, 7).await;
+    t.add_to_shard("fickle", 0, -3).await;
+    t.add_to_shard("calm", 0, 2).await;
+    // An unlike just before the run: after its cut, before its scan, so
+    // the scan cannot count that row as it was at the cut.
+    assert_eq!(
+        act(&t, "early0", "fickle", false, None).await.body["changed"],
+        true
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A like every few hundred milliseconds (the scaled clock's "every
+    // few seconds") on the busy reel all through the run.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let liker = {
+        let (stop, base) = (stop.clone(), t.stack.base_url.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut n = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = http
+                    .put(format!("{base}/reels/busy/like"))
+                    .header("x-user-id", format!("late{n}"))
+                    .send()
+                    .await
+                    .expect("like");
+                assert!(r.status().is_success(), "{}", r.status());
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            n
+        })
+    };
+    let run = {
+        let app = t.stack.app.clone();
+        tokio::spawn(async move {
+            likes::triggers::handle_reconcile_event(
+                &app,
+                &serde_json::json!({"mode": "start"}),
+                None,
+            )
+            .await
+            .unwrap()
+        })
+    };
+    // An unlike once the scan is over (the run waits out the settle time):
+    // the scan counted the row, and the shards still hold it from before
+    // the cut, so it stops nothing.
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    assert_eq!(
+        act(&t, "early0", "calm", false, None).await.body["changed"],
+        true
+    );
+    let summary = run.await.unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let liked_later = liker.await.unwrap();
+    assert!(
+        liked_later >= 5,
+        "likes kept coming all through the run: {liked_later}"
+    );
+    assert_eq!(summary["complete"], true, "{summary}");
+    let names = |key: &str| -> Vec<String> {
+        let mut v: Vec<String> = summary[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r.as_str().map(str::to_owned))
+            .collect();
+        v.sort();
+        v
+    };
+    // Corrected by this one run although likes landed all through it; the
+    // reel unliked between the cut and the scan waits for another run.
+    assert_eq!(names("corrected_reels"), ["busy", "calm"], "{summary}");
+    assert_eq!(names("deferred_reels"), ["fickle"], "{summary}");
+    assert_eq!(summary["total_abs_drift"], 7 + 2, "{summary}");
+    // Rows liked from the cut on were left out of the count.
+    assert!(summary["rows_after_cut"].as_u64() > Some(0), "{summary}");
+    drained(&t, Duration::from_secs(30)).await;
+    assert_eq!(t.like_rows("busy").await, 10 + liked_later);
+    for reel in ["busy", "calm"] {
+        assert_eq!(
+            t.shard_sum(reel).await,
+            t.like_rows(reel).await as i64,
+            "{reel} repaired exactly"
+        );
+    }
+    assert_eq!(t.shard_sum("fickle").await, 9 - 3, "left as it was");
+    // A run whose cut is after that unlike repairs that one too.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let next = reconcile(&t, "start", None).await;
+    assert_eq!(next["reels_corrected"], 1, "{next}");
+    for reel in ["busy", "calm", "fickle"] {
+        assert_eq!(
+            t.shard_sum(reel).await,
+            t.like_rows(reel).await as i64,
+            "{reel}"
+        );
+    }
     t.stop().await;
 }
 

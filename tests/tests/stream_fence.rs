@@ -20,7 +20,7 @@ use likes::aggregate::counter_shard;
 use likes::keys::{self, ReelId};
 use likes::reshard::{Progress, Resharder};
 use likes::store::dynamodb::DynamoStore;
-use likes::store::{AggregateStore, ChunkAdd, ChunkResult, ChunkWrite, CounterStore};
+use likes::store::{AggregateStore, ChunkAdd, ChunkResult, ChunkWrite, CounterStore, RecentAdd};
 use likes::token::RequestToken;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -178,10 +178,17 @@ fn stale_chunk(key: &str, reel: &str, shard: u32, from: Option<u64>, to: u64) ->
             reel: ReelId::parse(reel).unwrap(),
             shard,
             delta: 1,
+            recent: vec![RecentAdd {
+                start_ms: 1_000,
+                delta: 1,
+                removals: 0,
+            }],
         }],
         records: 1,
         now_ms: 1,
         expires_at: 4_000_000_000,
+        width_ms: 250,
+        prune: vec![500],
     }
 }
 

@@ -258,6 +258,8 @@ fn moving(key: &str, expected: Option<&str>, next: &str) -> ChunkWrite {
         records: 1,
         now_ms: 1,
         expires_at: 4_000_000_000,
+        width_ms: 1_000,
+        prune: Vec::new(),
     }
 }
 

@@ -67,6 +67,10 @@ impl Delivery {
     pub(super) async fn deliver(&self, shard: &Shard<'_>, batch: Vec<Record>) {
         let mut queue: VecDeque<(Vec<Record>, i64)> = VecDeque::from([(batch, 0)]);
         while let Some((records, retries)) = queue.pop_front() {
+            let records = self.drop_aged(shard.id, records);
+            if records.is_empty() {
+                continue;
+            }
             let handed = self.perturb(shard, &records, retries > 0, &queue);
             let (rest, error) = match self.invoke(shard.id, &handed).await {
                 Invocation::Done => {
@@ -309,6 +313,37 @@ impl Delivery {
                 None => done.push((shard.to_owned(), seq.to_owned())),
             }
         }
+    }
+
+    /// `records` without those older than `MaximumRecordAgeInSeconds`,
+    /// which Lambda sends to the `OnFailure` destination instead of to the
+    /// function (reconciliation relies on that bound: see
+    /// `likes::reconcile`).
+    fn drop_aged(&self, shard: &str, records: Vec<Record>) -> Vec<Record> {
+        let Ok(age) = u64::try_from(self.def.max_record_age_secs) else {
+            return records;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let oldest = now.as_millis() as i64 - (age as i64) * 1000;
+        let (aged, young): (Vec<Record>, Vec<Record>) = records.into_iter().partition(|r| {
+            r.dynamodb()
+                .and_then(|d| d.approximate_creation_date_time())
+                .is_some_and(|t| t.to_millis().is_ok_and(|ms| ms < oldest))
+        });
+        if !aged.is_empty() {
+            count(&self.stats.discarded, aged.len() as u64);
+            tracing::error!(
+                shard,
+                records = aged.len(),
+                first = aged.first().and_then(sequence),
+                last = aged.last().and_then(sequence),
+                "stream records sent to the OnFailure destination: older than MaximumRecordAgeInSeconds"
+            );
+            self.mark_done(shard, &aged);
+        }
+        young
     }
 
     fn discard(&self, shard: &str, records: &[Record]) {

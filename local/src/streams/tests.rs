@@ -120,6 +120,7 @@ fn def(batch_size: u32, max_retries: i64, bisect: bool) -> StreamSourceDef {
         batch_size,
         batching_window_secs: 0,
         max_retries,
+        max_record_age_secs: -1,
         bisect,
         report_failures: true,
         tumbling_window_secs: 60,

@@ -4,8 +4,9 @@
 
 use super::records::{Change, SequenceNumber};
 use super::{CHECKPOINT_TTL, counter_shard};
+use crate::config::RecentWindow;
 use crate::keys::ReelId;
-use crate::store::{ChunkAdd, ChunkWrite, Settings};
+use crate::store::{ChunkAdd, ChunkWrite, RecentAdd, Settings};
 use crate::token::RequestToken;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -22,16 +23,21 @@ pub struct Chunk {
     pub first_index: usize,
     /// Records in it.
     pub records: usize,
-    /// The net change of each reel whose count it changes: never 0 (a
-    /// reel whose like and unlike cancel out is not listed).
+    /// The net change of each reel a record of it counts for. A reel whose
+    /// like and unlike cancel out stays listed (its net change 0): the
+    /// removal is recorded in its recent-change buckets all the same, which
+    /// reconciliation relies on (a removed row it counted before is one it
+    /// cannot count now).
     pub deltas: BTreeMap<ReelId, i64>,
+    /// Each listed reel's changes by recent-change bucket (start, Unix ms).
+    pub recent: BTreeMap<ReelId, BTreeMap<i64, RecentAdd>>,
     /// The latest `ApproximateCreationDateTime` in it (Unix ms).
     pub newest_ms: Option<i64>,
 }
 
 impl Chunk {
-    /// The reels whose count it changes, with their net change.
-    pub fn nonzero(&self) -> impl Iterator<Item = (&ReelId, i64)> {
+    /// The reels it writes a shard of, with their net change.
+    pub fn reels(&self) -> impl Iterator<Item = (&ReelId, i64)> {
         self.deltas.iter().map(|(r, d)| (r, *d))
     }
 
@@ -45,17 +51,40 @@ impl Chunk {
         shard_id: &str,
         checkpoint: Option<&SequenceNumber>,
         settings: &HashMap<ReelId, Settings>,
+        window: RecentWindow,
         now: Duration,
     ) -> ChunkWrite {
+        let now_ms = now.as_millis() as i64;
+        // The oldest bucket kept; the few before it are dropped by this
+        // write. A record older than that changes `n` alone: reconciliation
+        // never compares a reel that long after its rows were counted.
+        let kept_from = (now_ms - window.keep_ms).div_euclid(window.width_ms) * window.width_ms
+            + window.width_ms;
         let mut adds = Vec::with_capacity(self.deltas.len());
-        for (reel, delta) in self.nonzero() {
+        for (reel, delta) in self.reels() {
             let s = settings.get(reel).copied().unwrap_or_default();
+            let recent = self
+                .recent
+                .get(reel)
+                .into_iter()
+                .flat_map(|b| b.range(kept_from..))
+                .map(|(_, r)| *r)
+                .filter(|r| r.delta != 0 || r.removals != 0)
+                .collect();
             adds.push(ChunkAdd {
                 reel: reel.clone(),
                 shard: counter_shard(key, s.write_shards),
                 delta,
+                recent,
             });
         }
+        let prune = if adds.is_empty() {
+            Vec::new()
+        } else {
+            (1..=PRUNE_BUCKETS)
+                .map(|k| kept_from - k * window.width_ms)
+                .collect()
+        };
         let mut write = ChunkWrite {
             checkpoint_key: key.to_owned(),
             shard_id: shard_id.to_owned(),
@@ -65,13 +94,20 @@ impl Chunk {
             records: self.records as u64,
             // Derived from the rest, once it is all there (below).
             token: RequestToken::for_fields("aggregate", &[]),
-            now_ms: now.as_millis() as i64,
+            now_ms,
             expires_at: (now + CHECKPOINT_TTL).as_secs() as i64,
+            width_ms: window.width_ms,
+            prune,
         };
         write.token = token(&write);
         write
     }
 }
+
+/// Buckets older than the oldest kept that each shard write removes: an
+/// item written at least once in this many bucket widths never keeps a
+/// stale one.
+const PRUNE_BUCKETS: i64 = 4;
 
 /// The `ClientRequestToken` of `write`: derived from all it sends (every
 /// value written, every condition, the clock it stamps), so that one token
@@ -94,6 +130,8 @@ fn token(write: &ChunkWrite) -> RequestToken {
         token: _,
         now_ms,
         expires_at,
+        width_ms,
+        prune,
     } = write;
     let mut fields: Vec<String> = vec![
         checkpoint_key.clone(),
@@ -104,16 +142,33 @@ fn token(write: &ChunkWrite) -> RequestToken {
         now_ms.to_string(),
         expires_at.to_string(),
     ];
-    for ChunkAdd { reel, shard, delta } in adds {
+    fields.push(format!("w{width_ms}"));
+    fields.extend(prune.iter().map(|p| format!("p{p}")));
+    for ChunkAdd {
+        reel,
+        shard,
+        delta,
+        recent,
+    } in adds
+    {
         fields.extend([
             reel.as_str().to_owned(),
             shard.to_string(),
             delta.to_string(),
         ]);
+        for RecentAdd {
+            start_ms,
+            delta,
+            removals,
+        } in recent
+        {
+            fields.push(format!("b{start_ms}:{delta}:{removals}"));
+        }
     }
     let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-    // v3: the body lost the settings checks (a v2 token names another body).
-    RequestToken::for_fields("aggregate/v3", &fields)
+    // v4: the body gained the recent-change buckets (v3: it lost the
+    // settings checks); an older token names another body.
+    RequestToken::for_fields("aggregate/v4", &fields)
 }
 
 /// Cuts `changes` (in sequence order, none at or below the checkpoint) into
@@ -124,13 +179,21 @@ fn token(write: &ChunkWrite) -> RequestToken {
 /// cut, is what makes a record count once).
 ///
 /// A reel's place bounds the transaction's items (a shard update each),
-/// so only a net change needs one: a record that
-/// changes no count (a row its own transaction counted, replayed when a
-/// busy table switches to stream mode) rides along in any chunk, moving
-/// the checkpoint only, and a reel whose like and unlike cancel out frees
-/// its place.
-pub fn chunks(changes: &[(usize, Change)], max_reels: usize) -> Vec<Chunk> {
+/// so only a record that counts takes one: a record that changes no count
+/// (a row its own transaction counted, replayed when a busy table switches
+/// to stream mode) rides along in any chunk, moving the checkpoint only.
+/// Each counted record also goes to its reel's recent-change bucket of
+/// width `width_ms`, by its [`Change::key_ms`] (`fallback_ms`, the
+/// aggregator's clock, for a record without a timestamp: a removal then
+/// defers its reel's reconciliation rather than hide).
+pub fn chunks(
+    changes: &[(usize, Change)],
+    max_reels: usize,
+    width_ms: i64,
+    fallback_ms: i64,
+) -> Vec<Chunk> {
     let max_reels = max_reels.max(1);
+    let width_ms = width_ms.max(1);
     let mut out: Vec<Chunk> = Vec::new();
     for (index, c) in changes {
         let reel = c.reel.as_ref().filter(|_| c.delta != 0);
@@ -147,6 +210,7 @@ pub fn chunks(changes: &[(usize, Change)], max_reels: usize) -> Vec<Chunk> {
                     first_index: *index,
                     records: 0,
                     deltas: BTreeMap::new(),
+                    recent: BTreeMap::new(),
                     newest_ms: None,
                 });
                 let last = out.len() - 1;
@@ -156,11 +220,19 @@ pub fn chunks(changes: &[(usize, Change)], max_reels: usize) -> Vec<Chunk> {
         chunk.last = c.seq.clone();
         chunk.records += 1;
         if let Some(r) = reel {
-            let net = chunk.deltas.entry(r.clone()).or_default();
-            *net += c.delta;
-            if *net == 0 {
-                chunk.deltas.remove(r);
-            }
+            *chunk.deltas.entry(r.clone()).or_default() += c.delta;
+            let start_ms = c.key_ms.unwrap_or(fallback_ms).div_euclid(width_ms) * width_ms;
+            let bucket = chunk
+                .recent
+                .entry(r.clone())
+                .or_default()
+                .entry(start_ms)
+                .or_insert(RecentAdd {
+                    start_ms,
+                    ..RecentAdd::default()
+                });
+            bucket.delta += c.delta;
+            bucket.removals += i64::from(c.delta < 0);
         }
         chunk.newest_ms = chunk.newest_ms.max(c.at_ms);
     }
@@ -177,8 +249,14 @@ mod tests {
             reel: ReelId::parse(reel).ok(),
             delta,
             at_ms: Some(seq as i64),
+            key_ms: Some(seq as i64),
         }
     }
+
+    const WINDOW: RecentWindow = RecentWindow {
+        width_ms: 10,
+        keep_ms: 320,
+    };
 
     #[test]
     fn chunks_are_consecutive_and_hold_at_most_the_reels_allowed() {
@@ -194,22 +272,27 @@ mod tests {
         .into_iter()
         .enumerate()
         .collect();
-        let out = chunks(&cs, 2);
-        // a's like and unlike cancel out at 3: its place goes to c.
+        let out = chunks(&cs, 2, 10, 0);
+        // a's like and unlike cancel out at 3, but a keeps its place (its
+        // removal is recorded): c starts the next chunk.
         assert_eq!(
             cut(&out),
-            [("1".into(), "6".into(), 6), ("7".into(), "7".into(), 1)]
+            [("1".into(), "3".into(), 3), ("4".into(), "7".into(), 4)]
         );
         let reel = |r: &str| ReelId::parse(r).unwrap();
         assert_eq!(
             out[0].deltas,
-            BTreeMap::from([(reel("b"), 1), (reel("c"), 2)])
+            BTreeMap::from([(reel("a"), 0), (reel("b"), 1)])
         );
-        assert_eq!(out[1].first_index, 6);
+        assert_eq!(
+            out[1].deltas,
+            BTreeMap::from([(reel("c"), 2), (reel("d"), 1)])
+        );
+        assert_eq!(out[1].first_index, 3);
         assert_eq!(out[1].newest_ms, Some(7));
         // The same changes from a later point are cut the same way there.
-        assert_eq!(chunks(&cs[6..], 2), out[1..]);
-        assert!(chunks(&[], 5).is_empty());
+        assert_eq!(chunks(&cs[3..], 2, 10, 0), out[1..]);
+        assert!(chunks(&[], 5, 10, 0).is_empty());
     }
 
     fn cut(out: &[Chunk]) -> Vec<(String, String, usize)> {
@@ -227,17 +310,59 @@ mod tests {
             .enumerate()
             .collect();
         cs.push((1000, change(1001, "new", 1)));
-        let out = chunks(&cs, 49);
+        let out = chunks(&cs, 49, 10, 0);
         assert_eq!(cut(&out), [("1".into(), "1001".into(), 1001)]);
-        assert_eq!(out[0].nonzero().count(), 1);
-        // A like and an unlike of one reel free its place for the next.
-        let cs: Vec<(usize, Change)> = [change(1, "a", 1), change(2, "a", -1), change(3, "b", 1)]
-            .into_iter()
-            .enumerate()
-            .collect();
-        let out = chunks(&cs, 1);
-        assert_eq!(cut(&out), [("1".into(), "3".into(), 3)]);
-        assert_eq!(out[0].nonzero().count(), 1);
+        assert_eq!(out[0].reels().count(), 1);
+    }
+
+    #[test]
+    fn a_removal_is_recorded_in_its_bucket_even_when_the_reel_nets_zero() {
+        // A like at 12 (another row) and a removal at 25 of reel a: the
+        // count does not move, but reconciliation must see the removal.
+        let cs: Vec<(usize, Change)> =
+            [change(12, "a", 1), change(25, "a", -1), change(27, "a", -1)]
+                .into_iter()
+                .enumerate()
+                .collect();
+        let out = chunks(&cs, 5, 10, 0);
+        let write = out[0].write(
+            "agg#k",
+            "s",
+            None,
+            &HashMap::new(),
+            WINDOW,
+            Duration::from_millis(100),
+        );
+        assert_eq!(write.adds.len(), 1);
+        assert_eq!(write.adds[0].delta, -1);
+        assert_eq!(
+            write.adds[0].recent,
+            [
+                RecentAdd {
+                    start_ms: 10,
+                    delta: 1,
+                    removals: 0
+                },
+                RecentAdd {
+                    start_ms: 20,
+                    delta: -2,
+                    removals: 2
+                },
+            ]
+        );
+        // Written much later, the buckets are past keeping: `n` alone
+        // moves, and the write drops the buckets just before those kept.
+        let late = out[0].write(
+            "agg#k",
+            "s",
+            None,
+            &HashMap::new(),
+            WINDOW,
+            Duration::from_millis(1_000),
+        );
+        assert!(late.adds[0].recent.is_empty());
+        assert_eq!(late.adds[0].delta, -1);
+        assert_eq!(late.prune, [680, 670, 660, 650]);
     }
 
     #[test]
@@ -246,14 +371,14 @@ mod tests {
             .into_iter()
             .enumerate()
             .collect();
-        let chunk = &chunks(&cs, 5)[0];
+        let chunk = &chunks(&cs, 5, 10, 0)[0];
         let key = "agg#k";
         let read = SequenceNumber::parse("9");
         let reel = |r: &str| ReelId::parse(r).unwrap();
         let mut settings = HashMap::from([(reel("a"), Settings::default())]);
         let now = Duration::from_millis(1_800_000_000_000);
         let write = |chunk: &Chunk, read: Option<&SequenceNumber>, s: &HashMap<_, _>, now| {
-            chunk.write(key, "shard-1", read, s, now)
+            chunk.write(key, "shard-1", read, s, WINDOW, now)
         };
         let base = write(chunk, read.as_ref(), &settings, now);
         // Planned again from the same state, the same transaction: an
@@ -278,6 +403,23 @@ mod tests {
         let mut changed = chunk.clone();
         changed.deltas.insert(reel("a"), 2);
         others.push(write(&changed, read.as_ref(), &HashMap::new(), now));
+        // The same deltas in other buckets.
+        let mut moved = chunk.clone();
+        for buckets in moved.recent.values_mut() {
+            *buckets = buckets
+                .values()
+                .map(|b| {
+                    (
+                        b.start_ms + 10,
+                        RecentAdd {
+                            start_ms: b.start_ms + 10,
+                            ..*b
+                        },
+                    )
+                })
+                .collect();
+        }
+        others.push(write(&moved, read.as_ref(), &settings, now));
         for (i, other) in others.iter().enumerate() {
             assert_ne!(*other, base, "variant {i}");
             assert_ne!(

@@ -58,6 +58,16 @@
 //! shard's chunks never conflict with each other; chunks of different
 //! stream shards may meet on one item, and are retried like a like.
 //!
+//! # Recent changes
+//!
+//! Each shard update also adds the chunk's changes of the reel to the
+//! item's recent-change buckets (by a new row's `liked_at`, a removal's
+//! stream timestamp; [`crate::keys::recent_delta_attr`]) and drops the
+//! oldest, so reconciliation can take out of `n` what came from rows liked
+//! after the moment it counted them at (see [`crate::reconcile`]). That
+//! is why a reel whose like and unlike in a chunk cancel out keeps its
+//! place: its removal is recorded.
+//!
 //! # Rooms
 //!
 //! `records` parses Lambda's event, `chunk` cuts it into transactions; this
@@ -66,7 +76,7 @@
 pub mod chunk;
 pub mod records;
 
-use crate::config::Config;
+use crate::config::{Config, RecentWindow};
 use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::retry::Backoff;
@@ -119,6 +129,8 @@ pub struct Aggregator<S> {
     since_ms: i64,
     /// See [`Config::aggregate_chunk_reels`].
     chunk_reels: usize,
+    /// The shard items' recent-change buckets (see [`crate::reconcile`]).
+    window: RecentWindow,
 }
 
 /// `out` with its skipped records counted: those the checkpoint covers that
@@ -153,6 +165,7 @@ impl<S: AggregateStore> Aggregator<S> {
             // boundary is the whole second at or after the one given.
             since_ms: (config.stream_since_ms + 999) / 1000 * 1000,
             chunk_reels: config.aggregate_chunk_reels,
+            window: config.reconcile.recent_window(),
         }
     }
 
@@ -210,7 +223,8 @@ impl<S: AggregateStore> Aggregator<S> {
                 .enumerate()
                 .filter(|(_, c)| checkpoint.as_ref().is_none_or(|k| c.seq > *k))
                 .collect();
-            for chunk in chunk::chunks(&pending, self.chunk_reels) {
+            let cut_at = crate::clock::now_ms();
+            for chunk in chunk::chunks(&pending, self.chunk_reels, self.window.width_ms, cut_at) {
                 // Fixed for the chunk's attempts: planned again from the
                 // same state, the chunk is the same transaction under the
                 // same token (a replay if an attempt landed unanswered).
@@ -306,12 +320,12 @@ impl<S: AggregateStore> Aggregator<S> {
         chunk: &chunk::Chunk,
         now: Duration,
     ) -> Result<ChunkWrite, Error> {
-        let reels: Vec<ReelId> = chunk.nonzero().map(|(r, _)| r.clone()).collect();
+        let reels: Vec<ReelId> = chunk.reels().map(|(r, _)| r.clone()).collect();
         let settings = if reels.is_empty() {
             Default::default()
         } else {
             self.store.settings(&reels).await?
         };
-        Ok(chunk.write(key, shard_id, checkpoint, &settings, now))
+        Ok(chunk.write(key, shard_id, checkpoint, &settings, self.window, now))
     }
 }

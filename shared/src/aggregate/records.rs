@@ -75,6 +75,10 @@ pub struct Change {
     pub delta: i64,
     /// When DynamoDB wrote it (`ApproximateCreationDateTime`, Unix ms).
     pub at_ms: Option<i64>,
+    /// The time reconciliation sorts it by (Unix ms): a new row's own
+    /// `liked_at`, the clock its rows are counted by; a removal's `at_ms`
+    /// (a removed row has no image). See [`crate::reconcile`].
+    pub key_ms: Option<i64>,
 }
 
 /// Lambda's DynamoDB stream event, the fields the aggregator reads. With a
@@ -167,11 +171,24 @@ impl StreamRecord {
             "REMOVE" if at_ms.is_none_or(|at| at >= since_ms) => -1,
             _ => 0,
         };
+        let liked_at = self
+            .dynamodb
+            .new_image
+            .as_ref()
+            .and_then(|m| m.get("liked_at"))
+            .and_then(|v| v.get("N"))
+            .and_then(serde_json::Value::as_str)
+            .and_then(|n| n.parse::<i64>().ok());
+        let key_ms = match self.event_name.as_str() {
+            "INSERT" => liked_at.or(at_ms),
+            _ => at_ms,
+        };
         Some(Change {
             seq,
             reel,
             delta,
             at_ms,
+            key_ms,
         })
     }
 }

@@ -4,21 +4,26 @@
 use super::state::{CHUNK_TTL_SECS, Segment};
 use super::{CHECK_CONCURRENCY, Inv, Reconciler, Task, near};
 use crate::clock::now_ms;
-use crate::config::Counting;
+use crate::config::{Counting, RecentWindow};
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::store::{
-    CorrectResult, CountItem, FoldResult, Phase, ReconcileStore, ScanPage, ScanTable, Settling,
+    CorrectResult, CountItem, FoldResult, Phase, ReconcileStore, ReelView, ScanPage, ScanTable,
     ShardValue,
 };
 use futures::StreamExt;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use tokio::sync::Mutex;
 
 /// Reels checked between two checkpoints of a dry run's check phase.
 const CHECK_BATCH: usize = 200;
 /// Reels listed by name in a summary.
 const SAMPLE: usize = 20;
+/// Recent-change buckets of another width than this deployment's (written
+/// before a configuration change) are dropped after this long: far longer
+/// than any deployment keeps its own (four settle times of at most 25
+/// hours).
+const STALE_OTHER_WIDTH_MS: i64 = 8 * 86_400_000;
 
 /// What checking one reel found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -314,9 +319,15 @@ impl<S: ReconcileStore> Reconciler<S> {
 
     /// Checks one reel against `rows` counted rows, and corrects it.
     async fn check(&self, inv: &Inv<'_>, reel: &ReelId, rows: u64) -> Result<Outcome, Error> {
-        let (run_id, started_ms, dry) = {
+        let (run_id, started_ms, dry, cut_ms, likes_done_ms) = {
             let g = inv.run.lock().await;
-            (g.state.run_id.clone(), g.state.started_ms, g.state.dry_run)
+            (
+                g.state.run_id.clone(),
+                g.state.started_ms,
+                g.state.dry_run,
+                g.state.cut_ms,
+                g.state.likes_done_ms,
+            )
         };
         let view = self.store.reel_view(reel).await?;
         inv.reads
@@ -328,46 +339,37 @@ impl<S: ReconcileStore> Reconciler<S> {
         if view.settings.phase != Phase::Stable {
             return Ok(Outcome::Deferred("resizing"));
         }
-        // A resize step during the run moves counts between items (a fold
-        // carries no like's stamp) and changes which items are summed.
-        if view.settings.phase_at_ms >= started_ms - self.margin_ms {
-            return Ok(Outcome::Deferred("resized_during_run"));
-        }
-        if view.sum.last_write_ms >= started_ms - self.margin_ms {
-            return Ok(Outcome::Deferred("written_during_run"));
-        }
-        let drift = rows as i64 - view.sum.n;
+        self.drop_stale_buckets(inv, reel, &view).await;
+        let drift = match self.counting {
+            Counting::Stream => {
+                match self.stream_drift(cut_ms, likes_done_ms, rows, &view, now_ms()) {
+                    Ok(drift) => drift,
+                    Err(why) => return Ok(Outcome::Deferred(why)),
+                }
+            }
+            // A run started in stream mode counted rows at a cut: not
+            // comparable with the shards in this mode.
+            Counting::Transactional if cut_ms.is_some() => {
+                return Ok(Outcome::Deferred("counted_at_a_cut"));
+            }
+            Counting::Transactional => {
+                // A resize step during the run moves counts between items
+                // (a fold carries no like's stamp) and changes which items
+                // are summed.
+                if view.settings.phase_at_ms >= started_ms - self.margin_ms {
+                    return Ok(Outcome::Deferred("resized_during_run"));
+                }
+                if view.sum.last_write_ms >= started_ms - self.margin_ms {
+                    return Ok(Outcome::Deferred("written_during_run"));
+                }
+                rows as i64 - view.sum.n
+            }
+        };
         if drift == 0 {
             return Ok(Outcome::Agrees);
         }
         if dry {
             return Ok(Outcome::Drift(drift));
-        }
-        if self.counting == Counting::Stream {
-            // Records still in the stream are in the rows and not yet in
-            // the shards: a drift is exact only once it has stayed as it is
-            // for longer than a record can stay in flight.
-            let now = Settling {
-                rows,
-                n: view.sum.n,
-                w: view.sum.w,
-                at_ms: crate::clock::now_ms(),
-            };
-            let settled = view.ledger.settling.is_some_and(|s| {
-                (s.rows, s.n, s.w) == (now.rows, now.n, now.w)
-                    && now.at_ms - s.at_ms >= self.stream_settle_ms
-            });
-            if !settled {
-                if view
-                    .ledger
-                    .settling
-                    .is_none_or(|s| (s.rows, s.n, s.w) != (now.rows, now.n, now.w))
-                {
-                    inv.writes.take(2.0).await;
-                    self.store.note_settling(reel, &now).await?;
-                }
-                return Ok(Outcome::Deferred("stream_settling"));
-            }
         }
         let mut attempt = 0;
         loop {
@@ -389,6 +391,117 @@ impl<S: ReconcileStore> Reconciler<S> {
                     tokio::time::sleep(self.backoff.delay(attempt)).await;
                 }
                 CorrectResult::Retry(_) => return Ok(Outcome::Deferred("contended")),
+            }
+        }
+    }
+
+    /// Stream mode: a stable reel's drift at the run's cut, `rows` being
+    /// the rows it counted as liked before the cut, and `view` read at
+    /// `now_ms`; or why it cannot be told exactly yet (see
+    /// [Stream mode](super#stream-mode)).
+    pub(super) fn stream_drift(
+        &self,
+        cut_ms: Option<i64>,
+        likes_done_ms: Option<i64>,
+        rows: u64,
+        view: &ReelView,
+        now_ms: i64,
+    ) -> Result<i64, &'static str> {
+        let (Some(cut), Some(done)) = (cut_ms, likes_done_ms) else {
+            // A run started in transactional mode: its rows were counted
+            // without a cut.
+            return Err("counted_without_cut");
+        };
+        // Rows liked before the switch to stream mode were counted by their
+        // own transactions, not recorded in buckets.
+        if cut < self.stream_since_ms + self.margin_ms {
+            return Err("switched_to_stream_during_run");
+        }
+        if now_ms < self.stream_ready_ms(done) {
+            return Err("records_in_flight");
+        }
+        let RecentWindow {
+            width_ms: w,
+            keep_ms,
+        } = self.window;
+        // The bucket width changed since the run started (its cut is not a
+        // bucket start any more).
+        if cut.rem_euclid(w) != 0 {
+            return Err("bucket_width_changed");
+        }
+        // A resize moves counts between items without their buckets.
+        if view.settings.phase_at_ms >= cut - self.margin_ms {
+            return Err("resized_during_run");
+        }
+        // A row liked before the cut and removed before the scan reached it
+        // is in no count. Such a removal was committed before the likes
+        // scan ended; its stream timestamp is at most that (DynamoDB's
+        // clock: the skew) and at least its commit's whole second (the
+        // skew again) after the cut. A removal after the scan is in both
+        // counts, as its row was.
+        let removals_from = (cut - 1_000 - self.skew_ms).div_euclid(w) * w;
+        let removals_to = done + self.skew_ms;
+        // Every bucket read must still be there: the aggregator drops a
+        // bucket `keep − width` after its start, by its clock (which may
+        // run `skew` ahead of this one).
+        if now_ms + self.skew_ms > removals_from + keep_ms - w {
+            return Err("past_recent_window");
+        }
+        let mut after = 0i64;
+        for b in &view.recent {
+            let a = b.attr;
+            if a.width_ms != w {
+                // Written under another width (a configuration change): it
+                // cannot be cut at this run's cut.
+                if a.start_ms + a.width_ms > cut - keep_ms {
+                    return Err("bucket_width_changed");
+                }
+                continue;
+            }
+            if a.removals {
+                if (removals_from..=removals_to).contains(&a.start_ms) && b.value > 0 {
+                    return Err("unliked_during_run");
+                }
+            } else if a.start_ms >= cut {
+                // What the shards took from rows liked at or after the cut.
+                after += b.value;
+            }
+        }
+        Ok(rows as i64 - (view.sum.n - after))
+    }
+
+    /// The recent-change buckets of `view` that no aggregator writes any
+    /// more, by item: this run's width older than the window (with the
+    /// skew and a bucket to spare), other widths after [`STALE_OTHER_WIDTH_MS`].
+    fn stale_buckets(&self, view: &ReelView, now_ms: i64) -> BTreeMap<String, Vec<String>> {
+        let RecentWindow {
+            width_ms: w,
+            keep_ms,
+        } = self.window;
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for b in &view.recent {
+            let limit = if b.attr.width_ms == w {
+                now_ms - keep_ms - self.skew_ms - w
+            } else {
+                now_ms - STALE_OTHER_WIDTH_MS
+            };
+            if b.attr.start_ms + b.attr.width_ms < limit {
+                out.entry(b.item.clone()).or_default().push(b.name.clone());
+            }
+        }
+        out
+    }
+
+    /// Removes stale recent-change buckets from a reel's items (best
+    /// effort: a failure leaves them to the next run).
+    async fn drop_stale_buckets(&self, inv: &Inv<'_>, reel: &ReelId, view: &ReelView) {
+        if self.counting != Counting::Stream || inv.opts.dry_run {
+            return;
+        }
+        for (item, names) in self.stale_buckets(view, now_ms()) {
+            inv.writes.take(1.0).await;
+            if let Err(e) = self.store.drop_attributes(&item, &names).await {
+                tracing::warn!(reel = %reel, error = e.code(), "reconcile could not drop stale buckets");
             }
         }
     }

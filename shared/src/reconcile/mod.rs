@@ -34,6 +34,42 @@
 //! likes/unlikes cannot make drift; the first run during which it stays
 //! quiet corrects it.
 //!
+//! # Stream mode
+//!
+//! In stream mode a like writes its row only; the shards take it later,
+//! from the table's stream. Rows and shards then differ by the records in
+//! flight, and a reel's rows keep changing while the scan counts them, so
+//! the rule above would defer every active reel. Instead a run counts
+//! rows *at a cut* `T` (a bucket start, a request timeout and the clock
+//! skew before the run starts), and compares them with what the shards
+//! hold from the records of before `T`:
+//!
+//! 1. the likes scan counts only rows liked before `T` (a row's
+//!    `liked_at`; each was committed before the scan began). A row liked
+//!    at or after `T` is left out, however the scan meets it;
+//! 2. the aggregator records on each shard item, beside `n`, what it added
+//!    by time bucket ([`crate::keys::recent_delta_attr`]): a new row by its
+//!    `liked_at`, a removal by its stream timestamp, and how many removals
+//!    a bucket held. So `n − Σ(buckets from T on)` is what the item holds
+//!    from the records of before `T`, whenever it is read;
+//! 3. the run compares reels only once every record made before its likes
+//!    scan ended can have been applied ([`ReconcileConfig::stream_settle`]:
+//!    the event source's `MaximumRecordAgeInSeconds`, or the stream's
+//!    24 hours, plus a margin), waiting or handing the run to the
+//!    continuation schedule meanwhile: records in flight are never
+//!    corrected;
+//! 4. a reel with a removal from `T` on is deferred: a row liked before `T`
+//!    and removed before the scan reached it is in no count. Likes alone,
+//!    however many, do not stop a reel from being compared.
+//!
+//! Then `rows − (Σn − Σ(buckets from T on))` is the reel's drift at `T`,
+//! exactly; it is corrected as above. A reel that keeps taking likes is
+//! repaired by one run; one that takes unlikes all the time waits for a run
+//! during which it takes none (the table's key is the user, so a reel's
+//! rows cannot be counted at one instant without a snapshot of the table).
+//! Buckets are [`RecentWindow`] wide and kept for four settle times; a
+//! run that compares a reel later than that defers it.
+//!
 //! # Items outside the read range
 //!
 //! A shard item at or beyond a stable reel's `shards_to_sum()` (or a base
@@ -80,7 +116,7 @@
 //! * `pace`: the limiter that paces every read and write of a run.
 
 use crate::clock::now_ms;
-use crate::config::{Config, Counting, ReconcileConfig};
+use crate::config::{Config, Counting, RecentWindow, ReconcileConfig};
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::retry::Backoff;
@@ -105,6 +141,12 @@ const DEADLINE_SAFETY: Duration = Duration::from_secs(60);
 /// Reels checked at once (the check phase), and count-item updates sent
 /// at once (the likes scan's checkpoints).
 const CHECK_CONCURRENCY: usize = 8;
+/// Without a deadline (a local run), stream mode's wait for the records in
+/// flight is slept through if it is no longer than this; otherwise the
+/// invocation ends and a later one resumes.
+const LOCAL_STREAM_WAIT: Duration = Duration::from_secs(300);
+/// With a deadline (Lambda), the longest such wait slept through.
+const LAMBDA_STREAM_WAIT: Duration = Duration::from_secs(60);
 
 /// Whether an invocation may start a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -153,8 +195,16 @@ pub struct Summary {
     /// Where the run stands: `scan_likes`, `check_reels` (dry runs),
     /// `scan_counters`, `done`, or `none` without a run.
     pub phase: String,
-    /// Like rows the likes scan has counted so far, all segments.
+    /// Like rows the likes scan has read so far, all segments.
     pub rows_scanned: u64,
+    /// Stream mode: rows read but left out as liked at or after the cut.
+    pub rows_after_cut: u64,
+    /// Stream mode: the moment the run counts rows at (Unix ms).
+    pub cut_ms: Option<i64>,
+    /// Stream mode: when the run may compare its reels, once the likes
+    /// scan is done (Unix ms): the records made before can all have been
+    /// applied by then.
+    pub stream_ready_at_ms: Option<i64>,
     /// Read units the run's scans consumed (DynamoDB's ConsumedCapacity).
     pub scan_read_units: f64,
     /// Reels compared with their rows so far.
@@ -215,10 +265,16 @@ pub struct Reconciler<S> {
     /// `RECONCILE_CLOCK_SKEW_MS`.
     margin_ms: i64,
     backoff: Backoff,
-    /// See [`Config::counting`]: stream mode corrects only settled drift.
+    /// See [`Config::counting`]: stream mode counts rows at a cut.
     counting: Counting,
-    /// `RECONCILE_STREAM_SETTLE_SECS`, in milliseconds.
+    /// [`ReconcileConfig::stream_settle`], in milliseconds.
     stream_settle_ms: i64,
+    /// `RECONCILE_CLOCK_SKEW_MS`, in milliseconds.
+    skew_ms: i64,
+    /// The shard items' recent-change buckets (stream mode).
+    window: RecentWindow,
+    /// See [`Config::stream_since_ms`].
+    stream_since_ms: i64,
 }
 
 /// One invocation: the run state its tasks share, its options, and the
@@ -257,7 +313,62 @@ impl<S: ReconcileStore> Reconciler<S> {
             backoff: Backoff::from_config(config),
             counting: config.counting,
             stream_settle_ms: config.reconcile.stream_settle.as_millis() as i64,
+            skew_ms: config.reconcile.clock_skew.as_millis() as i64,
+            window: config.reconcile.recent_window(),
+            stream_since_ms: config.stream_since_ms,
         }
+    }
+
+    /// Stream mode: the cut of a run started at `started_ms` (see
+    /// [Stream mode](#stream-mode)): a request timeout and the clock skew
+    /// before it, down to a bucket start, so that every row liked before
+    /// the cut was committed before the scan began.
+    pub(super) fn cut_ms(&self, started_ms: i64) -> Option<i64> {
+        (self.counting == Counting::Stream).then(|| {
+            let w = self.window.width_ms;
+            (started_ms - self.margin_ms).div_euclid(w) * w
+        })
+    }
+
+    /// Stream mode: when a run whose likes scan ended at `likes_done_ms`
+    /// may compare its reels (every record made before can have been
+    /// applied by then, or given up).
+    pub(super) fn stream_ready_ms(&self, likes_done_ms: i64) -> i64 {
+        // Stream timestamps are whole seconds.
+        likes_done_ms + self.stream_settle_ms + self.skew_ms + 1_000
+    }
+
+    /// Stream mode: waits until the run may compare reels, if the deadline
+    /// allows (or, without one, if it is near); `false`: not yet, the
+    /// continuation schedule resumes the run.
+    async fn wait_for_stream(&self, inv: &Inv<'_>) -> bool {
+        let ready = {
+            let g = inv.run.lock().await;
+            match (g.state.cut_ms, g.state.likes_done_ms) {
+                (Some(_), Some(done)) => self.stream_ready_ms(done),
+                _ => return true,
+            }
+        };
+        let wait = ready - now_ms();
+        if wait <= 0 {
+            return true;
+        }
+        let wait = Duration::from_millis(wait as u64);
+        let fits = match inv.opts.deadline {
+            // A Lambda invocation is billed while it sleeps: a short wait
+            // only; the continuation schedule comes back for a long one.
+            Some(d) => wait <= LAMBDA_STREAM_WAIT && Instant::now() + wait < d,
+            None => wait <= LOCAL_STREAM_WAIT,
+        };
+        if !fits {
+            tracing::info!(
+                ready_at_ms = ready,
+                "reconcile waits for the stream records in flight; the continuation resumes it"
+            );
+            return false;
+        }
+        tokio::time::sleep(wait).await;
+        true
     }
 
     /// The store it reads and repairs, for tests that inspect it.
@@ -350,22 +461,26 @@ impl<S: ReconcileStore> Reconciler<S> {
                     if !scan.all_done {
                         return Ok(scanned);
                     }
-                    inv.run.lock().await.state.phase = if dry {
-                        RunPhase::CheckReels
-                    } else {
-                        RunPhase::ScanCounters
-                    };
+                    {
+                        let mut g = inv.run.lock().await;
+                        g.state.phase = if dry {
+                            RunPhase::CheckReels
+                        } else {
+                            RunPhase::ScanCounters
+                        };
+                        g.state.likes_done_ms = Some(now_ms());
+                    }
                     self.commit(inv).await?;
                 }
                 RunPhase::CheckReels => {
-                    if !self.check_counted(inv).await? {
+                    if !self.wait_for_stream(inv).await || !self.check_counted(inv).await? {
                         return Ok(scanned);
                     }
                     inv.run.lock().await.state.phase = RunPhase::ScanCounters;
                     self.commit(inv).await?;
                 }
                 RunPhase::ScanCounters => {
-                    if !self.scan_counters(inv).await? {
+                    if !self.wait_for_stream(inv).await || !self.scan_counters(inv).await? {
                         return Ok(scanned);
                     }
                     {
@@ -402,6 +517,12 @@ impl<S: ReconcileStore> Reconciler<S> {
                 })
                 .unwrap_or_else(|| "none".into()),
             rows_scanned: stats.rows_scanned,
+            rows_after_cut: stats.rows_after_cut,
+            cut_ms: state.and_then(|s| s.cut_ms),
+            stream_ready_at_ms: state
+                .filter(|s| s.cut_ms.is_some())
+                .and_then(|s| s.likes_done_ms)
+                .map(|d| self.stream_ready_ms(d)),
             scan_read_units: stats.scan_read_units,
             reels_checked: stats.reels_checked,
             reels_corrected: stats.reels_corrected,

@@ -100,6 +100,7 @@ impl<S: ReconcileStore> Reconciler<S> {
                 *delta.entry(r).or_default() += 1;
             }
             seg.rows += page.items;
+            seg.young += page.young;
             seg.cursor = page.next;
             seg.done = seg.cursor.is_none();
             pages += 1;
@@ -130,21 +131,22 @@ impl<S: ReconcileStore> Reconciler<S> {
     ) -> Result<ScanPage, Error> {
         // The run's own segment count: RECONCILE_SEGMENTS may have changed
         // since the run started.
-        let total = {
+        let (total, rows_before_ms) = {
             let g = inv.run.lock().await;
             match table {
-                ScanTable::Likes => g.state.segments.len(),
-                ScanTable::Counters => g.state.counter_segments.len(),
+                ScanTable::Likes => (g.state.segments.len(), g.state.cut_ms),
+                ScanTable::Counters => (g.state.counter_segments.len(), None),
             }
-        } as u32;
+        };
         let page = self
             .store
             .scan_page(
                 table,
                 index as u32,
-                total,
+                total as u32,
                 seg.cursor.as_deref(),
                 self.cfg.page_items,
+                rows_before_ms,
             )
             .await?;
         inv.reads.take(page.read_units).await;
@@ -207,6 +209,7 @@ impl<S: ReconcileStore> Reconciler<S> {
             let mut g = inv.run.lock().await;
             g.state.segments[index] = seg.clone();
             g.state.stats.rows_scanned = g.state.segments.iter().map(|s| s.rows).sum();
+            g.state.stats.rows_after_cut = g.state.segments.iter().map(|s| s.young).sum();
             g.state.stats.checkpoints += 1;
             g.state.stats.count_lines += written.as_ref().map_or(0, |_| lines);
         }

@@ -25,7 +25,7 @@ const CHUNK_BYTES: usize = 350_000;
 const STATE_BYTES_MAX: usize = 350_000;
 /// The state format this code writes. A run in progress in another format
 /// (an older release's, which listed every checkpoint) is started afresh.
-const STATE_FORMAT: u32 = 2;
+const STATE_FORMAT: u32 = 3;
 
 /// The largest run state (JSON bytes) a run with `segments` segments
 /// writes, whatever the table's size: fixed fields and bounded statistics,
@@ -58,6 +58,10 @@ pub(super) struct Segment {
     pub(super) cursor: Option<String>,
     pub(super) done: bool,
     pub(super) rows: u64,
+    /// Likes scan, stream mode: rows liked at or after the run's cut, not
+    /// counted (see [`RunState::cut_ms`]).
+    #[serde(default)]
+    pub(super) young: u64,
     /// Likes scan: checkpoints committed (the number of the last).
     #[serde(default)]
     pub(super) seq: u64,
@@ -82,6 +86,9 @@ pub(super) struct Pending {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(super) struct Stats {
     pub(super) rows_scanned: u64,
+    /// Stream mode: rows scanned but liked at or after the cut.
+    #[serde(default)]
+    pub(super) rows_after_cut: u64,
     /// Read units the scans consumed, as DynamoDB reported them.
     #[serde(default)]
     pub(super) scan_read_units: f64,
@@ -123,6 +130,16 @@ pub(super) struct RunState {
     pub(super) run_id: String,
     pub(super) dry_run: bool,
     pub(super) started_ms: i64,
+    /// Stream mode: the moment the run counts rows at (Unix ms, a multiple
+    /// of the recent-change bucket width): rows liked from it on are left
+    /// out of the count, and what the shards took from them is taken out
+    /// of their sum (see [`crate::reconcile`]).
+    #[serde(default)]
+    pub(super) cut_ms: Option<i64>,
+    /// When the likes scan finished (Unix ms): stream mode compares no
+    /// reel until every record made before it can have been applied.
+    #[serde(default)]
+    pub(super) likes_done_ms: Option<i64>,
     pub(super) phase: RunPhase,
     pub(super) segments: Vec<Segment>,
     /// Dry runs' check phase: the last reel (in sorted order) done.
@@ -168,6 +185,8 @@ impl<S: ReconcileStore> Reconciler<S> {
             run_id: format!("{now}-{:08x}", fastrand::u32(..)),
             dry_run: opts.dry_run,
             started_ms: now,
+            cut_ms: self.cut_ms(now),
+            likes_done_ms: None,
             phase: RunPhase::ScanLikes,
             segments: vec![Segment::default(); self.cfg.segments as usize],
             reel_cursor: None,

@@ -32,6 +32,11 @@ pub struct ChunkWrite {
     pub now_ms: i64,
     /// When the checkpoint may expire (Unix seconds, TTL).
     pub expires_at: i64,
+    /// The recent-change buckets' width (ms), part of their names.
+    pub width_ms: i64,
+    /// Starts (Unix ms) of the recent-change buckets each shard written
+    /// drops: older than any kept (see [`crate::config::RecentWindow`]).
+    pub prune: Vec<i64>,
 }
 
 /// A reel's net change in a [`ChunkWrite`].
@@ -41,8 +46,23 @@ pub struct ChunkAdd {
     pub reel: ReelId,
     /// The shard it is added to (below the settings' `write_shards`).
     pub shard: u32,
-    /// The net change of its count.
+    /// The net change of its count (may be 0: see `recent`).
     pub delta: i64,
+    /// What its records add to the shard's recent-change buckets (see
+    /// [`crate::keys::recent_delta_attr`]), by bucket, the empty ones left
+    /// out.
+    pub recent: Vec<RecentAdd>,
+}
+
+/// A reel's changes in one recent-change bucket of a [`ChunkAdd`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RecentAdd {
+    /// The bucket's start (Unix ms).
+    pub start_ms: i64,
+    /// The net change of its records.
+    pub delta: i64,
+    /// How many of them were removals.
+    pub removals: i64,
 }
 
 /// What became of a [`ChunkWrite`].

@@ -31,13 +31,13 @@ mod counter;
 mod reconcile;
 mod resize;
 
-pub use aggregate::{AggregateStore, ChunkAdd, ChunkResult, ChunkWrite};
+pub use aggregate::{AggregateStore, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd};
 pub use counter::{
     CountItem, CounterStore, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, Phase, ReadItems,
     RetryReason, Settings, ShardSum, ShardValue, TxResult, WriteSample,
 };
 pub use reconcile::{
-    CorrectResult, Ledger, ReconcileStore, ReelView, RunCount, ScanPage, ScanTable, Settling,
+    CorrectResult, Ledger, RecentBucket, ReconcileStore, ReelView, RunCount, ScanPage, ScanTable,
     StoredRun,
 };
 pub use resize::{FoldResult, ResizeStore};

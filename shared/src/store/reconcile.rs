@@ -5,6 +5,7 @@
 
 use super::{CountItem, ResizeStore, RetryReason, Settings, ShardSum, ShardValue};
 use crate::error::Error;
+use crate::keys::RecentAttr;
 use crate::keys::ReelId;
 use std::collections::HashMap;
 use std::future::Future;
@@ -49,6 +50,9 @@ pub struct ScanPage {
     pub count_items: Vec<(ReelId, CountItem, ShardValue)>,
     /// Rows (items) the page held.
     pub items: u64,
+    /// Likes, stream mode: rows left out of `reels` as liked at or after
+    /// the run's cut (see [`crate::reconcile`]).
+    pub young: u64,
     /// Where the next page starts, serialised (`None`: segment done).
     pub next: Option<String>,
     /// Read units the page consumed.
@@ -64,22 +68,6 @@ pub struct Ledger {
     pub last_run: Option<String>,
     /// The drift that run corrected (added to shard 0; 0: none yet).
     pub last_drift: i64,
-    /// Stream mode: a drift seen and not yet corrected, waiting to be seen
-    /// again unchanged (see `ReconcileConfig::stream_settle`).
-    pub settling: Option<Settling>,
-}
-
-/// A reel's state when a drift was seen in stream mode.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Settling {
-    /// The like rows counted.
-    pub rows: u64,
-    /// The sum of its shards' `n`.
-    pub n: i64,
-    /// The sum of its shards' `w` (every aggregation write moves it).
-    pub w: i64,
-    /// When it was seen (Unix ms).
-    pub at_ms: i64,
 }
 
 /// What reconciliation reads of one reel after its scan: the ledger first,
@@ -92,6 +80,22 @@ pub struct ReelView {
     pub settings: Settings,
     /// The sum of the items those settings name.
     pub sum: ShardSum,
+    /// Stable reels: the recent-change buckets of those items (see
+    /// [`crate::keys::recent_delta_attr`]).
+    pub recent: Vec<RecentBucket>,
+}
+
+/// One recent-change bucket attribute of one of a reel's items, as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecentBucket {
+    /// The item's key.
+    pub item: String,
+    /// The attribute's name.
+    pub name: String,
+    /// What the name says.
+    pub attr: RecentAttr,
+    /// Its value.
+    pub value: i64,
 }
 
 /// How one correction attempt ended.
@@ -118,7 +122,9 @@ pub struct StoredRun {
 /// What reconciliation needs beyond [`ResizeStore`] (it repairs items
 /// outside a reel's read range the way a resize would).
 pub trait ReconcileStore: ResizeStore {
-    /// One page of segment `segment` of `total`, from `start`.
+    /// One page of segment `segment` of `total`, from `start`. Likes: with
+    /// `rows_before_ms`, a row liked at or after it is left out of the
+    /// page's reels (and counted in `young`).
     fn scan_page(
         &self,
         table: ScanTable,
@@ -126,6 +132,7 @@ pub trait ReconcileStore: ResizeStore {
         total: u32,
         start: Option<&str>,
         limit: u32,
+        rows_before_ms: Option<i64>,
     ) -> impl Future<Output = Result<ScanPage, Error>> + Send;
 
     /// The ledger, then the settings and shard sum, all read consistently.
@@ -175,12 +182,12 @@ pub trait ReconcileStore: ResizeStore {
         expires_at: i64,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
-    /// Records that a drift of `reel` was seen as `settling` (stream mode),
-    /// for a later run to compare with.
-    fn note_settling(
+    /// Removes the attributes `names` (recent-change buckets no writer
+    /// writes any more) from the existing item `key`.
+    fn drop_attributes(
         &self,
-        reel: &ReelId,
-        settling: &Settling,
+        key: &str,
+        names: &[String],
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// The stored run state, if there is one.

@@ -271,6 +271,24 @@ impl TestStack {
             .expect("put shard");
     }
 
+    /// Adds `delta` to a shard's `n` (a drift injected under live
+    /// aggregation, which an overwrite would race with).
+    pub async fn add_to_shard(&self, reel: &str, shard: u32, delta: i64) {
+        self.stack
+            .client
+            .update_item()
+            .table_name(&self.stack.config.counters_table)
+            .key(
+                "pk",
+                AttributeValue::S(format!("{shard:03}#reel#{reel}#likes")),
+            )
+            .update_expression("ADD n :d")
+            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()))
+            .send()
+            .await
+            .expect("add to shard");
+    }
+
     pub async fn stop(self) {
         self.stack.shutdown().await;
     }

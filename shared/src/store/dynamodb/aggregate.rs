@@ -62,19 +62,58 @@ impl AggregateStore for DynamoStore {
                 .build(),
         );
         for add in &write.adds {
+            // `w` counts the writes the shard took (one per chunk here): its
+            // rate drives automatic resizing, which stream mode rarely
+            // needs. The recent-change buckets ride along (see
+            // keys::recent_delta_attr), and the oldest are dropped.
+            let mut expr = String::from("ADD #n :d, #w :one");
+            let mut update = Update::builder().table_name(&self.counters_table).key(
+                "pk",
+                AttributeValue::S(keys::shard_key(&add.reel, add.shard)),
+            );
+            for (i, b) in add.recent.iter().enumerate() {
+                if b.delta != 0 {
+                    expr.push_str(&format!(", #bd{i} :bd{i}"));
+                    update = update
+                        .expression_attribute_names(
+                            format!("#bd{i}"),
+                            keys::recent_delta_attr(write.width_ms, b.start_ms),
+                        )
+                        .expression_attribute_values(format!(":bd{i}"), n(b.delta));
+                }
+                if b.removals != 0 {
+                    expr.push_str(&format!(", #bx{i} :bx{i}"));
+                    update = update
+                        .expression_attribute_names(
+                            format!("#bx{i}"),
+                            keys::recent_removals_attr(write.width_ms, b.start_ms),
+                        )
+                        .expression_attribute_values(format!(":bx{i}"), n(b.removals));
+                }
+            }
+            expr.push_str(" SET #u = :at");
+            if !write.prune.is_empty() {
+                let mut names = Vec::with_capacity(2 * write.prune.len());
+                for (i, start) in write.prune.iter().enumerate() {
+                    names.push(format!("#pd{i}, #px{i}"));
+                    update = update
+                        .expression_attribute_names(
+                            format!("#pd{i}"),
+                            keys::recent_delta_attr(write.width_ms, *start),
+                        )
+                        .expression_attribute_names(
+                            format!("#px{i}"),
+                            keys::recent_removals_attr(write.width_ms, *start),
+                        );
+                }
+                expr.push_str(" REMOVE ");
+                expr.push_str(&names.join(", "));
+            }
             request = request.transact_items(
                 TransactWriteItem::builder()
                     .update(
-                        Update::builder()
-                            .table_name(&self.counters_table)
-                            .key(
-                                "pk",
-                                AttributeValue::S(keys::shard_key(&add.reel, add.shard)),
-                            )
-                            // `w` counts the writes the shard took (one
-                            // per chunk here): its rate drives automatic
-                            // resizing, which stream mode rarely needs.
-                            .update_expression("ADD #n :d, #w :one SET #u = :at")
+                        update
+                            .update_expression(expr)
                             // A shard a shrink retired is kept as a
                             // closed tombstone and refuses a chunk
                             // planned before it (see crate::reshard):

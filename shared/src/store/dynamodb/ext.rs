@@ -9,9 +9,7 @@
 
 use crate::error::Error;
 use crate::keys::{self, Action, ReelId};
-use crate::store::{
-    KeyRecord, Ledger, LikeRow, Phase, Settings, Settling, ShardValue, WriteSample,
-};
+use crate::store::{KeyRecord, Ledger, LikeRow, Phase, Settings, ShardValue, WriteSample};
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
 
@@ -246,20 +244,6 @@ impl From<&Item> for Ledger {
             corrections: item.int("corrections").map_or(0, |n| n.max(0) as u64),
             last_run: item.string("last_run").map(str::to_owned),
             last_drift: item.int("last_drift").unwrap_or(0),
-            settling: match (
-                item.int("s_rows"),
-                item.int("s_n"),
-                item.int("s_w"),
-                item.int("s_at"),
-            ) {
-                (Some(rows), Some(n), Some(w), Some(at_ms)) => Some(Settling {
-                    rows: rows.max(0) as u64,
-                    n,
-                    w,
-                    at_ms,
-                }),
-                _ => None,
-            },
         }
     }
 }

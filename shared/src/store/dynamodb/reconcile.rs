@@ -8,8 +8,8 @@ use super::ext::{Item, ItemExt, Projection};
 use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::store::{
-    CorrectResult, CountItem, CounterStore, Ledger, ReconcileStore, ReelView, RunCount, ScanPage,
-    ScanTable, Settling, ShardValue, StoredRun,
+    CorrectResult, CountItem, CounterStore, Ledger, Phase, RecentBucket, ReconcileStore, ReelView,
+    RunCount, ScanPage, ScanTable, ShardSum, ShardValue, StoredRun,
 };
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::error::SdkError;
@@ -30,12 +30,13 @@ impl ReconcileStore for DynamoStore {
         total: u32,
         start: Option<&str>,
         limit: u32,
+        rows_before_ms: Option<i64>,
     ) -> Result<ScanPage, Error> {
         // The counters scan reads whole items (a scan costs the same read
         // units whatever it projects): it needs the count items' counts and
         // the values of shard and base items.
         let (name, projection) = match table {
-            ScanTable::Likes => (&self.likes_table, Some("reel_id")),
+            ScanTable::Likes => (&self.likes_table, Some("reel_id, liked_at")),
             ScanTable::Counters => (&self.counters_table, None),
         };
         let start_key = match start {
@@ -68,6 +69,13 @@ impl ReconcileStore for DynamoStore {
         };
         for item in out.items() {
             let reel = match table {
+                ScanTable::Likes
+                    if rows_before_ms
+                        .is_some_and(|cut| item.int("liked_at").is_some_and(|at| at >= cut)) =>
+                {
+                    page.young += 1;
+                    continue;
+                }
                 ScanTable::Likes => item.string("reel_id").and_then(|r| ReelId::parse(r).ok()),
                 ScanTable::Counters => {
                     let pk = item.pk();
@@ -122,15 +130,49 @@ impl ReconcileStore for DynamoStore {
             .await?
             .remove(reel)
             .unwrap_or_default();
-        let sum = self
-            .sum_shards(&[(reel.clone(), settings)])
-            .await?
-            .remove(reel)
-            .unwrap_or_default();
+        if settings.phase != Phase::Stable {
+            // Left to the resize: read as readers read it, nothing more.
+            let sum = self
+                .sum_shards(&[(reel.clone(), settings)])
+                .await?
+                .remove(reel)
+                .unwrap_or_default();
+            return Ok(ReelView {
+                ledger,
+                settings,
+                sum,
+                recent: Vec::new(),
+            });
+        }
+        // A stable reel's items, whole: their recent-change buckets have
+        // names of their own, which no projection can list.
+        let items = self
+            .batch_get_counters(settings.read_items(reel).batch, None)
+            .await?;
+        let mut sum = ShardSum::default();
+        let mut recent = Vec::new();
+        for item in &items {
+            let v = ShardValue::try_from(item)?;
+            sum.n = sum.n.saturating_add(v.n);
+            sum.w = sum.w.saturating_add(v.w);
+            sum.last_write_ms = sum.last_write_ms.max(item.int("updated_at").unwrap_or(0));
+            for name in item.keys() {
+                let Some(attr) = keys::parse_recent_attr(name) else {
+                    continue;
+                };
+                recent.push(RecentBucket {
+                    item: item.pk().unwrap_or_default().to_owned(),
+                    name: name.clone(),
+                    attr,
+                    value: item.int(name).unwrap_or(0),
+                });
+            }
+        }
         Ok(ReelView {
             ledger,
             settings,
             sum,
+            recent,
         })
     }
 
@@ -157,7 +199,7 @@ impl ReconcileStore for DynamoStore {
         let mut ledger = Update::builder()
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(keys::reconcile_key(reel)))
-            // A correction ends any settling of the reel.
+            // (Also drops the settling marks an older release kept.)
             .update_expression(
                 "SET #c = :next, #r = :run, #d = :d, #at = :at REMOVE s_rows, s_n, s_w, s_at",
             )
@@ -305,34 +347,32 @@ impl ReconcileStore for DynamoStore {
         }
     }
 
-    async fn note_settling(&self, reel: &ReelId, s: &Settling) -> Result<(), Error> {
-        let n = |v: i64| AttributeValue::N(v.to_string());
-        // A one-item transaction: the ledger is written inside transactions
-        // only (as the correction writes it).
-        let update = Update::builder()
-            .table_name(&self.counters_table)
-            .key("pk", AttributeValue::S(keys::reconcile_key(reel)))
-            .update_expression("SET s_rows = :rows, s_n = :n, s_w = :w, s_at = :at")
-            .expression_attribute_values(":rows", n(s.rows as i64))
-            .expression_attribute_values(":n", n(s.n))
-            .expression_attribute_values(":w", n(s.w))
-            .expression_attribute_values(":at", n(s.at_ms))
-            .build()
-            .map_err(|e| request_build_failed("Update", &e))?;
-        match self
+    async fn drop_attributes(&self, key: &str, names: &[String]) -> Result<(), Error> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let mut update = self
             .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().update(update).build())
+            .update_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(key.to_owned()))
+            // Never creates an item that is gone.
+            .condition_expression("attribute_exists(pk)");
+        let mut listed = Vec::with_capacity(names.len());
+        for (i, name) in names.iter().enumerate() {
+            listed.push(format!("#a{i}"));
+            update = update.expression_attribute_names(format!("#a{i}"), name);
+        }
+        match update
+            .update_expression(format!("REMOVE {}", listed.join(", ")))
             .send()
             .await
-            .map_err(|e| maintenance_tx_failure("settling note", e))
         {
             Ok(_) => Ok(()),
-            // Advisory: a later run notes it again.
-            Err(failure) => match failure? {
-                MaintenanceTxFailure::Retry(_) | MaintenanceTxFailure::Condition(_) => Ok(()),
-                MaintenanceTxFailure::Mismatch => Ok(()),
-            },
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                Ok(())
+            }
+            Err(e) => Err(translate("UpdateItem", e)),
         }
     }
 
