@@ -4,10 +4,11 @@
 
 use super::LikeService;
 use crate::config::{Config, ResizeConfig};
-use crate::keys::ReelId;
+use crate::keys::{ReelId, UserId};
 use crate::reshard;
 use crate::store::{CounterStore, Settings, ShardSum};
 use moka::future::Cache;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,8 +21,10 @@ pub(super) struct Observer {
     /// The shard count this instance last asked a reel to grow to; not asked
     /// again until the resize could have completed.
     asked: Cache<ReelId, u32>,
-    /// Contended like transactions per reel: (count, first seen).
-    contention: Cache<ReelId, (u32, Instant)>,
+    /// Contended like transactions per reel: the distinct users they came
+    /// from (hashes, at most `CONTENTION_GROW_EVENTS`), and when the first
+    /// was seen.
+    contention: Cache<ReelId, (Vec<u64>, Instant)>,
 }
 
 /// Contention counts within this window.
@@ -86,31 +89,48 @@ impl<S: CounterStore> LikeService<S> {
         }
     }
 
-    /// Counts a throttled or conflicting like transaction on `reel`; enough
-    /// of them within [`CONTENTION_WINDOW`] grow the reel as a saturated
-    /// one ([`ResizeConfig::grow_target`]).
+    /// Counts a like transaction of `user` on `reel` that conflicted or was
+    /// throttled on the reel's shard; enough of them from distinct users
+    /// within [`CONTENTION_WINDOW`] grow the reel as a saturated one
+    /// ([`ResizeConfig::grow_target`]). Distinct users, because growth must
+    /// follow a crowd: one user's parallel likes and unlikes (on a reel
+    /// that may not even exist) only meet themselves.
     ///
     /// [`ResizeConfig::grow_target`]: crate::config::ResizeConfig::grow_target
-    pub(super) async fn observe_contention(&self, reel: &ReelId, settings: &Settings) {
+    pub(super) async fn observe_contention(
+        &self,
+        reel: &ReelId,
+        user: &UserId,
+        settings: &Settings,
+    ) {
         let Some(o) = &self.observer else { return };
-        if o.resize.contention_events == 0 {
+        let needed = o.resize.contention_events as usize;
+        if needed == 0 {
             return;
         }
+        let who = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            user.as_str().hash(&mut h);
+            h.finish()
+        };
         let now = Instant::now();
-        let (count, _) = o
+        let (users, _) = o
             .contention
             .entry(reel.clone())
             .and_upsert_with(|e| async move {
                 match e.map(|e| e.into_value()) {
-                    Some((n, first)) if now.duration_since(first) < CONTENTION_WINDOW => {
-                        (n + 1, first)
+                    Some((mut users, first)) if now.duration_since(first) < CONTENTION_WINDOW => {
+                        if users.len() < needed && !users.contains(&who) {
+                            users.push(who);
+                        }
+                        (users, first)
                     }
-                    _ => (1, now),
+                    _ => (vec![who], now),
                 }
             })
             .await
             .into_value();
-        if count >= o.resize.contention_events {
+        if users.len() >= needed {
             let want = o.resize.grow_target(settings.write_shards, None, true);
             if want > settings.write_shards {
                 o.contention.invalidate(reel).await;
@@ -160,20 +180,20 @@ mod tests {
     use crate::store::{RetryReason, TxResult};
     use std::time::Duration;
 
+    const DONE: TxResult = TxResult::Committed { replayed: false };
+
     #[tokio::test]
     async fn repeated_contention_on_a_reel_starts_a_grow_once() {
         let conflict = TxResult::Retry(RetryReason::Conflict);
         let throttled = TxResult::Retry(RetryReason::Throttled);
+        // Three users, each meeting the crowd on the reel's shard once.
         let svc = scripted(
-            vec![
-                conflict,
-                throttled,
-                conflict,
-                TxResult::Committed { replayed: false },
-            ],
+            vec![conflict, DONE, throttled, DONE, conflict, DONE],
             &[("CONTENTION_GROW_EVENTS", "3")],
         );
-        svc.write(like("u", "req")).await.unwrap();
+        for user in ["a", "b", "c"] {
+            svc.write(like(user, user)).await.unwrap();
+        }
         // The grow starts in the background.
         for _ in 0..100 {
             if !svc.store().puts().is_empty() {
@@ -206,27 +226,58 @@ mod tests {
             (crate::store::Phase::Growing, 4, 1, 4)
         );
 
-        // Two contended attempts stay below the threshold; AUTO_RESHARD=off
-        // never grows.
+        // Two users stay below the threshold; AUTO_RESHARD=off never grows.
         let svc = scripted(
-            vec![conflict, conflict, TxResult::Committed { replayed: false }],
+            vec![conflict, DONE, conflict, DONE],
+            &[("CONTENTION_GROW_EVENTS", "3")],
+        );
+        for user in ["a", "b"] {
+            svc.write(like(user, user)).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(svc.store().puts().is_empty());
+        let svc = scripted(
+            vec![conflict, DONE, conflict, DONE, conflict, DONE],
+            &[("AUTO_RESHARD", "off")],
+        );
+        for user in ["a", "b", "c"] {
+            svc.write(like(user, user)).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(svc.store().puts().is_empty());
+    }
+
+    #[tokio::test]
+    async fn one_user_racing_themselves_grows_no_reel() {
+        // Before: any five conflicts within 10 s grew the reel ×4, so one
+        // user's parallel PUT/DELETE on one reel (or on a reel that does
+        // not exist) pushed it to MAX_SHARDS within minutes.
+        let conflict = TxResult::Retry(RetryReason::Conflict);
+        let own = TxResult::Retry(RetryReason::OwnConflict);
+        let own_throttled = TxResult::Retry(RetryReason::OwnThrottled);
+        // One user meeting the reel's shard again and again.
+        let svc = scripted(
+            vec![conflict, conflict, conflict, conflict, conflict, DONE],
             &[("CONTENTION_GROW_EVENTS", "3")],
         );
         svc.write(like("u", "req")).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(svc.store().puts().is_empty());
-        let svc = scripted(
-            vec![
-                conflict,
-                conflict,
-                conflict,
-                TxResult::Committed { replayed: false },
-            ],
-            &[("AUTO_RESHARD", "off")],
+        // Many users, each only on their own row or record (or their own
+        // partition of the Likes table, throttled).
+        let svc_own = scripted(
+            vec![own, DONE, own_throttled, DONE, own, DONE, own, DONE],
+            &[("CONTENTION_GROW_EVENTS", "3")],
         );
-        svc.write(like("u", "req")).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(svc.store().puts().is_empty());
+        for user in ["a", "b", "c", "d"] {
+            let out = svc_own.write(like(user, user)).await.unwrap();
+            assert_eq!(out.conflicts + out.throttles, 1, "retried all the same");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(svc.store().puts().is_empty(), "{:?}", svc.store().puts());
+        assert!(
+            svc_own.store().puts().is_empty(),
+            "{:?}",
+            svc_own.store().puts()
+        );
     }
 
     #[tokio::test]
@@ -245,7 +296,7 @@ mod tests {
             TxResult::Committed { replayed: false },
         ];
         let svc = scripted(
-            script.clone(),
+            script,
             &[("CONTENTION_GROW_EVENTS", "3"), ("COUNTING", "stream")],
         );
         let out = svc.write(like("u", "req")).await.unwrap();
@@ -254,8 +305,13 @@ mod tests {
         assert!(svc.store().puts().is_empty(), "{:?}", svc.store().puts());
 
         // The same script in transactional mode starts a grow.
-        let svc = scripted(script, &[("CONTENTION_GROW_EVENTS", "3")]);
-        svc.write(like("u", "req")).await.unwrap();
+        let svc = scripted(
+            vec![conflict, DONE, throttled, DONE, conflict, DONE],
+            &[("CONTENTION_GROW_EVENTS", "3")],
+        );
+        for user in ["a", "b", "c"] {
+            svc.write(like(user, user)).await.unwrap();
+        }
         for _ in 0..100 {
             if !svc.store().puts().is_empty() {
                 break;

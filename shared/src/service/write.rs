@@ -66,8 +66,10 @@ impl<S: CounterStore> LikeService<S> {
                 if !self.backoff.allows(attempt - 1) || !in_budget {
                     tracing::warn!(reel = %req.reel, action = req.action.as_str(), attempts = attempt - 1, reason = ?last_retry, in_budget, "transaction retries exhausted");
                     return Err(match last_retry {
-                        RetryReason::Throttled => Error::Throttled,
-                        RetryReason::Conflict | RetryReason::InProgress => Error::Contended,
+                        RetryReason::Throttled | RetryReason::OwnThrottled => Error::Throttled,
+                        RetryReason::Conflict
+                        | RetryReason::OwnConflict
+                        | RetryReason::InProgress => Error::Contended,
                     });
                 }
                 retries += 1;
@@ -112,18 +114,22 @@ impl<S: CounterStore> LikeService<S> {
                 TxResult::Retry(reason) => {
                     last_retry = reason;
                     match reason {
-                        RetryReason::Conflict => {
+                        RetryReason::Conflict | RetryReason::OwnConflict => {
                             conflicts += 1;
                             self.conflicts.fetch_add(1, Ordering::Relaxed);
                         }
-                        RetryReason::Throttled => {
+                        RetryReason::Throttled | RetryReason::OwnThrottled => {
                             throttles += 1;
                             self.throttles.fetch_add(1, Ordering::Relaxed);
                         }
                         RetryReason::InProgress => {}
                     }
-                    if reason != RetryReason::InProgress {
-                        self.observe_contention(&req.reel, &settings).await;
+                    // Only the reel's own item, the shard, says a crowd is
+                    // at it; the caller's row or record says nothing of
+                    // the reel (one user racing themselves).
+                    if matches!(reason, RetryReason::Conflict | RetryReason::Throttled) {
+                        self.observe_contention(&req.reel, &req.user, &settings)
+                            .await;
                     }
                 }
                 TxResult::ParameterMismatch if tx.record.is_some() => {

@@ -309,6 +309,13 @@ pub enum RetryReason {
     Throttled,
     /// `TransactionInProgressException`: the same token is still running.
     InProgress,
+    /// A like transaction's `TransactionConflict` on the caller's own items
+    /// only (its like row, its key record), never on the reel's shard: the
+    /// caller racing itself, no sign of a crowd on the reel.
+    OwnConflict,
+    /// A like transaction's throttling on the caller's own items only (the
+    /// Likes table's partition of that user), never on the reel's shard.
+    OwnThrottled,
 }
 
 /// A stored like row.

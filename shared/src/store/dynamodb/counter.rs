@@ -179,7 +179,8 @@ impl CounterStore for DynamoStore {
             request =
                 request.transact_items(record_put(&self.counters_table, spec, tx.action, true)?);
         }
-        self.send_like_tx(request, tx, 2).await
+        // The row, the shard, the key's record.
+        self.send_like_tx(request, tx, Some(1), 2).await
     }
 
     async fn like_row(&self, user: &UserId, reel: &ReelId) -> Result<Option<LikeRow>, Error> {
@@ -233,14 +234,17 @@ impl CounterStore for DynamoStore {
             }),
             Err(SdkError::ServiceError(se)) => match se.err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
-                    match like_tx_cancellation(&cancellation_codes(c), 2)? {
+                    // Its one action, the record, is read as a row would be.
+                    match like_tx_cancellation(&cancellation_codes(c), None, usize::MAX)? {
                         // A record appeared first (a concurrent request with
                         // the same key): it is the answer.
                         TxResult::AlreadyInState => self
                             .key_record(&spec.key_token)
                             .await?
                             .ok_or(Error::Contended),
-                        TxResult::Retry(RetryReason::Throttled) => Err(Error::Throttled),
+                        TxResult::Retry(RetryReason::Throttled | RetryReason::OwnThrottled) => {
+                            Err(Error::Throttled)
+                        }
                         TxResult::Retry(_) => Err(Error::Contended),
                         other => Err(Error::internal(
                             "key record cancelled for an unexpected reason",
@@ -308,11 +312,13 @@ impl CounterStore for DynamoStore {
 
 impl DynamoStore {
     /// Sends a like transaction (the token on it), and reads its answer.
-    /// `record_at`: the index of the key record among its actions.
+    /// `shard_at`, `record_at`: the indexes of the reel's shard (if it
+    /// writes one) and of the key record among its actions.
     async fn send_like_tx(
         &self,
         request: TransactWriteItemsFluentBuilder,
         tx: &LikeTx,
+        shard_at: Option<usize>,
         record_at: usize,
     ) -> Result<TxResult, Error> {
         let result = request
@@ -326,7 +332,7 @@ impl DynamoStore {
             Ok(out) => Ok(commit_kind(out.consumed_capacity())),
             Err(SdkError::ServiceError(se)) => match se.err() {
                 TransactWriteItemsError::TransactionCanceledException(c) => {
-                    like_tx_cancellation(&cancellation_codes(c), record_at)
+                    like_tx_cancellation(&cancellation_codes(c), shard_at, record_at)
                 }
                 TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
                     Ok(TxResult::ParameterMismatch)
@@ -368,11 +374,11 @@ impl DynamoStore {
                 .transact_write_items()
                 .transact_items(row_op)
                 .transact_items(record_put(&self.counters_table, spec, tx.action, true)?);
-            return self.send_like_tx(request, tx, 1).await;
+            return self.send_like_tx(request, tx, None, 1).await;
         }
         if tx.action == Action::Unlike {
             let request = self.client.transact_write_items().transact_items(row_op);
-            return self.send_like_tx(request, tx, 1).await;
+            return self.send_like_tx(request, tx, None, 1).await;
         }
         let result = self
             .client
@@ -405,8 +411,8 @@ impl DynamoStore {
             // by a transaction in flight (a keyed unlike of it): the
             // service's backoff loop gets a go at it too.
             Err(e) => match translate("PutItem", e) {
-                Error::Throttled => Ok(TxResult::Retry(RetryReason::Throttled)),
-                Error::Contended => Ok(TxResult::Retry(RetryReason::Conflict)),
+                Error::Throttled => Ok(TxResult::Retry(RetryReason::OwnThrottled)),
+                Error::Contended => Ok(TxResult::Retry(RetryReason::OwnConflict)),
                 other => Err(other),
             },
         }

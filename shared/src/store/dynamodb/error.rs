@@ -84,21 +84,39 @@ pub(super) fn throttled(codes: &[&str]) -> bool {
 
 /// What a cancelled like transaction's reasons mean. They come one per
 /// action, in the order `write_like` builds them: the like row first, the
-/// `Idempotency-Key` record (keyed requests) at `record_at` (after the
-/// shard's increment in transactional mode; right after the row in stream
-/// mode, which writes no shard).
-pub(super) fn like_tx_cancellation(codes: &[&str], record_at: usize) -> Result<TxResult, Error> {
+/// reel's shard at `shard_at` (transactional mode), the `Idempotency-Key`
+/// record (keyed requests) at `record_at` (after the shard's increment in
+/// transactional mode; right after the row in stream mode, which writes no
+/// shard).
+///
+/// A conflict or throttling on the shard is the reel's (other users' likes
+/// hold it, or its partition is full); on the caller's own row or record
+/// only, it is the caller's own (`RetryReason::OwnConflict`,
+/// `OwnThrottled`): retried all the same, but it must never grow the reel,
+/// or one user racing themselves could grow any reel.
+pub(super) fn like_tx_cancellation(
+    codes: &[&str],
+    shard_at: Option<usize>,
+    record_at: usize,
+) -> Result<TxResult, Error> {
     if codes.get(record_at) == Some(&"ConditionalCheckFailed") {
         return Ok(TxResult::KeyUsed);
     }
     if codes.first() == Some(&"ConditionalCheckFailed") {
         return Ok(TxResult::AlreadyInState);
     }
-    if codes.contains(&"TransactionConflict") {
+    let shard = shard_at.and_then(|i| codes.get(i)).copied();
+    if shard == Some("TransactionConflict") {
         return Ok(TxResult::Retry(RetryReason::Conflict));
     }
-    if throttled(codes) {
+    if shard.is_some_and(|c| throttled(&[c])) {
         return Ok(TxResult::Retry(RetryReason::Throttled));
+    }
+    if codes.contains(&"TransactionConflict") {
+        return Ok(TxResult::Retry(RetryReason::OwnConflict));
+    }
+    if throttled(codes) {
+        return Ok(TxResult::Retry(RetryReason::OwnThrottled));
     }
     // ValidationError, ItemCollectionSizeLimitExceeded or a reason we do not
     // know: retrying would not help.
@@ -180,7 +198,8 @@ mod tests {
 
     #[test]
     fn cancellation_reasons_are_classified() {
-        let ok = |codes: &[&str]| like_tx_cancellation(codes, 2).unwrap();
+        // A transactional like: the row, the shard, the key's record.
+        let ok = |codes: &[&str]| like_tx_cancellation(codes, Some(1), 2).unwrap();
         assert_eq!(
             ok(&["ConditionalCheckFailed", "None"]),
             TxResult::AlreadyInState
@@ -190,19 +209,34 @@ mod tests {
             TxResult::Retry(RetryReason::Conflict)
         );
         assert_eq!(
-            ok(&["TransactionConflict", "None"]),
+            ok(&["TransactionConflict", "TransactionConflict"]),
             TxResult::Retry(RetryReason::Conflict)
         );
         assert_eq!(
             ok(&["None", "ThrottlingError"]),
             TxResult::Retry(RetryReason::Throttled)
         );
+        // The caller's own row or record only: not the reel's contention
+        // (these were `Conflict` and `Throttled`, which grew the reel).
         assert_eq!(
-            ok(&["ProvisionedThroughputExceeded", "None"]),
-            TxResult::Retry(RetryReason::Throttled)
+            ok(&["TransactionConflict", "None"]),
+            TxResult::Retry(RetryReason::OwnConflict)
         );
         assert_eq!(
-            like_tx_cancellation(&["ValidationError", "None"], 2),
+            ok(&["None", "None", "TransactionConflict"]),
+            TxResult::Retry(RetryReason::OwnConflict)
+        );
+        assert_eq!(
+            ok(&["ProvisionedThroughputExceeded", "None"]),
+            TxResult::Retry(RetryReason::OwnThrottled)
+        );
+        // Stream mode writes no shard: every conflict is the caller's own.
+        assert_eq!(
+            like_tx_cancellation(&["TransactionConflict", "None"], None, 1).unwrap(),
+            TxResult::Retry(RetryReason::OwnConflict)
+        );
+        assert_eq!(
+            like_tx_cancellation(&["ValidationError", "None"], Some(1), 2),
             Err(Error::Internal)
         );
     }
