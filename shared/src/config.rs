@@ -302,6 +302,16 @@ impl Config {
             num(name, default, min, max).map(Duration::from_millis)
         };
         let auth_mode = match get("AUTH_MODE").as_deref().map(str::trim) {
+            // Lambda sets AWS_LAMBDA_FUNCTION_NAME in every function: there
+            // the caller is who the authorizer says, never a header the
+            // caller writes, whatever a stray variable says.
+            Some("dev") if get("AWS_LAMBDA_FUNCTION_NAME").is_some() => {
+                return Err(ConfigError(
+                    "AUTH_MODE=dev (identity from the x-user-id header) is for the local \
+                     stack only; refused inside Lambda"
+                        .into(),
+                ));
+            }
             Some("dev") => AuthMode::Dev,
             None | Some("") | Some("jwt") => AuthMode::Jwt,
             Some(other) => {
@@ -506,5 +516,15 @@ mod tests {
         let mut odd = base.to_vec();
         odd.push(("AUTH_MODE", "DEV-please"));
         assert!(cfg(&odd).is_err());
+        // Inside Lambda, dev mode (anyone is whoever their header says) is
+        // refused: the function does not start. (Before, it was honoured
+        // wherever the variable was set.)
+        let mut in_lambda = dev.clone();
+        in_lambda.push(("AWS_LAMBDA_FUNCTION_NAME", "likes-LikeFunction-abc"));
+        let err = cfg(&in_lambda).unwrap_err();
+        assert!(err.0.contains("refused inside Lambda"), "{err:?}");
+        let mut jwt_in_lambda = base.to_vec();
+        jwt_in_lambda.push(("AWS_LAMBDA_FUNCTION_NAME", "likes-LikeFunction-abc"));
+        assert_eq!(cfg(&jwt_in_lambda).unwrap().auth_mode, AuthMode::Jwt);
     }
 }

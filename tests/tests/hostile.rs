@@ -988,8 +988,19 @@ fn check_parsed(out: &Result<Command, Error>, n: &Named, h: &Hostile) -> Result<
             prop_assert!(!reels.is_empty() && reels.len() <= MAX_BATCH_REELS);
             prop_assert!(reels.iter().all(reel_named), "{c:?} vs {n:?}");
         }
-        Command::ShardState { reel } | Command::Resize { reel, .. } => {
+        Command::ShardState { reel } => {
             prop_assert!(reel_named(reel), "{c:?} vs {n:?}");
+        }
+        Command::Resize {
+            reel, principal, ..
+        } => {
+            prop_assert!(reel_named(reel), "{c:?} vs {n:?}");
+            // Attributable: the IAM principal API Gateway authorized (or the
+            // local stack's dev mode), never empty.
+            prop_assert!(
+                principal == "arn:aws:iam::123456789012:user/operator" || principal == "dev",
+                "{c:?}"
+            );
         }
         Command::Health | Command::ListResized => {}
     }

@@ -242,7 +242,13 @@ async fn execute(
             let s = app.reshard.state(&reel).await?;
             Ok((StatusCode::OK, shards_json(&reel, &s, None)))
         }
-        Command::Resize { reel, shards } => {
+        Command::Resize {
+            reel,
+            shards,
+            principal,
+        } => {
+            // Attributable: who asked, whatever came of it.
+            tracing::info!(reel = %reel, shards, principal = %principal, "admin resize asked");
             let (outcome, s) = app.reshard.begin(&reel, shards).await?;
             // 202: a resize is under way (started now or joined); 200: the
             // reel already has that many shards.

@@ -66,6 +66,9 @@ pub enum Command {
         reel: ReelId,
         /// The shard count asked for, unchecked.
         shards: u32,
+        /// Who asked: the IAM principal API Gateway authorized (its ARN,
+        /// else its caller id), `dev` in dev mode. Logged with the resize.
+        principal: String,
     },
 }
 
@@ -127,13 +130,17 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
             Ok(Command::ListResized)
         }
         Route::AdminShards(raw) => {
-            require_admin(req, auth_mode)?;
+            let principal = require_admin(req, auth_mode)?;
             let reel = reel_id(&raw)?;
             if *method == Method::GET {
                 return Ok(Command::ShardState { reel });
             }
             let shards = shards_body(req)?;
-            Ok(Command::Resize { reel, shards })
+            Ok(Command::Resize {
+                reel,
+                shards,
+                principal,
+            })
         }
     }
 }
@@ -240,20 +247,21 @@ fn identity(req: &Request, mode: AuthMode) -> Result<Option<UserId>, Error> {
 
 /// Admin routes: allowed when API Gateway authorized the call with IAM
 /// (SigV4; the template sets `AWS_IAM` on them), or in dev mode. A JWT
-/// (user) identity is never enough.
-fn require_admin(req: &Request, mode: AuthMode) -> Result<(), Error> {
+/// (user) identity is never enough. Returns who called (see
+/// [`Command::Resize`]), so that a change can be attributed.
+fn require_admin(req: &Request, mode: AuthMode) -> Result<String, Error> {
     if mode == AuthMode::Dev {
-        return Ok(());
+        return Ok("dev".into());
     }
-    let iam = match req.request_context_ref() {
+    let principal = match req.request_context_ref() {
         Some(RequestContext::ApiGatewayV2(ctx)) => ctx
             .authorizer
             .as_ref()
             .and_then(|a| a.iam.as_ref())
-            .is_some_and(|iam| iam.user_arn.is_some() || iam.caller_id.is_some()),
-        _ => false,
+            .and_then(|iam| iam.user_arn.clone().or_else(|| iam.caller_id.clone())),
+        _ => None,
     };
-    if iam { Ok(()) } else { Err(Error::Forbidden) }
+    principal.ok_or(Error::Forbidden)
 }
 
 /// The body of `POST /admin/reels/{reel_id}/shards`: `{"shards": M}`, M a
