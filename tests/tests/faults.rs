@@ -549,8 +549,10 @@ async fn resizing_and_reconciling_under_faults_stay_exact() {
         .into_iter()
         .filter_map(|item| {
             let pk = item.get("pk")?.as_s().ok()?.clone();
-            (pk.ends_with("#reel#resized#likes") && !item.contains_key(likes::keys::SHARD_CLOSED))
-                .then_some(pk)
+            // Shard items only: the base item holds the folded counts.
+            let shard =
+                likes::keys::parse_shard_key(&pk).is_some_and(|(_, r)| r.as_str() == "resized");
+            (shard && !item.contains_key(likes::keys::SHARD_CLOSED)).then_some(pk)
         })
         .collect();
     assert_eq!(open, ["000#reel#resized#likes"], "{left:?}");
