@@ -548,9 +548,16 @@ fn check(b: &Built, function: Function, mode: AuthMode, out: &Result<Command, li
             assert!(mode == AuthMode::Dev || is_iam(&b.req));
             path_reel(reel, 3);
         }
-        Command::Resize { reel, shards } => {
+        Command::Resize {
+            reel,
+            shards,
+            principal,
+        } => {
             assert_eq!(function, Function::Reshard);
             assert!(mode == AuthMode::Dev || is_iam(&b.req));
+            // Attributable: never empty, "dev" only in dev mode.
+            assert!(!principal.is_empty());
+            assert_eq!(mode == AuthMode::Dev, principal == "dev", "{principal:?}");
             assert_eq!(method, Method::POST);
             path_reel(reel, 3);
             let body: serde_json::Value = serde_json::from_slice(&b.body).expect("JSON body");
