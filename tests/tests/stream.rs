@@ -22,7 +22,7 @@
 
 mod common;
 
-use common::TestStack;
+use common::{TestStack, drained};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -31,26 +31,6 @@ const STREAM: &[(&str, &str)] = &[
     ("LOCAL_SCHEDULE_SECS", "0"),
     ("AUTO_RESHARD", "off"),
 ];
-
-/// Waits until the event source has handed the whole stream to the
-/// aggregator (or fails the test after `within`).
-async fn drained(t: &TestStack, within: Duration) {
-    let started = Instant::now();
-    loop {
-        if t.stack
-            .streams_caught_up()
-            .await
-            .expect("reading the stream")
-        {
-            return;
-        }
-        assert!(
-            started.elapsed() < within,
-            "the stream was not drained within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// A like or unlike, retried by the client on 429/503 like a real app.
 async fn act(

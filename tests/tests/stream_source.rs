@@ -16,32 +16,12 @@
 
 mod common;
 
-use common::TestStack;
+use common::{TestStack, drained};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const REELS: usize = 3;
-
-/// Waits until the event source has handed the whole stream to the
-/// aggregator (or fails the test after `within`).
-async fn drained(t: &TestStack, within: Duration) {
-    let started = Instant::now();
-    loop {
-        if t.stack
-            .streams_caught_up()
-            .await
-            .expect("reading the stream")
-        {
-            return;
-        }
-        assert!(
-            started.elapsed() < within,
-            "the stream was not drained within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// A like or unlike, retried by the client on 429/503 like a real app.
 async fn act(t: &TestStack, user: &str, reel: &str, like: bool) -> common::Reply {

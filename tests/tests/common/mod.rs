@@ -293,3 +293,23 @@ impl TestStack {
         self.stack.shutdown().await;
     }
 }
+
+/// Waits until the event source has handed the whole stream to the
+/// aggregator (or fails the test after `within`).
+pub async fn drained(t: &TestStack, within: std::time::Duration) {
+    let started = std::time::Instant::now();
+    loop {
+        if t.stack
+            .streams_caught_up()
+            .await
+            .expect("reading the stream")
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "the stream was not drained within {within:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
