@@ -134,6 +134,7 @@ cold() {
     --env HOME="$EMPTY_HOME" \
     --env AWS_ENDPOINT_URL_DYNAMODB="$DYNAMODB" \
     --env COUNTERS_TABLE="$COUNTERS_TABLE" --env LIKES_TABLE="$LIKES_TABLE" \
+    --env SHARD_KEY=lambda-figures-shard-key-0123456789abcdef \
     "$@"
 }
 

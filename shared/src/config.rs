@@ -111,6 +111,11 @@ pub struct Config {
     pub metrics: crate::metrics::Metrics,
     /// `COUNTING` (default `transactional`): how likes are counted.
     pub counting: Counting,
+    /// `SHARD_KEY`: the deployment's secret (at least 32 bytes) under which
+    /// a like's shard is picked from its client-chosen token (see
+    /// [`crate::token`]). The template provisions it; without it (the local
+    /// stack) a fixed local key, refused inside Lambda.
+    pub shard_key: crate::token::ShardKey,
     /// `STREAM_VISIBLE_MS` (default 10000, stream mode): how long this
     /// instance adds its own likes and unlikes to the counts it serves,
     /// while the stream carries them to the shards. Longer than the
@@ -301,11 +306,12 @@ impl Config {
         let ms = |name: &str, default: u64, min: u64, max: u64| {
             num(name, default, min, max).map(Duration::from_millis)
         };
+        let in_lambda = get("AWS_LAMBDA_FUNCTION_NAME").is_some();
         let auth_mode = match get("AUTH_MODE").as_deref().map(str::trim) {
             // Lambda sets AWS_LAMBDA_FUNCTION_NAME in every function: there
             // the caller is who the authorizer says, never a header the
             // caller writes, whatever a stray variable says.
-            Some("dev") if get("AWS_LAMBDA_FUNCTION_NAME").is_some() => {
+            Some("dev") if in_lambda => {
                 return Err(ConfigError(
                     "AUTH_MODE=dev (identity from the x-user-id header) is for the local \
                      stack only; refused inside Lambda"
@@ -319,6 +325,23 @@ impl Config {
                     "AUTH_MODE={other:?}: expected \"jwt\" or \"dev\""
                 )));
             }
+        };
+        let shard_key = match get("SHARD_KEY") {
+            Some(k) if k.len() >= crate::token::ShardKey::MIN_LEN => {
+                crate::token::ShardKey::new(&k)
+            }
+            Some(_) => {
+                return Err(ConfigError(format!(
+                    "SHARD_KEY must be at least {} bytes",
+                    crate::token::ShardKey::MIN_LEN
+                )));
+            }
+            None if in_lambda => {
+                return Err(ConfigError(
+                    "SHARD_KEY must be set inside Lambda (the template provisions it)".into(),
+                ));
+            }
+            None => crate::token::ShardKey::new(crate::token::LOCAL_SHARD_KEY),
         };
         let rate = |name: &str, default: f64| -> Result<f64, ConfigError> {
             match get(name).filter(|v| !v.trim().is_empty()) {
@@ -448,6 +471,7 @@ impl Config {
                     )));
                 }
             },
+            shard_key,
             stream_visible: ms("STREAM_VISIBLE_MS", 10_000, 0, 600_000)?,
             stream_since_ms: num("STREAM_SINCE_MS", 0, 0, 32_503_680_000_000)? as i64,
             aggregate_chunk_reels: num(
@@ -525,6 +549,13 @@ mod tests {
         assert!(err.0.contains("refused inside Lambda"), "{err:?}");
         let mut jwt_in_lambda = base.to_vec();
         jwt_in_lambda.push(("AWS_LAMBDA_FUNCTION_NAME", "likes-LikeFunction-abc"));
+        // Inside Lambda the shard key must be the deployment's own.
+        let err = cfg(&jwt_in_lambda).unwrap_err();
+        assert!(err.0.contains("SHARD_KEY must be set"), "{err:?}");
+        jwt_in_lambda.push(("SHARD_KEY", "short"));
+        assert!(cfg(&jwt_in_lambda).unwrap_err().0.contains("at least 32"));
+        jwt_in_lambda.pop();
+        jwt_in_lambda.push(("SHARD_KEY", "0123456789abcdef0123456789abcdef-deployment"));
         assert_eq!(cfg(&jwt_in_lambda).unwrap().auth_mode, AuthMode::Jwt);
     }
 }

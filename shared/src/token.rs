@@ -13,7 +13,10 @@
 //!   gets three different tokens and is never swallowed as a replay.
 //!
 //! The shard is derived from the token as well: a retry picks the same shard,
-//! so the retried request is byte-identical to the first one.
+//! so the retried request is byte-identical to the first one. Since every
+//! field of the token is the client's to choose, the shard is a keyed hash
+//! of it under the deployment's secret ([`ShardKey`]): a client grinding
+//! `Idempotency-Key`s offline cannot pin its writes to one shard.
 
 use crate::keys::{Action, ReelId, UserId};
 use sha2::{Digest, Sha256};
@@ -109,9 +112,111 @@ impl RequestToken {
     }
 }
 
+/// The deployment's secret that picks a like's shard from its token
+/// (`SHARD_KEY`): HMAC-SHA-256 of the token under it. Never printed: its
+/// `Debug` shows nothing of it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ShardKey(Vec<u8>);
+
+impl std::fmt::Debug for ShardKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ShardKey(..)")
+    }
+}
+
+/// The shard key of the local stack and tests, where no secret is set
+/// (refused inside Lambda: see [`crate::config`]).
+pub const LOCAL_SHARD_KEY: &str = "likes-local-stack-shard-key-not-a-secret";
+
+impl ShardKey {
+    /// Shortest `SHARD_KEY` accepted, in bytes.
+    pub const MIN_LEN: usize = 32;
+
+    /// A key from its secret text.
+    pub fn new(secret: &str) -> Self {
+        ShardKey(secret.as_bytes().to_vec())
+    }
+
+    /// The shard, of `write_shards`, that a request with `token` writes:
+    /// the same for every retry of it, unpredictable without the key.
+    pub fn shard(&self, token: &RequestToken, write_shards: u32) -> u32 {
+        let mac = self.hmac(token.as_str().as_bytes());
+        let bits = u64::from_be_bytes(mac[..8].try_into().unwrap_or([0; 8]));
+        (bits % u64::from(write_shards.max(1))) as u32
+    }
+
+    /// HMAC-SHA-256 (RFC 2104) of `message` under the key.
+    fn hmac(&self, message: &[u8]) -> [u8; 32] {
+        const BLOCK: usize = 64;
+        let mut key = [0u8; BLOCK];
+        if self.0.len() > BLOCK {
+            key[..32].copy_from_slice(&Sha256::digest(&self.0));
+        } else {
+            key[..self.0.len()].copy_from_slice(&self.0);
+        }
+        let pad = |byte: u8| key.map(|k| k ^ byte);
+        let inner = Sha256::new()
+            .chain_update(pad(0x36))
+            .chain_update(message)
+            .finalize();
+        Sha256::new()
+            .chain_update(pad(0x5c))
+            .chain_update(inner)
+            .finalize()
+            .into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shard_key_is_hmac_sha256_and_is_never_printed() {
+        // RFC 4231, test case 2.
+        let mac = ShardKey::new("Jefe").hmac(b"what do ya want for nothing?");
+        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        // A key longer than a block is hashed first (RFC 4231, case 6).
+        let long = ShardKey(vec![0xaa; 131]);
+        let mac = long.hmac(b"Test Using Larger Than Block-Size Key - Hash Key First");
+        assert_eq!(mac[..4], [0x60, 0xe4, 0x31, 0x59], "{mac:02x?}");
+        let key = ShardKey::new("a secret that must never reach a log line");
+        assert_eq!(format!("{key:?}"), "ShardKey(..)");
+    }
+
+    #[test]
+    fn keys_ground_for_one_shard_without_the_secret_spread_over_all() {
+        // A client grinds keys until the unkeyed derivation puts them all on
+        // shard 0 of 8 (what the shard was before: the token's own bits).
+        let (user, reel) = ids();
+        let ground: Vec<RequestToken> = (0..)
+            .map(|i| {
+                RequestToken::derive(
+                    &user,
+                    &reel,
+                    Action::Like,
+                    &RequestIdentity::ClientKey(&format!("k{i}")),
+                )
+            })
+            .filter(|t| t.shard(8) == 0)
+            .take(64)
+            .collect();
+        let key = ShardKey::new(LOCAL_SHARD_KEY);
+        let mut seen = [0u32; 8];
+        for t in &ground {
+            seen[key.shard(t, 8) as usize] += 1;
+            // Stable: a retry of the request picks the same shard.
+            assert_eq!(key.shard(t, 8), key.shard(&t.clone(), 8));
+        }
+        assert!(seen.iter().filter(|n| **n > 0).count() >= 6, "{seen:?}");
+        // Another deployment's secret, another spread.
+        let other = ShardKey::new("another deployment's secret, 32+ bytes long");
+        assert!(ground.iter().any(|t| other.shard(t, 8) != key.shard(t, 8)));
+    }
 
     fn ids() -> (UserId, ReelId) {
         (

@@ -136,3 +136,35 @@ async fn one_user_flooding_a_reel_grows_nothing_and_a_crowd_still_does() {
     );
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_ground_offline_do_not_pin_a_shard() {
+    use likes::keys::{Action, ReelId, UserId};
+    use likes::token::{RequestIdentity, RequestToken};
+    let t = TestStack::start(&[("COUNTING", "transactional")]).await;
+    t.set_shards("target", 8, 8).await;
+    let reel = ReelId::parse("target").unwrap();
+    // 32 callers, each grinding Idempotency-Keys until the token's own bits
+    // (the shard before: all the client's fields) name shard 0 of 8.
+    for u in 0..32 {
+        let user = format!("bot{u}");
+        let id = UserId::parse(&user).unwrap();
+        let key = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| {
+                RequestToken::derive(&id, &reel, Action::Like, &RequestIdentity::ClientKey(k))
+                    .shard(8)
+                    == 0
+            })
+            .unwrap();
+        let r = t.like_with_key(&user, "target", &key).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    }
+    // Keyed under the deployment's secret, they spread anyway (before: all
+    // 32 on shard 0).
+    let shards = t.shards("target").await;
+    let used = shards.iter().filter(|(_, n)| *n > 0).count();
+    assert!(used >= 5, "{shards:?}");
+    assert_eq!(t.shard_sum("target").await, 32);
+    t.stop().await;
+}

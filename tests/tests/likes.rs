@@ -16,7 +16,7 @@ use common::TestStack;
 use futures::StreamExt;
 use likes::keys::{Action, ReelId, UserId};
 use likes::service::{WritePath, WriteRequest};
-use likes::token::{RequestIdentity, RequestToken};
+use likes::token::{LOCAL_SHARD_KEY, RequestIdentity, RequestToken, ShardKey};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_likes_from_distinct_users_count_exactly() {
@@ -250,9 +250,10 @@ async fn every_write_path_counts_once() {
     let key = (0..)
         .map(|i| format!("k-un-{i}"))
         .find(|k| {
-            RequestToken::derive(&user, &reel, Action::Unlike, &RequestIdentity::ClientKey(k))
-                .shard(50)
-                != 0
+            // The local stack's shard key (no SHARD_KEY set).
+            let tok =
+                RequestToken::derive(&user, &reel, Action::Unlike, &RequestIdentity::ClientKey(k));
+            ShardKey::new(LOCAL_SHARD_KEY).shard(&tok, 50) != 0
         })
         .unwrap();
     let c = svc
@@ -279,7 +280,8 @@ async fn every_write_path_counts_once() {
         .find(|id| {
             let tok =
                 RequestToken::derive(&u4, &reel, Action::Unlike, &RequestIdentity::RequestId(id));
-            tok.shard(50) != tok.shard(7)
+            let key = ShardKey::new(LOCAL_SHARD_KEY);
+            key.shard(&tok, 50) != key.shard(&tok, 7)
         })
         .unwrap();
     t.set_shards("paths", 7, 7).await;

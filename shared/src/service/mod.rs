@@ -185,6 +185,8 @@ pub struct LikeService<S> {
     key_ttl: Duration,
     /// See [`Config::counting`].
     counting: Counting,
+    /// See [`Config::shard_key`].
+    shard_key: crate::token::ShardKey,
     /// See [`Config::stream_visible`].
     stream_visible: Duration,
     /// The readiness probe's last result ([`LikeService::ready`]).
@@ -213,6 +215,7 @@ impl<S: CounterStore> LikeService<S> {
             call_timeout: config.ddb_operation_timeout,
             key_ttl: config.idempotency_ttl,
             counting: config.counting,
+            shard_key: config.shard_key.clone(),
             stream_visible: config.stream_visible,
             health: health::Health::default(),
         }

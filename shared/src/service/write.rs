@@ -213,7 +213,8 @@ impl<S: CounterStore> LikeService<S> {
     /// The write shard for `token`: the one its hash picks among
     /// `write_shards`, or none in stream mode (the row alone is written).
     fn shard_for(&self, token: &RequestToken, write_shards: u32) -> Option<u32> {
-        (self.counting == Counting::Transactional).then(|| token.shard(write_shards))
+        (self.counting == Counting::Transactional)
+            .then(|| self.shard_key.shard(token, write_shards))
     }
 
     /// Stream mode: the count after this instance committed a like row
