@@ -104,6 +104,10 @@ pub(super) struct Lane {
     arrived: Notify,
     /// The real shard was read to its end: no record comes any more.
     closed: AtomicBool,
+    /// The lane's own poll clock: it looks at its records at `polls` +
+    /// k × [`POLL`], as each stream shard has a poller of its own whose
+    /// ticks owe nothing to another's. Drawn at random per lane.
+    polls: Instant,
 }
 
 /// The next batch of a lane: one virtual shard's records, in stream order.
@@ -119,7 +123,15 @@ impl Lane {
             queue: Mutex::default(),
             arrived: Notify::new(),
             closed: AtomicBool::new(false),
+            polls: Instant::now() + POLL.mul_f64(fastrand::f64()),
         }
+    }
+
+    /// The lane's first poll at or after `at`.
+    fn poll_at(&self, at: Instant) -> Instant {
+        let since = at.saturating_duration_since(self.polls);
+        let ticks = since.as_nanos().div_ceil(POLL.as_nanos());
+        self.polls + POLL * u32::try_from(ticks).unwrap_or(u32::MAX)
     }
 
     fn queue(&self) -> MutexGuard<'_, VecDeque<Queued>> {
@@ -164,7 +176,15 @@ impl Lane {
         paused: &AtomicBool,
         stopped: &mut watch::Receiver<bool>,
     ) -> Option<Batch> {
+        // Lambda gathers a shard's next batch once its previous one is
+        // done, from its poller's next look: the window starts then (or at
+        // the first record after), not when the emulator's one reader
+        // happened to fetch the records, which would release every lane's
+        // batch in the same instant.
+        let gathering = self.poll_at(Instant::now());
         loop {
+            // The lane looks again at its own next poll after the window.
+            let mut due = POLL;
             if *stopped.borrow() {
                 return None;
             }
@@ -174,7 +194,12 @@ impl Lane {
                 match queue.front() {
                     Some(front) => {
                         let generation = front.generation;
-                        let waited = front.at.elapsed() >= window;
+                        let release = self.poll_at(front.at.max(gathering) + window);
+                        let now = Instant::now();
+                        let waited = now >= release;
+                        due = release
+                            .saturating_duration_since(now)
+                            .clamp(Duration::from_millis(1), POLL);
                         let same = queue
                             .iter()
                             .take(size.max(1))
@@ -199,7 +224,7 @@ impl Lane {
             tokio::select! {
                 _ = stopped.wait_for(|s| *s) => return None,
                 _ = self.arrived.notified() => {}
-                _ = tokio::time::sleep(POLL) => {}
+                _ = tokio::time::sleep(due) => {}
             }
         }
     }
@@ -378,5 +403,47 @@ mod tests {
                 .await
                 .is_none()
         );
+    }
+
+    #[tokio::test]
+    async fn lanes_fed_at_one_instant_hand_over_on_their_own_poll_clocks() {
+        // The emulator's one reader hands every lane its records at once;
+        // DynamoDB's shards each have a poller of their own. A lane's
+        // batch comes at its own first poll once the window is over,
+        // counted from when its previous batch was done.
+        let mut r = Router::new(layout(8, 0), "s");
+        for i in 1..=64 {
+            r.route(like(&format!("user-{i}"), i));
+        }
+        let (_tx, stopped) = watch::channel(false);
+        let window = Duration::from_millis(300);
+        let began = Instant::now();
+        let handed = futures::future::join_all(r.lanes().iter().map(|lane| {
+            let mut stopped = stopped.clone();
+            async move {
+                let paused = AtomicBool::new(false);
+                let batch = lane.next_batch(100, window, &paused, &mut stopped).await;
+                assert!(batch.is_some_and(|b| !b.records.is_empty()));
+                let at = Instant::now();
+                // On the lane's poll clock (the timer fires a little late,
+                // never early).
+                let past_tick =
+                    at.saturating_duration_since(lane.polls).as_nanos() % POLL.as_nanos();
+                assert!(
+                    past_tick < Duration::from_millis(40).as_nanos(),
+                    "{past_tick}"
+                );
+                at.duration_since(began)
+            }
+        }))
+        .await;
+        assert!(handed.iter().all(|d| *d >= window), "{handed:?}");
+        // Eight lanes on clocks drawn at random: not all in one instant.
+        let spread = handed
+            .iter()
+            .max()
+            .unwrap()
+            .saturating_sub(*handed.iter().min().unwrap());
+        assert!(spread > Duration::from_millis(20), "{handed:?}");
     }
 }
