@@ -102,7 +102,7 @@ fn stream_shard(want: u32, shards: u32, not: &[&str]) -> String {
         .map(|i| format!("shardId-{i:05}"))
         .find(|id| {
             !not.contains(&id.as_str())
-                && counter_shard(&keys::aggregate_checkpoint_key(ARN, id), shards) == want
+                && counter_shard(&keys::aggregate_checkpoint_key(ARN, id), shards, 0) == want
         })
         .expect("some stream shard maps there")
 }
@@ -189,6 +189,7 @@ fn stale_chunk(key: &str, reel: &str, shard: u32, from: Option<u64>, to: u64) ->
         expires_at: 4_000_000_000,
         width_ms: 250,
         prune: vec![500],
+        turn: 0,
     }
 }
 
@@ -263,5 +264,41 @@ async fn after_a_shrink_and_a_grow_back_aggregations_land_and_are_read() {
     deliver(&t, &batch(&s3, "again", &[(11, "u2"), (12, "u3")])).await;
     assert_eq!(t.shards("again").await, vec![(1, 0), (2, 0), (3, 2)]);
     assert_eq!(t.http_count("again").await, 3);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_shard_cancelled_by_a_conflict_moves_to_the_next_shard_and_stays() {
+    use likes::aggregate::Aggregator;
+    use likes::aggregate::records::StreamEvent;
+    // Each transaction holds its items 1.5 s past its answer.
+    let t = stack(&[("FAULTS", "seed=22,conflict_hold_ms=1500")]).await;
+    t.set_shards("pop", 4, 4).await;
+    // Two stream shards whose home is the same shard of the reel.
+    let a = stream_shard(0, 4, &[]);
+    let b = stream_shard(0, 4, &[&a]);
+    let started = Instant::now();
+    deliver(&t, &batch(&a, "pop", &[(10, "u1")])).await;
+    // b's first attempt meets a's held item, is cancelled, and its retry
+    // goes to the next shard instead of waiting for the hold to end.
+    deliver(&t, &batch(&b, "pop", &[(10, "u2")])).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "b did not wait out a's hold"
+    );
+    assert_eq!(t.shards("pop").await, vec![(0, 1), (1, 1)]);
+    let store = t.stack.app.aggregate.store();
+    let key = keys::aggregate_checkpoint_key(ARN, &b);
+    assert_eq!(store.checkpoint(&key).await.unwrap().turn, 1);
+    // b's next batch, taken by another instance (nothing in memory) once
+    // the holds ended, goes where b went: the turn is on its checkpoint.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let other = Aggregator::new(store.clone(), &t.stack.config);
+    let next: StreamEvent =
+        serde_json::from_value(batch(&b, "pop", &[(10, "u2"), (11, "u3")])).unwrap();
+    let out = other.handle(&next, None).await.expect("applied");
+    assert_eq!((out.applied, out.retries), (1, 0), "{out:?}");
+    assert_eq!(t.shards("pop").await, vec![(0, 1), (1, 2)]);
+    assert_eq!(t.http_count("pop").await, 3);
     t.stop().await;
 }

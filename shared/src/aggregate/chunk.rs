@@ -44,7 +44,9 @@ impl Chunk {
     /// Its transaction on the checkpoint item `key` of stream shard
     /// `shard_id`, from `checkpoint` (the value read) to its last record:
     /// each reel's delta on the shard `settings` (by reel; missing: none
-    /// yet) give this stream shard; `now` is the aggregator's clock.
+    /// yet) give this stream shard, `turn` shards on ([`counter_shard`]);
+    /// `now` is the aggregator's clock.
+    #[allow(clippy::too_many_arguments)] // each is one input of the body
     pub fn write(
         &self,
         key: &str,
@@ -53,6 +55,7 @@ impl Chunk {
         settings: &HashMap<ReelId, Settings>,
         window: RecentWindow,
         now: Duration,
+        turn: u32,
     ) -> ChunkWrite {
         let now_ms = now.as_millis() as i64;
         // The oldest bucket kept; the few before it are dropped by this
@@ -73,7 +76,7 @@ impl Chunk {
                 .collect();
             adds.push(ChunkAdd {
                 reel: reel.clone(),
-                shard: counter_shard(key, s.write_shards),
+                shard: counter_shard(key, s.write_shards, turn),
                 delta,
                 recent,
             });
@@ -98,6 +101,7 @@ impl Chunk {
             expires_at: (now + CHECKPOINT_TTL).as_secs() as i64,
             width_ms: window.width_ms,
             prune,
+            turn,
         };
         write.token = token(&write);
         write
@@ -132,6 +136,7 @@ fn token(write: &ChunkWrite) -> RequestToken {
         expires_at,
         width_ms,
         prune,
+        turn,
     } = write;
     let mut fields: Vec<String> = vec![
         checkpoint_key.clone(),
@@ -143,6 +148,7 @@ fn token(write: &ChunkWrite) -> RequestToken {
         expires_at.to_string(),
     ];
     fields.push(format!("w{width_ms}"));
+    fields.push(format!("t{turn}"));
     fields.extend(prune.iter().map(|p| format!("p{p}")));
     for ChunkAdd {
         reel,
@@ -332,6 +338,7 @@ mod tests {
             &HashMap::new(),
             WINDOW,
             Duration::from_millis(100),
+            0,
         );
         assert_eq!(write.adds.len(), 1);
         assert_eq!(write.adds[0].delta, -1);
@@ -359,6 +366,7 @@ mod tests {
             &HashMap::new(),
             WINDOW,
             Duration::from_millis(1_000),
+            0,
         );
         assert!(late.adds[0].recent.is_empty());
         assert_eq!(late.adds[0].delta, -1);
@@ -378,7 +386,7 @@ mod tests {
         let mut settings = HashMap::from([(reel("a"), Settings::default())]);
         let now = Duration::from_millis(1_800_000_000_000);
         let write = |chunk: &Chunk, read: Option<&SequenceNumber>, s: &HashMap<_, _>, now| {
-            chunk.write(key, "shard-1", read, s, WINDOW, now)
+            chunk.write(key, "shard-1", read, s, WINDOW, now, 0)
         };
         let base = write(chunk, read.as_ref(), &settings, now);
         // Planned again from the same state, the same transaction: an

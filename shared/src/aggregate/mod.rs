@@ -56,7 +56,13 @@
 //!
 //! One derived from the stream shard ([`counter_shard`]), so one stream
 //! shard's chunks never conflict with each other; chunks of different
-//! stream shards may meet on one item, and are retried like a like.
+//! stream shards may meet on one item (DynamoDB cancels a transaction that
+//! touches an item another one holds in flight). Stream shards outnumber a
+//! reel's shards at scale, so several share one; the one cancelled moves
+//! on to the next shard for its retry and its later batches (a *turn*, kept
+//! on its checkpoint item, so whichever instance takes its next batch
+//! knows): stream shards whose batches come at the same moments spread
+//! apart. Any shard is as exact as another; only the placement moves.
 //!
 //! # Recent changes
 //!
@@ -80,7 +86,7 @@ use crate::config::{Config, RecentWindow};
 use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::retry::Backoff;
-use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
+use crate::store::{AggregateStore, ChunkResult, ChunkWrite, RetryReason};
 use crate::token::RequestToken;
 use records::{SequenceNumber, StreamEvent};
 use std::time::{Duration, Instant};
@@ -150,9 +156,11 @@ fn finish(
 }
 
 /// The shard of a reel with `write_shards` shards that the stream shard
-/// behind `checkpoint_key` adds to.
-pub fn counter_shard(checkpoint_key: &str, write_shards: u32) -> u32 {
-    RequestToken::for_fields("aggregate-shard", &[checkpoint_key]).shard(write_shards)
+/// behind `checkpoint_key` adds to after `turn` moves away from a conflict
+/// (see the module notes).
+pub fn counter_shard(checkpoint_key: &str, write_shards: u32, turn: u32) -> u32 {
+    let home = RequestToken::for_fields("aggregate-shard", &[checkpoint_key]).shard(write_shards);
+    ((u64::from(home) + u64::from(turn)) % u64::from(write_shards.max(1))) as u32
 }
 
 impl<S: AggregateStore> Aggregator<S> {
@@ -214,7 +222,7 @@ impl<S: AggregateStore> Aggregator<S> {
         }
         out.out_of_order = batch.out_of_order;
         let changes = &batch.changes;
-        let mut checkpoint = self.checkpoint(&key).await?;
+        let (mut checkpoint, mut turn) = self.checkpoint(&key).await?;
         let mut plans = 0u32;
         'batch: loop {
             let pending: Vec<(usize, records::Change)> = changes
@@ -237,7 +245,7 @@ impl<S: AggregateStore> Aggregator<S> {
                     }
                     attempt += 1;
                     let write = self
-                        .plan(&key, shard_id, checkpoint.as_ref(), &chunk, now)
+                        .plan(&key, shard_id, checkpoint.as_ref(), &chunk, now, turn)
                         .await?;
                     match self.store.apply_chunk(&write).await? {
                         ChunkResult::Applied => {
@@ -254,12 +262,13 @@ impl<S: AggregateStore> Aggregator<S> {
                             // retry that overlapped this one), or this
                             // chunk committed under an answer lost past the
                             // token's lifetime: go on from where it is now.
-                            let now = self.checkpoint(&key).await?;
+                            let (now, now_turn) = self.checkpoint(&key).await?;
                             tracing::info!(shard = shard_id, from = ?checkpoint, to = ?now, "checkpoint moved under the aggregator");
                             if now == checkpoint {
                                 return Err(Error::Contended);
                             }
                             checkpoint = now;
+                            turn = now_turn;
                             out.retries += 1;
                             continue 'batch;
                         }
@@ -272,6 +281,13 @@ impl<S: AggregateStore> Aggregator<S> {
                             }
                         }
                         ChunkResult::Retry(reason) => {
+                            if reason == RetryReason::Conflict {
+                                // Another stream shard's transaction held
+                                // an item: add to the next shard, now and
+                                // in this stream shard's later batches
+                                // (the turn is kept on its checkpoint).
+                                turn = turn.wrapping_add(1);
+                            }
                             out.retries += 1;
                             if !self.backoff.allows(attempt) {
                                 tracing::warn!(
@@ -298,16 +314,18 @@ impl<S: AggregateStore> Aggregator<S> {
 
     /// The stream shard's checkpoint; a stored value that is not a sequence
     /// number is a fault of ours, never read as "nothing applied".
-    async fn checkpoint(&self, key: &str) -> Result<Option<SequenceNumber>, Error> {
-        match self.store.checkpoint(key).await? {
-            None => Ok(None),
-            Some(s) => SequenceNumber::parse(&s).map(Some).ok_or_else(|| {
+    async fn checkpoint(&self, key: &str) -> Result<(Option<SequenceNumber>, u32), Error> {
+        let stored = self.store.checkpoint(key).await?;
+        let seq = match stored.seq {
+            None => None,
+            Some(s) => Some(SequenceNumber::parse(&s).ok_or_else(|| {
                 Error::internal(
                     "unreadable aggregation checkpoint",
                     format_args!("{key}: {s:?}"),
                 )
-            }),
-        }
+            })?),
+        };
+        Ok((seq, stored.turn))
     }
 
     /// The transaction of `chunk` under the reels' current settings (see
@@ -319,6 +337,7 @@ impl<S: AggregateStore> Aggregator<S> {
         checkpoint: Option<&SequenceNumber>,
         chunk: &chunk::Chunk,
         now: Duration,
+        turn: u32,
     ) -> Result<ChunkWrite, Error> {
         let reels: Vec<ReelId> = chunk.reels().map(|(r, _)| r.clone()).collect();
         let settings = if reels.is_empty() {
@@ -326,6 +345,6 @@ impl<S: AggregateStore> Aggregator<S> {
         } else {
             self.store.settings(&reels).await?
         };
-        Ok(chunk.write(key, shard_id, checkpoint, &settings, self.window, now))
+        Ok(chunk.write(key, shard_id, checkpoint, &settings, self.window, now, turn))
     }
 }

@@ -37,6 +37,19 @@ pub struct ChunkWrite {
     /// Starts (Unix ms) of the recent-change buckets each shard written
     /// drops: older than any kept (see [`crate::config::RecentWindow`]).
     pub prune: Vec<i64>,
+    /// How many shards on from its home the stream shard adds to, kept on
+    /// its checkpoint for its next batches (see [`crate::aggregate`]).
+    pub turn: u32,
+}
+
+/// A stream shard's checkpoint item, as read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The last sequence number applied, zero-padded (`None`: nothing
+    /// applied yet).
+    pub seq: Option<String>,
+    /// See [`ChunkWrite::turn`] (0 when never written).
+    pub turn: u32,
 }
 
 /// A reel's net change in a [`ChunkWrite`].
@@ -82,9 +95,8 @@ pub enum ChunkResult {
 
 /// What the stream aggregator needs beyond [`CounterStore`].
 pub trait AggregateStore: CounterStore {
-    /// The checkpoint of the stream shard behind `key`: the last sequence
-    /// number applied, zero-padded (`None`: nothing applied yet).
-    fn checkpoint(&self, key: &str) -> impl Future<Output = Result<Option<String>, Error>> + Send;
+    /// The checkpoint of the stream shard behind `key`.
+    fn checkpoint(&self, key: &str) -> impl Future<Output = Result<Checkpoint, Error>> + Send;
 
     /// Applies `write` in one transaction (see [`ChunkWrite`]).
     fn apply_chunk(

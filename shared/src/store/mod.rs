@@ -31,7 +31,7 @@ mod counter;
 mod reconcile;
 mod resize;
 
-pub use aggregate::{AggregateStore, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd};
+pub use aggregate::{AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd};
 pub use counter::{
     CountItem, CounterStore, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, Phase, ReadItems,
     RetryReason, Settings, ShardSum, ShardValue, TxResult, WriteSample,

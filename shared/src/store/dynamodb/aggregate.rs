@@ -6,22 +6,28 @@ use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_f
 use super::ext::ItemExt;
 use crate::error::Error;
 use crate::keys;
-use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
+use crate::store::{AggregateStore, Checkpoint, ChunkResult, ChunkWrite};
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 
 impl AggregateStore for DynamoStore {
-    async fn checkpoint(&self, key: &str) -> Result<Option<String>, Error> {
+    async fn checkpoint(&self, key: &str) -> Result<Checkpoint, Error> {
         let out = self
             .client
             .get_item()
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(key.to_owned()))
             .consistent_read(true)
-            .projection_expression("seq")
+            .projection_expression("seq, turn")
             .send()
             .await
             .map_err(|e| translate("GetItem", e))?;
-        Ok(out.item.and_then(|i| i.string("seq").map(str::to_owned)))
+        Ok(out.item.map_or_else(Checkpoint::default, |i| Checkpoint {
+            seq: i.string("seq").map(str::to_owned),
+            turn: i
+                .int("turn")
+                .and_then(|t| u32::try_from(t).ok())
+                .unwrap_or(0),
+        }))
     }
 
     async fn apply_chunk(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
@@ -29,8 +35,12 @@ impl AggregateStore for DynamoStore {
         let checkpoint = Update::builder()
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(write.checkpoint_key.clone()))
-            .update_expression("SET #s = :next, #id = :id, #at = :at, #exp = :exp ADD #r :records")
+            .update_expression(
+                "SET #s = :next, #id = :id, #at = :at, #exp = :exp, #t = :turn ADD #r :records",
+            )
             .expression_attribute_names("#s", "seq")
+            .expression_attribute_names("#t", "turn")
+            .expression_attribute_values(":turn", n(i64::from(write.turn)))
             .expression_attribute_names("#id", "shard_id")
             .expression_attribute_names("#at", "updated_at")
             .expression_attribute_names("#exp", "expires_at")
