@@ -907,6 +907,14 @@ fn every_action_granted_is_one_its_function_performs() {
         let performed: BTreeSet<&Performed> = methods.iter().flat_map(|m| &store[m].1).collect();
         let mut unused = Vec::new();
         for st in statements.iter().filter(|s| s.function == function) {
+            // The stream reads are the event source mapping's, not the code's.
+            if st
+                .resources
+                .iter()
+                .all(|r| r.contains("StreamArn") || r.contains("/stream/"))
+            {
+                continue;
+            }
             let only_in_tx = st
                 .enclosing
                 .as_ref()
