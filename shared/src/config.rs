@@ -122,6 +122,12 @@ pub struct Config {
     /// stream's usual lag (the `AggregationLag` metric), so the tapper sees
     /// their own like land and never fall back.
     pub stream_visible: Duration,
+    /// `FEED_READ_ITEMS` (default 1000): the most shard items one batch
+    /// count read (`GET /likes?reel_ids=`) reads for the reels not in the
+    /// cache; the reels past it are answered `unavailable` (the first one
+    /// is always read). With the settings of up to 100 reels, what one
+    /// feed request can spend, in read units.
+    pub feed_read_items: u32,
     /// `STREAM_SINCE_MS` (default 0, stream mode): when the deployment
     /// switched to stream mode (Unix ms, taken as the whole second at or
     /// after it; 0: it always counted by stream).
@@ -473,6 +479,7 @@ impl Config {
             },
             shard_key,
             stream_visible: ms("STREAM_VISIBLE_MS", 10_000, 0, 600_000)?,
+            feed_read_items: num("FEED_READ_ITEMS", 1_000, 1, 100_000)? as u32,
             stream_since_ms: num("STREAM_SINCE_MS", 0, 0, 32_503_680_000_000)? as i64,
             aggregate_chunk_reels: num(
                 "AGGREGATE_CHUNK_REELS",

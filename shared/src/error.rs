@@ -122,10 +122,12 @@ impl Error {
         }
     }
 
-    /// Seconds a client should wait before retrying, for 429 and 503.
+    /// Seconds a client should wait before retrying, for 429 and 503:
+    /// drawn from 1 to 3, so that clients refused together (a throttled
+    /// table refuses many at once) do not all come back in the same second.
     pub fn retry_after_secs(&self) -> Option<u32> {
         match self {
-            Error::Throttled | Error::Contended | Error::Unavailable => Some(1),
+            Error::Throttled | Error::Contended | Error::Unavailable => Some(fastrand::u32(1..=3)),
             _ => None,
         }
     }
@@ -178,7 +180,10 @@ mod tests {
                     .is_some_and(|m| !m.is_empty())
             );
         }
-        assert_eq!(Error::Throttled.retry_after_secs(), Some(1));
+        let waits: std::collections::BTreeSet<u32> = (0..200)
+            .filter_map(|_| Error::Throttled.retry_after_secs())
+            .collect();
+        assert_eq!(waits, (1..=3).collect(), "jittered over 1-3 s");
         assert_eq!(Error::NotFound.retry_after_secs(), None);
     }
 

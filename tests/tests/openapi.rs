@@ -814,7 +814,11 @@ async fn real_answers_match_the_document() {
         let a = Answer::from_handler(handle(&broken, f, req).await);
         let what = format!("{m} {path} (table missing)");
         assert_eq!(a.status, 503, "{what}: {}", a.body);
-        assert_eq!(a.header("retry-after"), Some("1"), "{what}");
+        assert!(
+            matches!(a.header("retry-after"), Some("1" | "2" | "3")),
+            "{what}: {:?}",
+            a.header("retry-after")
+        );
         doc.check(m, path, &a, &what);
         seen.insert((format!("{m} {path}"), a.status));
     }

@@ -166,3 +166,56 @@ async fn healthz_and_reads_answer_503_when_a_table_is_missing() {
     assert_eq!(r.status, 503, "{}", r.body);
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_read_of_hot_reels_spends_at_most_its_read_budget() {
+    // Nothing cached, and the proxy in between to count the read units.
+    let t = TestStack::start(&[
+        ("CACHE_TTL_MS", "0"),
+        ("SETTINGS_TTL_MS", "0"),
+        ("FEED_READ_ITEMS", "1000"),
+        ("FAULTS", "read_cap=1000000"),
+    ])
+    .await;
+    let reels: Vec<String> = (0..20).map(|i| format!("hot{i}")).collect();
+    for r in &reels {
+        t.set_shards(r, 100, 100).await;
+        t.put_shard(r, 7, 1).await;
+    }
+    let proxy = t.stack.proxy.as_ref().expect("FAULTS");
+    let before = proxy.stats().total_read_units();
+    let r = t
+        .send(
+            "GET",
+            &format!("/likes?reel_ids={}", reels.join(",")),
+            None,
+            &[],
+            None,
+        )
+        .await;
+    let spent = proxy.stats().total_read_units() - before;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Before: all 20 reels summed, 2,000 shard items + 20 settings.
+    // After: the first ten (1,000 items) and the settings of the twenty.
+    let counts = r.body["counts"].as_object().unwrap();
+    assert_eq!(counts.len(), 10, "{}", r.body);
+    for reel in &reels[..10] {
+        assert_eq!(counts[reel.as_str()], 1, "{reel}");
+    }
+    let unavailable: Vec<&str> = r.body["unavailable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert_eq!(
+        unavailable,
+        reels[10..].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert!(spent <= 1_020.0, "read units spent: {spent}");
+    assert_eq!(
+        r.headers.get("cache-control").and_then(|v| v.to_str().ok()),
+        Some("no-store")
+    );
+    t.stop().await;
+}

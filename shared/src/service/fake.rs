@@ -34,6 +34,9 @@ pub(super) struct Fake {
     /// A reel whose sum always fails (a read that stays contended): any
     /// sum read that includes it.
     failing: Option<&'static str>,
+    /// A reel whose sum DynamoDB always throttles ([`Error::Throttled`],
+    /// the store's retries spent).
+    throttled: Option<&'static str>,
     /// A sum read captures the count this long after it is sent.
     sum_delay: Duration,
     /// A transaction commits this long after it is sent, and its answer
@@ -61,6 +64,7 @@ impl Fake {
             commits_count: true,
             answers: Mutex::new(Vec::new()),
             failing: None,
+            throttled: None,
             sum_delay: Duration::ZERO,
             before_commit: Duration::ZERO,
             after_commit: Duration::ZERO,
@@ -177,6 +181,11 @@ impl CounterStore for Fake {
         {
             return Err(Error::Contended);
         }
+        if let Some(throttled) = self.throttled
+            && reels.iter().any(|(r, _)| r.as_str() == throttled)
+        {
+            return Err(Error::Throttled);
+        }
         let i = self.sums.fetch_add(1, Ordering::SeqCst) + 1;
         if !self.sum_delay.is_zero() {
             tokio::time::sleep(self.sum_delay).await;
@@ -271,13 +280,17 @@ pub(super) fn config(vars: &[(&str, &str)]) -> Config {
 }
 
 /// The store of the retry-policy tests: a sum of 41 whatever commits,
-/// reel `failing` whose sum always fails, transactions answering
+/// reel `failing` whose sum always fails, reel `throttled` whose sum is
+/// always throttled, transactions answering
 /// `answers`, and retries 1–2 ms apart (plus `extra` settings).
 pub(super) fn scripted(answers: Vec<TxResult>, extra: &[(&str, &str)]) -> LikeService<Fake> {
     let mut vars = vec![("RETRY_BASE_MS", "1"), ("RETRY_MAX_MS", "2")];
     vars.extend_from_slice(extra);
     LikeService::new(
-        Fake::new(41).scripted(answers).failing("failing"),
+        Fake {
+            throttled: Some("throttled"),
+            ..Fake::new(41).scripted(answers).failing("failing")
+        },
         &config(&vars),
     )
 }

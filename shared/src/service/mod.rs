@@ -189,6 +189,8 @@ pub struct LikeService<S> {
     shard_key: crate::token::ShardKey,
     /// See [`Config::stream_visible`].
     stream_visible: Duration,
+    /// See [`Config::feed_read_items`].
+    feed_read_items: usize,
     /// The readiness probe's last result ([`LikeService::ready`]).
     health: health::Health,
 }
@@ -217,6 +219,7 @@ impl<S: CounterStore> LikeService<S> {
             counting: config.counting,
             shard_key: config.shard_key.clone(),
             stream_visible: config.stream_visible,
+            feed_read_items: config.feed_read_items as usize,
             health: health::Health::default(),
         }
     }

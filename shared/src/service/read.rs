@@ -241,15 +241,41 @@ impl<S: CounterStore> LikeService<S> {
         self.cache_misses
             .fetch_add(missing.len() as u64, Ordering::Relaxed);
         if !missing.is_empty() {
-            let settings = self.settings_many(&missing).await?;
-            let plan: Vec<(ReelId, Settings)> = missing
-                .iter()
-                .map(|r| (r.clone(), settings.get(r).copied().unwrap_or_default()))
-                .collect();
+            let settings = match self.settings_many(&missing).await {
+                Ok(s) => s,
+                // Throttled: the cached counts are answered, the rest left
+                // out at once (see below).
+                Err(Error::Throttled) if !found.is_empty() => {
+                    return Ok(self.serve_all(found).await);
+                }
+                Err(e) => return Err(e),
+            };
+            let (plan, over) = within_budget(
+                missing
+                    .iter()
+                    .map(|r| (r.clone(), settings.get(r).copied().unwrap_or_default())),
+                self.feed_read_items,
+            );
+            if !over.is_empty() {
+                tracing::info!(
+                    reels = over.len(),
+                    items = self.feed_read_items,
+                    "a batch read left out reels past its read budget"
+                );
+            }
+            missing.retain(|r| !over.contains(r));
             let load = self.loads.fetch_add(1, Ordering::Relaxed);
             let read_at = Instant::now();
             let (sums, failed) = match self.store.sum_shards(&plan).await {
                 Ok(sums) => (sums, Vec::new()),
+                // Throttled (after the store's bounded retries): reading
+                // each reel again one by one would add load at the worst
+                // moment. Fail fast, with the cached counts if there are
+                // any; the client comes back after a jittered Retry-After.
+                Err(Error::Throttled) if !found.is_empty() => {
+                    return Ok(self.serve_all(found).await);
+                }
+                Err(e @ Error::Throttled) => return Err(e),
                 // One reel's sum failing (say, a shrinking reel whose folds
                 // kept landing) must not fail the others: each is summed on
                 // its own, and the ones that still fail are left out (the
@@ -281,12 +307,17 @@ impl<S: CounterStore> LikeService<S> {
                 found.insert(r, n);
             }
         }
+        Ok(self.serve_all(found).await)
+    }
+
+    /// `found`, each passed through [`Self::serve`].
+    async fn serve_all(&self, found: HashMap<ReelId, Cached>) -> HashMap<ReelId, Count> {
         let mut out = HashMap::with_capacity(found.len());
         for (r, c) in found {
             let n = self.serve(&r, c).await;
             out.insert(r, n);
         }
-        Ok(out)
+        out
     }
 
     /// Sums each reel of `plan` on its own: the sums that succeeded, and the
@@ -321,6 +352,29 @@ impl<S: CounterStore> LikeService<S> {
     }
 }
 
+/// The reels of `plan` (in the request's order) whose shard items fit in
+/// `items` together, and the ones left over. The first reel is always
+/// read, whatever it costs: a single reel is at most `MAX_SHARDS` items
+/// (twice that while it drains), bounded anyway.
+fn within_budget(
+    plan: impl Iterator<Item = (ReelId, Settings)>,
+    items: usize,
+) -> (Vec<(ReelId, Settings)>, Vec<ReelId>) {
+    let (mut read, mut over) = (Vec::new(), Vec::new());
+    let mut spent = 0usize;
+    for (reel, settings) in plan {
+        let ri = settings.read_items(&reel);
+        let cost = ri.batch.len() + ri.atomic.len();
+        if read.is_empty() || (over.is_empty() && spent + cost <= items) {
+            spent += cost;
+            read.push((reel, settings));
+        } else {
+            over.push(reel);
+        }
+    }
+    (read, over)
+}
+
 #[cfg(test)]
 mod tests {
     //! A batch read over a store whose sum of one reel always fails.
@@ -344,5 +398,44 @@ mod tests {
             svc.counts(&reels[1..2]).await.unwrap_err(),
             Error::Contended
         );
+    }
+
+    #[tokio::test]
+    async fn a_throttled_batch_read_fails_fast_instead_of_reading_reel_by_reel() {
+        let svc = scripted(vec![TxResult::Committed { replayed: false }], &[]);
+        let reels: Vec<ReelId> = ["a", "throttled", "b"]
+            .iter()
+            .map(|r| ReelId::parse(r).unwrap())
+            .collect();
+        // Before: each reel read again on its own (two more sums, at the
+        // moment the table throttles), "a" and "b" answered.
+        assert_eq!(svc.counts(&reels).await.unwrap_err(), Error::Throttled);
+        assert_eq!(svc.store().sums(), 0, "no read reel by reel");
+        // With counts in the cache, those are answered and the rest left
+        // out (the handler lists them as unavailable).
+        let a = std::slice::from_ref(&reels[0]);
+        assert_eq!(svc.counts(a).await.unwrap()[&reels[0]].count, 41);
+        let counts = svc.counts(&reels).await.unwrap();
+        assert_eq!(counts.keys().collect::<Vec<_>>(), [&reels[0]]);
+    }
+
+    #[test]
+    fn a_batch_read_stops_at_its_read_budget_in_request_order() {
+        let reel = |r: &str| ReelId::parse(r).unwrap();
+        let shards = |n: u32| Settings {
+            write_shards: n,
+            read_shards: n,
+            ..Settings::default()
+        };
+        let plan = [("a", 40), ("b", 40), ("c", 40), ("d", 1)].map(|(r, n)| (reel(r), shards(n)));
+        let (read, over) = within_budget(plan.clone().into_iter(), 100);
+        let read: Vec<&str> = read.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(read, ["a", "b"]);
+        // The cheap reel after the cut is left out too: the client asks
+        // again for the tail of its list.
+        assert_eq!(over, [reel("c"), reel("d")]);
+        // The first reel is read whatever it costs.
+        let (read, over) = within_budget(plan.into_iter(), 10);
+        assert_eq!((read.len(), over.len()), (1, 3));
     }
 }
