@@ -128,6 +128,9 @@ pub struct Config {
     /// is always read). With the settings of up to 100 reels, what one
     /// feed request can spend, in read units.
     pub feed_read_items: u32,
+    /// What one caller may make an instance write (see
+    /// `service::limits`).
+    pub write_limits: WriteLimits,
     /// `STREAM_SINCE_MS` (default 0, stream mode): when the deployment
     /// switched to stream mode (Unix ms, taken as the whole second at or
     /// after it; 0: it always counted by stream).
@@ -182,6 +185,26 @@ pub const STREAM_DELIVERY_MARGIN: Duration = Duration::from_secs(3_600);
 
 /// How long DynamoDB keeps a stream record (24 hours).
 const STREAM_RETENTION_SECS: u64 = 86_400;
+
+/// What one caller may make a function instance write (see
+/// `service::limits`, where each bound is explained).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WriteLimits {
+    /// `USER_WRITES_PER_SEC` (default 5): likes and unlikes a second per
+    /// user, on average.
+    pub per_sec: f64,
+    /// `USER_WRITE_BURST` (default 20): ... in one burst.
+    pub burst: u32,
+    /// `REEL_TOGGLES_PER_MIN` (default 10): likes and unlikes of one reel
+    /// per user per minute.
+    pub toggles_per_min: u32,
+    /// `USER_REELS_PER_HOUR` (default 1000): distinct reels one user
+    /// writes per hour.
+    pub reels_per_hour: u32,
+    /// `USER_KEYS_PER_MIN` (default 120): writes with an `Idempotency-Key`
+    /// per user per minute.
+    pub keys_per_min: u32,
+}
 
 /// The buckets of recent changes the aggregator keeps on shard items
 /// ([`crate::keys::recent_delta_attr`]), derived from
@@ -480,6 +503,13 @@ impl Config {
             shard_key,
             stream_visible: ms("STREAM_VISIBLE_MS", 10_000, 0, 600_000)?,
             feed_read_items: num("FEED_READ_ITEMS", 1_000, 1, 100_000)? as u32,
+            write_limits: WriteLimits {
+                per_sec: rate("USER_WRITES_PER_SEC", 5.0)?,
+                burst: num("USER_WRITE_BURST", 20, 1, 10_000)? as u32,
+                toggles_per_min: num("REEL_TOGGLES_PER_MIN", 10, 1, 10_000)? as u32,
+                reels_per_hour: num("USER_REELS_PER_HOUR", 1_000, 1, 1_000_000)? as u32,
+                keys_per_min: num("USER_KEYS_PER_MIN", 120, 1, 100_000)? as u32,
+            },
             stream_since_ms: num("STREAM_SINCE_MS", 0, 0, 32_503_680_000_000)? as i64,
             aggregate_chunk_reels: num(
                 "AGGREGATE_CHUNK_REELS",

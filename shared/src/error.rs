@@ -56,6 +56,13 @@ pub enum Error {
     /// 429: DynamoDB still throttled after the bounded retries.
     #[error("throttled by the database")]
     Throttled,
+    /// 429: the caller passed one of its write bounds (see
+    /// `service::limits`); nothing was written.
+    #[error("too many writes from this caller; retry later")]
+    RateLimited {
+        /// Seconds until the bound frees up.
+        retry_after: u32,
+    },
     /// 429: the transaction still conflicted with concurrent ones after the
     /// bounded retries (a very hot shard: the reel needs more shards).
     #[error("too much contention on this reel")]
@@ -99,7 +106,7 @@ impl Error {
             Error::MethodNotAllowed { .. } => 405,
             Error::Conflict { .. } => 409,
             Error::PayloadTooLarge { .. } => 413,
-            Error::Throttled | Error::Contended => 429,
+            Error::Throttled | Error::Contended | Error::RateLimited { .. } => 429,
             Error::Internal => 500,
             Error::Unavailable => 503,
         }
@@ -116,6 +123,7 @@ impl Error {
             Error::Conflict { code, .. } => code,
             Error::PayloadTooLarge { .. } => "payload_too_large",
             Error::Throttled => "throttled",
+            Error::RateLimited { .. } => "rate_limited",
             Error::Contended => "contended",
             Error::Internal => "internal",
             Error::Unavailable => "unavailable",
@@ -128,6 +136,7 @@ impl Error {
     pub fn retry_after_secs(&self) -> Option<u32> {
         match self {
             Error::Throttled | Error::Contended | Error::Unavailable => Some(fastrand::u32(1..=3)),
+            Error::RateLimited { retry_after } => Some(*retry_after),
             _ => None,
         }
     }
@@ -163,13 +172,14 @@ mod tests {
             Error::PayloadTooLarge { limit: 10 },
             Error::Throttled,
             Error::Contended,
+            Error::RateLimited { retry_after: 7 },
             Error::Unavailable,
             Error::Internal,
         ];
         let statuses: Vec<u16> = all.iter().map(Error::status).collect();
         assert_eq!(
             statuses,
-            [400, 401, 403, 404, 405, 409, 413, 429, 429, 503, 500]
+            [400, 401, 403, 404, 405, 409, 413, 429, 429, 429, 503, 500]
         );
         for e in &all {
             let b = e.body();

@@ -381,7 +381,9 @@ async fn every_like_counts_once_under_every_fault() {
         )
         .with_test_writer()
         .try_init();
-    let t = TestStack::start(ENV).await;
+    let mut env = ENV.to_vec();
+    env.extend(common::UNBOUNDED_CALLERS);
+    let t = TestStack::start(&env).await;
     let reels: Vec<String> = (0..6).map(|i| format!("faulty{i}")).collect();
     let clients = Clients::new(&t);
     let started = Instant::now();
@@ -494,6 +496,7 @@ async fn resize(t: &TestStack, reel: &ReelId, target: u32) -> u32 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resizing_and_reconciling_under_faults_stay_exact() {
     let mut env = ENV.to_vec();
+    env.extend(common::UNBOUNDED_CALLERS);
     env.extend([
         // Short resize waits: the settings and request bounds they cover.
         ("REQUEST_TIMEOUT_MS", "4000"),

@@ -85,7 +85,7 @@ fn seen(a: &AtomicU64) -> u64 {
 /// every `roll` records, the source faults `faults`, batches of several
 /// transactions.
 async fn stack(faults: &str, roll: &str) -> TestStack {
-    TestStack::start(&[
+    let mut env = vec![
         ("COUNTING", "stream"),
         ("LOCAL_SCHEDULE_SECS", "0"),
         ("AUTO_RESHARD", "off"),
@@ -96,8 +96,9 @@ async fn stack(faults: &str, roll: &str) -> TestStack {
         // late or lost invocation lands between them.
         ("AGGREGATE_CHUNK_REELS", "2"),
         ("CACHE_TTL_MS", "0"),
-    ])
-    .await
+    ];
+    env.extend(common::UNBOUNDED_CALLERS);
+    TestStack::start(&env).await
 }
 
 fn report(t: &TestStack) {

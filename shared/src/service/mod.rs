@@ -29,6 +29,7 @@
 //!   back).
 //! * `write`: the exactly-once like/unlike path, its retries, and the count
 //!   it answers with.
+//! * `limits`: what one caller may make this instance write.
 //! * `observer`: the write-rate and contention observations that start a
 //!   grow of a hot reel.
 //! * `health`: the cached readiness probe of the store (`GET /healthz`).
@@ -50,6 +51,7 @@ use std::time::{Duration, Instant};
 #[cfg(test)]
 mod fake;
 mod health;
+mod limits;
 mod observer;
 mod read;
 mod served;
@@ -191,6 +193,8 @@ pub struct LikeService<S> {
     stream_visible: Duration,
     /// See [`Config::feed_read_items`].
     feed_read_items: usize,
+    /// Each caller's write bounds on this instance.
+    limits: limits::Limits,
     /// The readiness probe's last result ([`LikeService::ready`]).
     health: health::Health,
 }
@@ -220,6 +224,7 @@ impl<S: CounterStore> LikeService<S> {
             shard_key: config.shard_key.clone(),
             stream_visible: config.stream_visible,
             feed_read_items: config.feed_read_items as usize,
+            limits: limits::Limits::new(config.write_limits, config.cache_max_reels),
             health: health::Health::default(),
         }
     }

@@ -18,6 +18,10 @@ impl<S: CounterStore> LikeService<S> {
     /// and for a request with an `Idempotency-Key` also the key's record.
     pub async fn write(&self, req: WriteRequest) -> Result<WriteOutcome, Error> {
         let started = Instant::now();
+        // Before anything is read or written: a refused write costs nothing.
+        self.limits
+            .admit(&req.user, &req.reel, req.idempotency_key.is_some())
+            .await?;
         let settings = self.settings(&req.reel).await?;
         let token = match (&req.idempotency_key, &req.request_id) {
             (Some(k), _) => RequestToken::derive(

@@ -8,6 +8,17 @@ use likes_local::{Stack, StackOptions};
 use serde_json::Value;
 use std::path::PathBuf;
 
+/// Write bounds too wide to meet: for the tests whose simulated clients
+/// retry one user's writes as fast as faults let them (what they test is
+/// DynamoDB's behaviour, not a caller's bounds, which `hostile.rs` tests).
+pub const UNBOUNDED_CALLERS: [(&str, &str); 5] = [
+    ("USER_WRITES_PER_SEC", "100000"),
+    ("USER_WRITE_BURST", "10000"),
+    ("REEL_TOGGLES_PER_MIN", "10000"),
+    ("USER_REELS_PER_HOUR", "1000000"),
+    ("USER_KEYS_PER_MIN", "100000"),
+];
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }

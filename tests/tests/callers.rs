@@ -1,0 +1,99 @@
+//! What one valid account can make the like path spend (issue 22): each
+//! like or unlike costs 4–6 write units, so a caller toggling as fast as it
+//! can, or liking made-up reel ids one after another, would spend the
+//! table's throughput and grow what reconciliation walks. Its writes are
+//! bounded per function instance, and a refused write reads and writes
+//! nothing: the fault proxy counts the write units that reached DynamoDB.
+
+mod common;
+
+use common::TestStack;
+
+/// The stack with the proxy in between (a cap nothing meets) to count
+/// write units.
+async fn stack(extra: &[(&str, &str)]) -> TestStack {
+    let mut env = vec![("FAULTS", "write_cap=1000000")];
+    env.extend_from_slice(extra);
+    TestStack::start(&env).await
+}
+
+fn write_units(t: &TestStack) -> f64 {
+    t.stack
+        .proxy
+        .as_ref()
+        .expect("FAULTS")
+        .stats()
+        .total_write_units()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_caller_toggling_one_reel_is_refused_past_its_bound() {
+    let t = stack(&[]).await;
+    let before = write_units(&t);
+    let mut statuses = Vec::new();
+    for i in 0..100 {
+        let r = if i % 2 == 0 {
+            t.like("toggler", "target").await
+        } else {
+            t.unlike("toggler", "target").await
+        };
+        if r.status == 429 {
+            assert_eq!(r.body["error"]["code"], "rate_limited", "{}", r.body);
+            let wait: u32 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+            assert!((1..=60).contains(&wait), "{wait}");
+        }
+        statuses.push(r.status);
+    }
+    // REEL_TOGGLES_PER_MIN (10) went through; before, all 100 did
+    // (400 write units).
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 10);
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 90);
+    let spent = write_units(&t) - before;
+    assert!(spent <= 10.0 * 4.0, "write units: {spent}");
+    // Nothing refused was applied: ten toggles, like and unlike, net zero.
+    assert_eq!(t.shard_sum("target").await, 0);
+    assert_eq!(t.like_rows("target").await, 0);
+    // Another caller is not affected.
+    assert_eq!(t.like("bystander", "target").await.status, 200);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_caller_liking_made_up_reels_is_bounded_per_second_and_hour() {
+    let t = stack(&[("USER_REELS_PER_HOUR", "30")]).await;
+    let before = write_units(&t);
+    let mut ok = 0;
+    for i in 0..60 {
+        let r = t.like("spammer", &format!("made-up-{i}")).await;
+        ok += usize::from(r.status == 200);
+        if r.status != 200 {
+            assert_eq!(
+                (r.status, r.body["error"]["code"].as_str()),
+                (429, Some("rate_limited"))
+            );
+        }
+    }
+    // The burst (USER_WRITE_BURST, 20) and what the rate (5 a second)
+    // refilled meanwhile; before, all 60 (240 write units, 60 reels).
+    assert!((20..=30).contains(&ok), "{ok} accepted");
+    assert!(write_units(&t) - before <= ok as f64 * 4.0);
+    // The hour's distinct reels: once 30 are written, a new one waits for
+    // the hour, one already written does not.
+    let mut written = ok;
+    for i in 100.. {
+        if written == 30 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        if t.like("spammer", &format!("made-up-{i}")).await.status == 200 {
+            written += 1;
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let r = t.like("spammer", "one-more").await;
+    assert_eq!(r.body["error"]["code"], "rate_limited", "{}", r.body);
+    let wait: u32 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(wait > 60, "until the hour is over: {wait}");
+    assert_eq!(t.unlike("spammer", "made-up-0").await.status, 200);
+    t.stop().await;
+}
