@@ -69,6 +69,7 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("ReconcileReelsDeferred", Unit::Count),
     ("ReconcileAbsDrift", Unit::Count),
     ("ReconcileRunDuration", Unit::Seconds),
+    ("ReconcileRunAge", Unit::Seconds),
     // The stream aggregator (stream mode), per batch.
     ("AggregateBatches", Unit::Count),
     ("AggregatedRecords", Unit::Count),

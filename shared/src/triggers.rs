@@ -109,6 +109,21 @@ pub async fn handle_reconcile_event(
         stop_after_pages: None,
     };
     let summary = Box::pin(app.reconcile.run(&opts)).await?;
+    if !summary.dry_run {
+        // Every invocation (the resume schedule's every 15 minutes): how
+        // old the run in progress is, 0 when none is. A run that never
+        // finishes (one-off reels past what a run gets through before its
+        // age limit) shows here long before drift goes unrepaired.
+        let age_ms = if summary.complete {
+            0
+        } else {
+            summary.run_duration_ms
+        };
+        app.config
+            .metrics
+            .record("reconcile")
+            .sample("ReconcileRunAge", age_ms as f64 / 1000.0);
+    }
     // A run's totals, once: from the invocation that finished it.
     if summary.complete && matches!(summary.invocation, "started" | "resumed") && !summary.dry_run {
         app.config
@@ -124,8 +139,8 @@ pub async fn handle_reconcile_event(
                 "ReconcileRunDuration",
                 summary.run_duration_ms as f64 / 1000.0,
             );
-        app.config.metrics.flush(None);
     }
+    app.config.metrics.flush(None);
     serde_json::to_value(summary)
         .map_err(|e| Error::internal("serialising the reconcile summary", e))
 }

@@ -216,6 +216,9 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
     assert_eq!(get(&reconcile.1, "ReconcileRowsScanned"), 1.0);
     assert_eq!(get(&reconcile.1, "ReconcileReelsCorrected"), 0.0);
     assert!(reconcile.1.contains_key("ReconcileRunDuration"));
+    // The run finished: none in progress, age 0 (the alarm's metric, on
+    // every invocation).
+    assert_eq!(get(&reconcile.1, "ReconcileRunAge"), 0.0);
 
     // Every metric an alarm or the dashboard names is one the code writes:
     // one of metrics::NAMES (every record above was checked against it),
