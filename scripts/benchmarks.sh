@@ -247,11 +247,14 @@ copied from a run):
   conflicts modeled, and the reel resized under load (its settings are in
   the line above its own table, and in docs/benchmarks.md). Each stream
   shard adds to one of the reel's shards, so chunks of different stream
-  shards meet on a shard item, and on any item every chunk touches: a
-  conflicted transaction is retried, and past its retries its batch is
-  handed back to the event source and delivered again. The target is at
-  most 1 % of the aggregator's transactions conflicted, no record sent to
-  `OnFailure` (counted nowhere), and exact counts after the drain.
+  shards meet on a shard item (32 stream shards on 8, then 16): a
+  conflicted transaction is retried on the next shard, where its stream
+  shard stays (its turn, kept on its checkpoint), and past its retries its
+  batch is handed back to the event source and delivered again. Each
+  virtual stream shard hands over its batches on a poll clock of its own,
+  as DynamoDB's pollers do. The target is at most 1 % of the aggregator's
+  transactions conflicted, no record sent to `OnFailure` (counted
+  nowhere), and exact counts after the drain.
 - **Exactness.** "stored − offered" counts every like once its client has
   retried it. The naive counter is exact here too, because the proxy's
   capacity model refuses before writing and the bench injects no lost
