@@ -198,7 +198,7 @@ pub struct WriteLimits {
     /// `REEL_TOGGLES_PER_MIN` (default 10): likes and unlikes of one reel
     /// per user per minute.
     pub toggles_per_min: u32,
-    /// `USER_REELS_PER_HOUR` (default 1000): distinct reels one user
+    /// `USER_REELS_PER_HOUR` (default 300): distinct reels one user
     /// writes per hour.
     pub reels_per_hour: u32,
     /// `USER_KEYS_PER_MIN` (default 120): writes with an `Idempotency-Key`
@@ -507,7 +507,7 @@ impl Config {
                 per_sec: rate("USER_WRITES_PER_SEC", 5.0)?,
                 burst: num("USER_WRITE_BURST", 20, 1, 10_000)? as u32,
                 toggles_per_min: num("REEL_TOGGLES_PER_MIN", 10, 1, 10_000)? as u32,
-                reels_per_hour: num("USER_REELS_PER_HOUR", 1_000, 1, 1_000_000)? as u32,
+                reels_per_hour: num("USER_REELS_PER_HOUR", 300, 1, 100_000)? as u32,
                 keys_per_min: num("USER_KEYS_PER_MIN", 120, 1, 100_000)? as u32,
             },
             stream_since_ms: num("STREAM_SINCE_MS", 0, 0, 32_503_680_000_000)? as i64,

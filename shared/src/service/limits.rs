@@ -47,9 +47,25 @@ struct Window {
     minute: u64,
     toggles: HashMap<ReelId, u32>,
     keys: u32,
-    /// The hour (since `epoch`) `reels` count in.
+    /// The hour (since `epoch`) `reels` count in, and the reels written
+    /// in it, by hash: 8 bytes each, so a window is at most
+    /// `USER_REELS_PER_HOUR` × 8 bytes (plus the set's overhead).
     hour: u64,
-    reels: HashSet<ReelId>,
+    reels: HashSet<u64>,
+}
+
+/// Users whose windows one instance keeps: with the default bounds a
+/// window is at most a few kilobytes, so this caps their memory at tens of
+/// megabytes. An active caller is never the least recently seen one.
+pub(super) const MAX_USERS: u64 = 10_000;
+
+/// `reel`'s key in a window (SipHash with fixed keys: the same in every
+/// window; a collision only lets a caller write one more reel).
+fn reel_key(reel: &ReelId) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    reel.hash(&mut h);
+    h.finish()
 }
 
 impl Limits {
@@ -125,7 +141,8 @@ impl Limits {
         if w.toggles.get(reel).copied().unwrap_or(0) >= b.toggles_per_min {
             return Err(limited("toggles_per_minute", minute_left));
         }
-        if !w.reels.contains(reel) && w.reels.len() >= b.reels_per_hour as usize {
+        let key = reel_key(reel);
+        if !w.reels.contains(&key) && w.reels.len() >= b.reels_per_hour as usize {
             return Err(limited("reels_per_hour", hour_left));
         }
         if keyed && w.keys >= b.keys_per_min {
@@ -133,7 +150,7 @@ impl Limits {
         }
         w.tokens -= 1.0;
         *w.toggles.entry(reel.clone()).or_insert(0) += 1;
-        w.reels.insert(reel.clone());
+        w.reels.insert(key);
         w.keys += u32::from(keyed);
         Ok(())
     }

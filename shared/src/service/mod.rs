@@ -224,7 +224,7 @@ impl<S: CounterStore> LikeService<S> {
             shard_key: config.shard_key.clone(),
             stream_visible: config.stream_visible,
             feed_read_items: config.feed_read_items as usize,
-            limits: limits::Limits::new(config.write_limits, config.cache_max_reels),
+            limits: limits::Limits::new(config.write_limits, limits::MAX_USERS),
             health: health::Health::default(),
         }
     }

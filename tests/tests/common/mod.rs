@@ -15,7 +15,7 @@ pub const UNBOUNDED_CALLERS: [(&str, &str); 5] = [
     ("USER_WRITES_PER_SEC", "100000"),
     ("USER_WRITE_BURST", "10000"),
     ("REEL_TOGGLES_PER_MIN", "10000"),
-    ("USER_REELS_PER_HOUR", "1000000"),
+    ("USER_REELS_PER_HOUR", "100000"),
     ("USER_KEYS_PER_MIN", "100000"),
 ];
 
