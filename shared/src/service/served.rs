@@ -194,7 +194,12 @@ impl<S: CounterStore> LikeService<S> {
                     None => (current.count.count, current.adjusted, current.covers, None),
                 };
                 Op::Put(Served {
-                    count: base + delta,
+                    // Never below 0, which no count is: an own unlike on a
+                    // value that lacks its like (the stream carried the
+                    // like later than STREAM_VISIBLE_MS, so it was neither
+                    // in the shards nor in the served value) would answer
+                    // -1. The truth is then 0 or more; 0 is nearer it.
+                    count: (base + delta).max(0),
                     load: current.load,
                     adjusted: adjusted.saturating_add(1),
                     covers: covers.max(current.covers).max(visible_at),
@@ -209,7 +214,7 @@ impl<S: CounterStore> LikeService<S> {
         let r = result.into_entry().map(|e| e.into_value());
         // Always a put: `Removed` and `StillNone` cannot happen.
         let r = r.unwrap_or(Served {
-            count: current.count.count + delta,
+            count: (current.count.count + delta).max(0),
             load: current.load,
             adjusted: current.adjusted.saturating_add(1),
             covers: current.covers.max(visible_at),
@@ -418,6 +423,22 @@ mod tests {
         assert_eq!((again.changed, again.count), (true, 42));
         expire().await;
         assert_eq!(svc.count(&reel).await.unwrap().count, 42);
+    }
+
+    #[tokio::test]
+    async fn an_unlike_of_a_like_the_stream_has_not_carried_yet_never_answers_below_0() {
+        // Seen under stream faults (tests/tests/faults.rs, 1 run in 7): a
+        // like's own change stopped showing after STREAM_VISIBLE_MS while
+        // the aggregator was still behind, so a read gave 0; the unlike
+        // then answered 0 - 1.
+        let svc = streamed(0, "100");
+        let reel = ReelId::parse("r").unwrap();
+        assert_eq!(svc.write(like("a")).await.unwrap().count, 1);
+        expire().await;
+        assert_eq!(svc.count(&reel).await.unwrap().count, 0, "the lag shows");
+        let unliked = svc.write(fake::unlike("a", "req-a2")).await.unwrap();
+        assert_eq!((unliked.changed, unliked.count), (true, 0));
+        assert_eq!(svc.count(&reel).await.unwrap().count, 0);
     }
 
     #[tokio::test]
