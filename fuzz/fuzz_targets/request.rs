@@ -563,6 +563,14 @@ fn check(b: &Built, function: Function, mode: AuthMode, out: &Result<Command, li
             let body: serde_json::Value = serde_json::from_slice(&b.body).expect("JSON body");
             assert_eq!(body["shards"].as_u64(), Some(u64::from(*shards)));
         }
+        Command::Erase { user, principal } => {
+            assert_eq!(function, Function::Like);
+            assert!(mode == AuthMode::Dev || is_iam(&b.req));
+            assert!(!principal.is_empty());
+            assert_eq!(mode == AuthMode::Dev, principal == "dev", "{principal:?}");
+            assert_eq!(method, Method::DELETE);
+            assert!(!user.as_str().is_empty());
+        }
     }
 }
 

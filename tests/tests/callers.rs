@@ -97,3 +97,78 @@ async fn one_caller_liking_made_up_reels_is_bounded_per_second_and_hour() {
     assert_eq!(t.unlike("spammer", "made-up-0").await.status, 200);
     t.stop().await;
 }
+
+/// Erasure in `mode`: a user's likes on three reels (one of them with an
+/// `Idempotency-Key`) and another user's like; the erasure removes the
+/// first user's rows and counts each down once, and a repeat changes
+/// nothing.
+async fn erasure_in(mode: &str) {
+    let t = TestStack::start(&[("COUNTING", mode), ("CACHE_TTL_MS", "0")]).await;
+    for reel in ["e1", "e2"] {
+        assert_eq!(t.like("leaving", reel).await.status, 200);
+    }
+    assert_eq!(t.like_with_key("leaving", "e3", "k-1").await.status, 200);
+    assert_eq!(t.like("staying", "e1").await.status, 200);
+    let settled = |want: [i64; 3]| {
+        let t = &t;
+        async move {
+            for _ in 0..100 {
+                let got = [
+                    t.shard_sum("e1").await,
+                    t.shard_sum("e2").await,
+                    t.shard_sum("e3").await,
+                ];
+                if got == want {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            panic!("shards never reached {want:?}");
+        }
+    };
+    settled([2, 1, 1]).await;
+    // A call out of time removes nothing and says so; the next goes on.
+    let user = likes::keys::UserId::parse("leaving").unwrap();
+    let out = t
+        .stack
+        .app
+        .service
+        .erase(&user, std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!((out.removed, out.complete), (0, false));
+    let erase = || t.send("DELETE", "/admin/users/leaving/likes", None, &[], None);
+    let r = erase().await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        (r.body["removed"].as_i64(), r.body["complete"].as_bool()),
+        (Some(3), Some(true)),
+        "{}",
+        r.body
+    );
+    // Rows gone, each count down once; the other user's like stays.
+    for reel in ["e1", "e2", "e3"] {
+        let rows = t.like_rows(reel).await;
+        assert_eq!(rows, usize::from(reel == "e1"), "{reel}");
+    }
+    settled([1, 0, 0]).await;
+    // Again: nothing left, nothing changes.
+    let r = erase().await;
+    assert_eq!(
+        (r.body["removed"].as_i64(), r.body["complete"].as_bool()),
+        (Some(0), Some(true))
+    );
+    settled([1, 0, 0]).await;
+    assert_eq!(t.http_count("e1").await, 1);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasure_removes_every_like_of_a_user_once_transactional() {
+    erasure_in("transactional").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasure_removes_every_like_of_a_user_once_stream() {
+    erasure_in("stream").await;
+}

@@ -99,6 +99,13 @@ impl CounterStore for Delayed {
     async fn write_like(&self, tx: &LikeTx) -> Result<TxResult, Error> {
         self.inner.write_like(tx).await
     }
+    async fn user_likes(
+        &self,
+        u: &UserId,
+        limit: u32,
+    ) -> Result<Vec<(ReelId, Option<i64>)>, Error> {
+        self.inner.user_likes(u, limit).await
+    }
     async fn like_row(&self, u: &UserId, r: &ReelId) -> Result<Option<LikeRow>, Error> {
         self.inner.like_row(u, r).await
     }

@@ -1002,6 +1002,12 @@ fn check_parsed(out: &Result<Command, Error>, n: &Named, h: &Hostile) -> Result<
                 "{c:?}"
             );
         }
+        Command::Erase { principal, .. } => {
+            prop_assert!(
+                principal == "arn:aws:iam::123456789012:user/operator" || principal == "dev",
+                "{c:?}"
+            );
+        }
         Command::Health | Command::ListResized => {}
     }
     Ok(())

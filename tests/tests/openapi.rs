@@ -560,6 +560,7 @@ const HEALTH: (&str, &str) = ("GET", "/healthz");
 const SHARDS: (&str, &str) = ("GET", "/admin/reels/{reel_id}/shards");
 const RESIZE: (&str, &str) = ("POST", "/admin/reels/{reel_id}/shards");
 const RESIZED: (&str, &str) = ("GET", "/admin/reels");
+const ERASE: (&str, &str) = ("DELETE", "/admin/users/{user_id}/likes");
 
 /// A payload-2.0 event built from a sample in `events/`, edited.
 fn event_from(name: &str, edit: impl FnOnce(&mut Value)) -> lambda_http::Request {
@@ -690,6 +691,11 @@ async fn real_answers_match_the_document() {
             .code("payload_too_large"),
         case(RESIZED, "/admin/reels", 200), // lists "hot"
         case(RESIZED, "/admin/reels", 413)
+            .body(big.clone())
+            .code("payload_too_large"),
+        case(ERASE, "/admin/users/u1/likes", 200),
+        case(ERASE, "/admin/users/a%09b/likes", 400).code("invalid_user_id"),
+        case(ERASE, "/admin/users/u1/likes", 413)
             .body(big.clone())
             .code("payload_too_large"),
     ];

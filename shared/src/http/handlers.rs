@@ -258,6 +258,21 @@ async fn execute(
             };
             Ok((status, shards_json(&reel, &s, Some(outcome))))
         }
+        Command::Erase { user, principal } => {
+            // Attributable, as a resize is; the user id is what was asked.
+            tracing::info!(principal = %principal, "admin erasure of a user's likes asked");
+            // A quarter of the budget: the last unlike started may take the
+            // whole budget itself, and the request stays within its bound.
+            let done = app
+                .service
+                .erase(&user, app.config.request_budget / 4)
+                .await?;
+            tracing::info!(principal = %principal, removed = done.removed, complete = done.complete, "admin erasure");
+            Ok((
+                StatusCode::OK,
+                json!({ "user_id": user.as_str(), "removed": done.removed, "complete": done.complete }),
+            ))
+        }
     }
 }
 

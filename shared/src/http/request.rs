@@ -70,6 +70,14 @@ pub enum Command {
         /// else its caller id), `dev` in dev mode. Logged with the resize.
         principal: String,
     },
+    /// `DELETE /admin/users/{user_id}/likes`: removes every like of the
+    /// user, exactly once each (see `LikeService::erase`).
+    Erase {
+        /// Whose likes.
+        user: UserId,
+        /// Who asked (as for [`Command::Resize`]), logged with the erasure.
+        principal: String,
+    },
 }
 
 /// Routes and validates one request, without any I/O: the method, the raw
@@ -88,6 +96,7 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
     let allowed = match &route {
         Route::Like(_) => *method == Method::PUT || *method == Method::DELETE,
         Route::AdminShards(_) => *method == Method::GET || *method == Method::POST,
+        Route::AdminUserLikes(_) => *method == Method::DELETE,
         _ => *method == Method::GET,
     };
     if !allowed {
@@ -141,6 +150,12 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
                 shards,
                 principal,
             })
+        }
+        Route::AdminUserLikes(raw) => {
+            let principal = require_admin(req, auth_mode)?;
+            let user =
+                UserId::parse(&raw).map_err(|e| Error::bad_request("invalid_user_id", e.0))?;
+            Ok(Command::Erase { user, principal })
         }
     }
 }

@@ -9,7 +9,9 @@ use percent_encoding::percent_decode_str;
 /// the template wires them, and answers 404 for anything else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Function {
-    /// `PUT|DELETE /reels/{reel_id}/like`.
+    /// `PUT|DELETE /reels/{reel_id}/like`, and `DELETE
+    /// /admin/users/{user_id}/likes` (IAM-authorized erasure: the same
+    /// unlike transactions, so the same grants).
     Like,
     /// `GET /reels/{reel_id}/likes`, `GET /likes`, `GET /healthz`, and the
     /// API's `$default` route (unknown paths, answered with a JSON 404).
@@ -22,11 +24,14 @@ pub enum Function {
 impl Function {
     pub(crate) fn serves(self, route: &Route) -> bool {
         match self {
-            Function::Like => matches!(route, Route::Like(_)),
+            Function::Like => matches!(route, Route::Like(_) | Route::AdminUserLikes(_)),
             Function::Reshard => matches!(route, Route::AdminShards(_) | Route::AdminReels),
             Function::Read => !matches!(
                 route,
-                Route::Like(_) | Route::AdminShards(_) | Route::AdminReels
+                Route::Like(_)
+                    | Route::AdminShards(_)
+                    | Route::AdminReels
+                    | Route::AdminUserLikes(_)
             ),
         }
     }
@@ -61,6 +66,9 @@ pub(crate) enum Route {
     /// `/admin/reels`: GET the reels with more than one shard or a resize
     /// in progress.
     AdminReels,
+    /// `/admin/users/{user_id}/likes`: DELETE every like of the user
+    /// (erasure).
+    AdminUserLikes(String),
 }
 
 impl Route {
@@ -78,6 +86,7 @@ impl Route {
             ["healthz"] => Some(Route::Health),
             ["admin", "reels", id, "shards"] => Some(Route::AdminShards(decode(id))),
             ["admin", "reels"] => Some(Route::AdminReels),
+            ["admin", "users", id, "likes"] => Some(Route::AdminUserLikes(decode(id))),
             _ => None,
         }
     }
@@ -86,6 +95,7 @@ impl Route {
         match self {
             Route::Like(_) => "PUT, DELETE",
             Route::AdminShards(_) => "GET, POST",
+            Route::AdminUserLikes(_) => "DELETE",
             _ => "GET",
         }
     }
@@ -100,6 +110,7 @@ impl Route {
             Route::Health => "healthz",
             Route::AdminShards(_) => "admin_shards",
             Route::AdminReels => "admin_reels",
+            Route::AdminUserLikes(_) => "admin_user_likes",
         }
     }
 }

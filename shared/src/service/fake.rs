@@ -238,6 +238,13 @@ impl CounterStore for Fake {
         }
         Ok(answer)
     }
+    async fn user_likes(
+        &self,
+        _u: &UserId,
+        _limit: u32,
+    ) -> Result<Vec<(ReelId, Option<i64>)>, Error> {
+        Ok(Vec::new())
+    }
     async fn like_row(&self, _u: &UserId, _r: &ReelId) -> Result<Option<LikeRow>, Error> {
         Ok(None)
     }

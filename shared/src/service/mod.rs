@@ -29,6 +29,7 @@
 //!   back).
 //! * `write`: the exactly-once like/unlike path, its retries, and the count
 //!   it answers with.
+//! * `erase`: every like of one user removed (an operator's erasure).
 //! * `limits`: what one caller may make this instance write.
 //! * `observer`: the write-rate and contention observations that start a
 //!   grow of a hot reel.
@@ -39,6 +40,7 @@ use crate::error::Error;
 use crate::keys::{Action, ReelId, UserId};
 use crate::retry::Backoff;
 use crate::store::CounterStore;
+pub use erase::Erased;
 pub use health::HEALTH_TTL;
 use moka::future::Cache;
 use observer::Observer;
@@ -48,6 +50,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod erase;
 #[cfg(test)]
 mod fake;
 mod health;

@@ -17,11 +17,16 @@ impl<S: CounterStore> LikeService<S> {
     /// (conditioned on its current state) and the shard increment together,
     /// and for a request with an `Idempotency-Key` also the key's record.
     pub async fn write(&self, req: WriteRequest) -> Result<WriteOutcome, Error> {
-        let started = Instant::now();
         // Before anything is read or written: a refused write costs nothing.
         self.limits
             .admit(&req.user, &req.reel, req.idempotency_key.is_some())
             .await?;
+        self.write_unbounded(req).await
+    }
+
+    /// [`Self::write`] without the caller's bounds (an operator's erasure).
+    pub(super) async fn write_unbounded(&self, req: WriteRequest) -> Result<WriteOutcome, Error> {
+        let started = Instant::now();
         let settings = self.settings(&req.reel).await?;
         let token = match (&req.idempotency_key, &req.request_id) {
             (Some(k), _) => RequestToken::derive(

@@ -355,6 +355,15 @@ pub trait CounterStore: Send + Sync + 'static {
     /// One attempt of a like/unlike transaction.
     fn write_like(&self, tx: &LikeTx) -> impl Future<Output = Result<TxResult, Error>> + Send;
 
+    /// Up to `limit` reels `user` likes now, each with its row's
+    /// `liked_at` (read consistently: a Query of the user's partition of
+    /// the Likes table).
+    fn user_likes(
+        &self,
+        user: &UserId,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<(ReelId, Option<i64>)>, Error>> + Send;
+
     /// The like row of (user, reel), read consistently.
     fn like_row(
         &self,

@@ -183,6 +183,37 @@ impl CounterStore for DynamoStore {
         self.send_like_tx(request, tx, Some(1), 2).await
     }
 
+    async fn user_likes(
+        &self,
+        user: &UserId,
+        limit: u32,
+    ) -> Result<Vec<(ReelId, Option<i64>)>, Error> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.likes_table)
+            .key_condition_expression("user_id = :u")
+            .expression_attribute_values(":u", AttributeValue::S(user.as_str().to_owned()))
+            .consistent_read(true)
+            .projection_expression("reel_id, liked_at")
+            .limit(limit.max(1) as i32)
+            .send()
+            .await
+            .map_err(|e| translate("Query", e))?;
+        out.items
+            .unwrap_or_default()
+            .iter()
+            .map(|i| {
+                i.string("reel_id")
+                    .and_then(|r| ReelId::parse(r).ok())
+                    .map(|r| (r, i.int("liked_at")))
+                    .ok_or_else(|| {
+                        Error::internal("Query of a user's likes", "a row without a valid reel_id")
+                    })
+            })
+            .collect()
+    }
+
     async fn like_row(&self, user: &UserId, reel: &ReelId) -> Result<Option<LikeRow>, Error> {
         let out = self
             .client
