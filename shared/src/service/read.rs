@@ -243,11 +243,7 @@ impl<S: CounterStore> LikeService<S> {
         if !missing.is_empty() {
             let settings = match self.settings_many(&missing).await {
                 Ok(s) => s,
-                // Throttled: the cached counts are answered, the rest left
-                // out at once (see below).
-                Err(Error::Throttled) if !found.is_empty() => {
-                    return Ok(self.serve_all(found).await);
-                }
+                Err(e @ Error::Throttled) => return self.cached_or(found, e).await,
                 Err(e) => return Err(e),
             };
             let (plan, over) = within_budget(
@@ -270,12 +266,8 @@ impl<S: CounterStore> LikeService<S> {
                 Ok(sums) => (sums, Vec::new()),
                 // Throttled (after the store's bounded retries): reading
                 // each reel again one by one would add load at the worst
-                // moment. Fail fast, with the cached counts if there are
-                // any; the client comes back after a jittered Retry-After.
-                Err(Error::Throttled) if !found.is_empty() => {
-                    return Ok(self.serve_all(found).await);
-                }
-                Err(e @ Error::Throttled) => return Err(e),
+                // moment.
+                Err(e @ Error::Throttled) => return self.cached_or(found, e).await,
                 // One reel's sum failing (say, a shrinking reel whose folds
                 // kept landing) must not fail the others: each is summed on
                 // its own, and the ones that still fail are left out (the
@@ -306,6 +298,21 @@ impl<S: CounterStore> LikeService<S> {
                 }
                 found.insert(r, n);
             }
+        }
+        Ok(self.serve_all(found).await)
+    }
+
+    /// A batch read that failed with `e` (throttled) fails fast: the counts
+    /// `found` in the cache are answered and the rest left out (the handler
+    /// lists them as unavailable), or, with none, `e` (a jittered
+    /// Retry-After).
+    async fn cached_or(
+        &self,
+        found: HashMap<ReelId, Cached>,
+        e: Error,
+    ) -> Result<HashMap<ReelId, Count>, Error> {
+        if found.is_empty() {
+            return Err(e);
         }
         Ok(self.serve_all(found).await)
     }
