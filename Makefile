@@ -63,7 +63,8 @@ unit:
 	LIKES_TEST_COUNTING=stream $(CARGO) test --locked -p likes-tests --test openapi --test validation --test hostile
 	LIKES_TEST_COUNTING=stream CARGO=$(CARGO) scripts/one-test.sh faults every_like_counts_once_under_every_fault
 
-## cfn-lint and `sam validate --lint` on template.yaml (in a venv).
+## cfn-lint, `sam validate --lint` and `sam validate` on template.yaml,
+## offline (SAM CLI pinned in target/sam-venv, installed on first use).
 lint-template:
 	scripts/lint-template.sh
 
