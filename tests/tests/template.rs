@@ -2,8 +2,10 @@
 //! serves is what it says: every route answers through the local gateway,
 //! every sample event names a route of the template, the tables the stack
 //! created have the template's keys, TTL and indexes (the only index is the
-//! sparse `ResizeIndex` the code queries), and no function is put in dev
-//! auth. Every counters-table statement of every function is scoped by
+//! sparse `ResizeIndex` the code queries), no function is put in dev auth,
+//! and issue 22's guardrails (throttles, the JWT scope, reserved
+//! concurrency, table caps, log retention) are all there. Every
+//! counters-table statement of every function is scoped by
 //! `dynamodb:LeadingKeys` to key formats of `keys.rs`, each function may
 //! touch exactly the key kinds listed for it, every action a function is
 //! granted is one its code performs (read from the code), the readiness
@@ -347,6 +349,143 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         res["OperationsDashboard"]["Type"],
         "AWS::CloudWatch::Dashboard"
     );
+}
+
+/// Issue 22's guardrails, which API Gateway, Lambda and DynamoDB enforce
+/// (so no local test shows them biting), stay in the template, each a
+/// parameter: a throttle on every route, the stage default (the
+/// unauthenticated `/healthz` and `$default`) among them; the JWT scope on
+/// the user routes, and on no other; an access log naming the caller;
+/// reserved concurrency on every function; both tables capped and
+/// deletion-protected; and every function's log group declared with a
+/// retention.
+#[test]
+fn the_guardrails_are_in_the_template() {
+    use serde_yaml::Value;
+    let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    let doc: Value = serde_yaml::from_str(&text).unwrap();
+    let res = &doc["Resources"];
+    fn is_ref(v: &Value, name: &str) -> bool {
+        match v {
+            Value::Tagged(t) => t.tag == "!Ref" && t.value.as_str() == Some(name),
+            _ => false,
+        }
+    }
+    /// `!If [<cond>, <then>, !Ref AWS::NoValue]` → (cond, then).
+    fn if_else_nothing(v: &Value) -> Option<(String, Value)> {
+        let Value::Tagged(t) = v else { return None };
+        let s = t.value.as_sequence().filter(|_| t.tag == "!If")?;
+        (s.len() == 3 && is_ref(&s[2], "AWS::NoValue"))
+            .then(|| (s[0].as_str().unwrap_or_default().to_owned(), s[1].clone()))
+    }
+    fn throttled_by(settings: &Value, rate: &str, burst: &str) -> bool {
+        is_ref(&settings["ThrottlingRateLimit"], rate)
+            && is_ref(&settings["ThrottlingBurstLimit"], burst)
+    }
+    let api = &res["LikesApi"]["Properties"];
+    let stage = &api["DefaultRouteSettings"];
+    let hard = |route: &Value| throttled_by(route, "DefaultThrottleRate", "DefaultThrottleBurst");
+    assert!(hard(stage));
+    let default_rate = doc["Parameters"]["DefaultThrottleRate"]["Default"].as_u64();
+    assert!(default_rate.is_some_and(|r| r <= 100), "{default_rate:?}");
+    // The JWT authorizer is the default one, so a route without `Auth` is a
+    // user route and gets its scope (none when the parameter is empty).
+    assert_eq!(api["Auth"]["DefaultAuthorizer"], "JwtAuthorizer");
+    let scopes = api["Auth"]["Authorizers"]["JwtAuthorizer"]["AuthorizationScopes"]
+        .as_sequence()
+        .expect("a literal list: SAM takes nothing else");
+    let [Some((cond, scope))] = &scopes.iter().map(if_else_nothing).collect::<Vec<_>>()[..] else {
+        panic!("one scope, under a condition: {scopes:?}");
+    };
+    assert_eq!(cond, "HasJwtScope");
+    assert!(is_ref(scope, "JwtAuthorizationScope"), "{scope:?}");
+    let mut user_routes = BTreeSet::new();
+    let functions: Vec<&str> = res
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
+        .map(|(id, _)| id.as_str().unwrap())
+        .collect();
+    for f in &functions {
+        let props = &res[*f]["Properties"];
+        for (_, ev) in props["Events"].as_mapping().into_iter().flatten() {
+            if ev["Type"] != "HttpApi" {
+                continue;
+            }
+            let p = &ev["Properties"];
+            let path = p["Path"].as_str().unwrap();
+            let route = &p["RouteSettings"];
+            match p["Auth"]["Authorizer"].as_str() {
+                // Unauthenticated: the stage default's hard throttle.
+                Some("NONE") => {
+                    assert!(["/healthz", "$default"].contains(&path), "{path}: no auth");
+                    assert!(route.is_null() || hard(route), "{path}: throttled hard");
+                }
+                Some("AWS_IAM") => {
+                    assert!(path.starts_with("/admin/"), "{path}");
+                    assert!(
+                        throttled_by(route, "AdminThrottleRate", "AdminThrottleBurst"),
+                        "{path}"
+                    );
+                }
+                None => {
+                    let writes = throttled_by(route, "WriteThrottleRate", "WriteThrottleBurst");
+                    let reads = throttled_by(route, "ReadThrottleRate", "ReadThrottleBurst");
+                    assert!(writes || reads, "{path}: a user route without its throttle");
+                    user_routes.insert(path);
+                }
+                Some(other) => panic!("{path}: authorizer {other}"),
+            }
+        }
+        // Reserved concurrency: `<Name>ReservedConcurrency`, -1 leaving it out.
+        let param = format!("{}ReservedConcurrency", f.trim_end_matches("Function"));
+        let reserved = if_else_nothing(&props["ReservedConcurrentExecutions"]);
+        assert!(
+            reserved.is_some_and(|(_, v)| is_ref(&v, &param)),
+            "{f}: ReservedConcurrentExecutions from {param}"
+        );
+        // Its log group, named as Lambda names it, with a retention.
+        let logs = res.as_mapping().unwrap().values().find(|r| {
+            r["Type"] == "AWS::Logs::LogGroup"
+                && matches!(&r["Properties"]["LogGroupName"],
+                    Value::Tagged(t) if t.tag == "!Sub"
+                        && t.value.as_str() == Some(&format!("/aws/lambda/${{{f}}}")))
+        });
+        let logs = logs.unwrap_or_else(|| panic!("{f}: no log group declared"));
+        let retention = &logs["Properties"]["RetentionInDays"];
+        assert!(is_ref(retention, "LogRetentionDays"), "{f}: {retention:?}");
+    }
+    assert_eq!(
+        user_routes,
+        BTreeSet::from(["/likes", "/reels/{reel_id}/like", "/reels/{reel_id}/likes"])
+    );
+    // Who asked, on every line of the access log.
+    let log = api["AccessLogSettings"]["Format"].as_str().unwrap();
+    for who in ["authorizer.claims.sub", "identity.userArn"] {
+        assert!(
+            log.contains(&format!("$context.{who}")),
+            "access log without {who}"
+        );
+    }
+    // Both tables: an on-demand cap (unless set to -1) and deletion protection.
+    for (id, r) in res.as_mapping().unwrap() {
+        if r["Type"] != "AWS::DynamoDB::Table" {
+            continue;
+        }
+        let id = id.as_str().unwrap();
+        let name = id.trim_end_matches("Table");
+        assert_eq!(r["Properties"]["DeletionProtectionEnabled"], true, "{id}");
+        let (_, caps) = if_else_nothing(&r["Properties"]["OnDemandThroughput"])
+            .unwrap_or_else(|| panic!("{id}: OnDemandThroughput"));
+        for (prop, param) in [
+            ("MaxReadRequestUnits", format!("{name}MaxReadUnits")),
+            ("MaxWriteRequestUnits", format!("{name}MaxWriteUnits")),
+        ] {
+            let cap = if_else_nothing(&caps[prop]);
+            assert!(cap.is_some_and(|(_, v)| is_ref(&v, &param)), "{id}.{prop}");
+        }
+    }
 }
 
 /// Reconciliation starts daily (a parameter) and an unfinished run is
