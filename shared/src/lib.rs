@@ -33,7 +33,8 @@
 //!   the pacing of its calls.
 //! * [`reshard`]: the resize protocol (grow, shrink by folding), its
 //!   crash-safe state machine and the scheduled run with the automatic
-//!   grow/shrink policy.
+//!   grow/shrink policy; `crowd` tells contention from a crowd (distinct
+//!   users, or stream shards) from one source meeting itself.
 //! * [`aggregate`]: stream mode's consumer of the Likes table's stream,
 //!   exactly once with a checkpoint per stream shard; `records` parses
 //!   Lambda's event, `chunk` cuts it into transactions.

@@ -302,3 +302,46 @@ async fn a_stream_shard_cancelled_by_a_conflict_moves_to_the_next_shard_and_stay
     assert_eq!(t.http_count("pop").await, 3);
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_shards_meeting_on_a_reel_double_its_shards() {
+    use likes::store::Phase;
+    // Before: the aggregator moved on to another shard and nothing else,
+    // so a reel written by more stream shards than it has shards kept two
+    // or more of them on each shard, meeting whenever their batches came at
+    // the same moment (7.6 % of stream-scale's transactions conflicted).
+    let t = stack(&[
+        ("FAULTS", "seed=23,conflict_hold_ms=1500"),
+        ("AUTO_RESHARD", "on"),
+        ("CONTENTION_GROW_EVENTS", "2"),
+    ])
+    .await;
+    t.set_shards("pop", 4, 4).await;
+    let pop = ReelId::parse("pop").unwrap();
+    let a = stream_shard(0, 4, &[]);
+    let b = stream_shard(0, 4, &[&a]);
+    let c = stream_shard(0, 4, &[&a, &b]);
+    deliver(&t, &batch(&a, "pop", &[(10, "u1")])).await;
+    // One stream shard meeting another is not a crowd yet.
+    deliver(&t, &batch(&b, "pop", &[(10, "u2")])).await;
+    let s = t.stack.app.reshard.state(&pop).await.unwrap();
+    assert_eq!(
+        (s.phase, s.read_shards, s.write_shards),
+        (Phase::Stable, 4, 4)
+    );
+    // A second one is: the reel's shards double, readers first.
+    deliver(&t, &batch(&c, "pop", &[(10, "u3")])).await;
+    let s = t.stack.app.reshard.state(&pop).await.unwrap();
+    assert_eq!(
+        (s.phase, s.read_shards, s.write_shards),
+        (Phase::Growing, 8, 4)
+    );
+    drive(&t.stack.app.reshard, &pop).await;
+    let s = t.stack.app.reshard.state(&pop).await.unwrap();
+    assert_eq!(
+        (s.phase, s.read_shards, s.write_shards),
+        (Phase::Stable, 8, 8)
+    );
+    assert_eq!(t.http_count("pop").await, 3);
+    t.stop().await;
+}

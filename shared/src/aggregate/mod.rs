@@ -64,6 +64,14 @@
 //! knows): stream shards whose batches come at the same moments spread
 //! apart. Any shard is as exact as another; only the placement moves.
 //!
+//! Stream shards that outnumber a reel's shards never all spread apart, so
+//! chunks that meet also count towards growing the reel: once
+//! `CONTENTION_GROW_EVENTS` distinct stream shards met on one reel's shards
+//! within [`crowd::CROWD_WINDOW`] (in this instance), its shards double
+//! (up to `MAX_SHARDS`; never with `AUTO_RESHARD=off`). Doubling keeps
+//! apart the stream shards that had found a shard of their own (shard
+//! numbers that differ modulo W differ modulo 2W).
+//!
 //! # Recent changes
 //!
 //! Each shard update also adds the chunk's changes of the reel to the
@@ -85,6 +93,7 @@ pub mod records;
 use crate::config::{Config, RecentWindow};
 use crate::error::Error;
 use crate::keys::{self, ReelId};
+use crate::reshard::{self, crowd, crowd::Crowd};
 use crate::retry::Backoff;
 use crate::store::{AggregateStore, ChunkResult, ChunkWrite, RetryReason};
 use crate::token::RequestToken;
@@ -137,6 +146,11 @@ pub struct Aggregator<S> {
     chunk_reels: usize,
     /// The shard items' recent-change buckets (see [`crate::reconcile`]).
     window: RecentWindow,
+    /// Stream shards meeting on a reel's shards (`None` when
+    /// `AUTO_RESHARD=off`); see the module notes.
+    crowd: Option<Crowd>,
+    /// `MAX_SHARDS`.
+    max_shards: u32,
 }
 
 /// `out` with its skipped records counted: those the checkpoint covers that
@@ -174,6 +188,13 @@ impl<S: AggregateStore> Aggregator<S> {
             since_ms: (config.stream_since_ms + 999) / 1000 * 1000,
             chunk_reels: config.aggregate_chunk_reels,
             window: config.reconcile.recent_window(),
+            // Quiet for two resize waits after a crowd: what chunks meet
+            // while the grow is under way is the old placement's.
+            crowd: config
+                .resize
+                .auto
+                .then(|| Crowd::new(config.resize.contention_events, config.resize_wait() * 2)),
+            max_shards: config.resize.max_shards,
         }
     }
 
@@ -247,7 +268,7 @@ impl<S: AggregateStore> Aggregator<S> {
                     let write = self
                         .plan(&key, shard_id, checkpoint.as_ref(), &chunk, now, turn)
                         .await?;
-                    match self.store.apply_chunk(&write).await? {
+                    let reason = match self.store.apply_chunk(&write).await? {
                         ChunkResult::Applied => {
                             out.applied += chunk.records;
                             out.chunks += 1;
@@ -279,29 +300,33 @@ impl<S: AggregateStore> Aggregator<S> {
                                 out.failed_from = Some(chunk.first.to_string());
                                 return Ok(finish(out, &batch, checkpoint.as_ref()));
                             }
+                            continue;
                         }
-                        ChunkResult::Retry(reason) => {
-                            if reason == RetryReason::Conflict {
-                                // Another stream shard's transaction held
-                                // an item: add to the next shard, now and
-                                // in this stream shard's later batches
-                                // (the turn is kept on its checkpoint).
-                                turn = turn.wrapping_add(1);
+                        ChunkResult::Conflict { add } => {
+                            // Another stream shard's transaction held an
+                            // item: add to the next shard, now and in this
+                            // stream shard's later batches (the turn is
+                            // kept on its checkpoint).
+                            turn = turn.wrapping_add(1);
+                            if let Some(a) = add.and_then(|i| write.adds.get(i)) {
+                                self.met_on(&a.reel, &key).await;
                             }
-                            out.retries += 1;
-                            if !self.backoff.allows(attempt) {
-                                tracing::warn!(
-                                    shard = shard_id,
-                                    ?reason,
-                                    attempts = attempt,
-                                    "aggregation retries exhausted; Lambda delivers the rest again"
-                                );
-                                out.failed_from = Some(chunk.first.to_string());
-                                return Ok(finish(out, &batch, checkpoint.as_ref()));
-                            }
-                            tokio::time::sleep(self.backoff.delay(attempt)).await;
+                            RetryReason::Conflict
                         }
+                        ChunkResult::Retry(reason) => reason,
+                    };
+                    out.retries += 1;
+                    if !self.backoff.allows(attempt) {
+                        tracing::warn!(
+                            shard = shard_id,
+                            ?reason,
+                            attempts = attempt,
+                            "aggregation retries exhausted; Lambda delivers the rest again"
+                        );
+                        out.failed_from = Some(chunk.first.to_string());
+                        return Ok(finish(out, &batch, checkpoint.as_ref()));
                     }
+                    tokio::time::sleep(self.backoff.delay(attempt)).await;
                 }
             }
             break;
@@ -310,6 +335,24 @@ impl<S: AggregateStore> Aggregator<S> {
             out.failed_from = Some(bad.raw.clone());
         }
         Ok(finish(out, &batch, checkpoint.as_ref()))
+    }
+
+    /// Notes that a chunk of the stream shard behind `key` met another
+    /// stream shard's transaction on a shard of `reel`, and doubles the
+    /// reel's shards when enough stream shards did (see the module notes).
+    /// A failure to start the grow is logged and left to the next crowd.
+    async fn met_on(&self, reel: &ReelId, key: &str) {
+        let Some(crowd) = &self.crowd else { return };
+        if !crowd.note(reel, crowd::source(key)).await {
+            return;
+        }
+        let max = self.max_shards;
+        let double = |s: &crate::store::Settings| s.write_shards.saturating_mul(2).min(max);
+        if let Err(e) =
+            reshard::request_grow_to(&self.store, reel, double, "stream_conflicts").await
+        {
+            tracing::warn!(reel = %reel, error = e.code(), "could not start a grow");
+        }
     }
 
     /// The stream shard's checkpoint; a stored value that is not a sequence

@@ -75,6 +75,7 @@
 //! sizing rule both the run and the like path apply
 //! ([`ResizeConfig::grow_target`]).
 
+pub mod crowd;
 mod plan;
 mod policy;
 mod schedule;
@@ -252,8 +253,20 @@ pub async fn request_grow<S: CounterStore>(
     target: u32,
     reason: &'static str,
 ) -> Result<bool, Error> {
+    request_grow_to(store, reel, |_| target, reason).await
+}
+
+/// [`request_grow`] to a target taken from the settings in place (the
+/// stream aggregator doubles what it finds).
+pub async fn request_grow_to<S: CounterStore>(
+    store: &S,
+    reel: &ReelId,
+    target_of: impl Fn(&Settings) -> u32,
+    reason: &'static str,
+) -> Result<bool, Error> {
     for _ in 0..3 {
         let cur = read_settings(store, reel).await?;
+        let target = target_of(&cur);
         if cur.phase != Phase::Stable || target <= cur.write_shards {
             return Ok(false);
         }

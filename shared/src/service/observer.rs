@@ -5,10 +5,9 @@
 use super::LikeService;
 use crate::config::{Config, ResizeConfig};
 use crate::keys::{ReelId, UserId};
-use crate::reshard;
+use crate::reshard::{self, crowd, crowd::Crowd};
 use crate::store::{CounterStore, Settings, ShardSum};
 use moka::future::Cache;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,14 +20,10 @@ pub(super) struct Observer {
     /// The shard count this instance last asked a reel to grow to; not asked
     /// again until the resize could have completed.
     asked: Cache<ReelId, u32>,
-    /// Contended like transactions per reel: the distinct users they came
-    /// from (hashes, at most `CONTENTION_GROW_EVENTS`), and when the first
-    /// was seen.
-    contention: Cache<ReelId, (Vec<u64>, Instant)>,
+    /// Contended like transactions per reel, by the distinct users they
+    /// came from.
+    contention: Crowd,
 }
-
-/// Contention counts within this window.
-const CONTENTION_WINDOW: Duration = Duration::from_secs(10);
 
 impl Observer {
     /// Empty observations, bounded by `config`'s cache size and resize
@@ -44,10 +39,7 @@ impl Observer {
                 .max_capacity(10_000)
                 .time_to_live(config.resize_wait() * 2)
                 .build(),
-            contention: Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(CONTENTION_WINDOW * 6)
-                .build(),
+            contention: Crowd::new(config.resize.contention_events, Duration::ZERO),
         }
     }
 }
@@ -91,7 +83,7 @@ impl<S: CounterStore> LikeService<S> {
 
     /// Counts a like transaction of `user` on `reel` that conflicted or was
     /// throttled on the reel's shard; enough of them from distinct users
-    /// within [`CONTENTION_WINDOW`] grow the reel as a saturated one
+    /// within [`CROWD_WINDOW`](crowd::CROWD_WINDOW) grow the reel as a saturated one
     /// ([`ResizeConfig::grow_target`]). Distinct users, because growth must
     /// follow a crowd: one user's parallel likes and unlikes (on a reel
     /// that may not even exist) only meet themselves.
@@ -104,36 +96,9 @@ impl<S: CounterStore> LikeService<S> {
         settings: &Settings,
     ) {
         let Some(o) = &self.observer else { return };
-        let needed = o.resize.contention_events as usize;
-        if needed == 0 {
-            return;
-        }
-        let who = {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            user.as_str().hash(&mut h);
-            h.finish()
-        };
-        let now = Instant::now();
-        let (users, _) = o
-            .contention
-            .entry(reel.clone())
-            .and_upsert_with(|e| async move {
-                match e.map(|e| e.into_value()) {
-                    Some((mut users, first)) if now.duration_since(first) < CONTENTION_WINDOW => {
-                        if users.len() < needed && !users.contains(&who) {
-                            users.push(who);
-                        }
-                        (users, first)
-                    }
-                    _ => (vec![who], now),
-                }
-            })
-            .await
-            .into_value();
-        if users.len() >= needed {
+        if o.contention.note(reel, crowd::source(user.as_str())).await {
             let want = o.resize.grow_target(settings.write_shards, None, true);
             if want > settings.write_shards {
-                o.contention.invalidate(reel).await;
                 self.ask_grow(o, reel, want, "contention").await;
             }
         }

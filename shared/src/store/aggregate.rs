@@ -89,7 +89,17 @@ pub enum ChunkResult {
     /// A shard it adds to is closed (a shrink retired it after the reel's
     /// settings were read): plan again with the settings now in place.
     SettingsChanged,
-    /// Worth another attempt after backoff.
+    /// Cancelled because another transaction held one of its items in
+    /// flight (DynamoDB's `TransactionConflict`): the index in
+    /// [`ChunkWrite::adds`] of the first shard item so held, `None` when
+    /// only the checkpoint item was (another invocation of the same stream
+    /// shard). Worth another attempt after backoff.
+    Conflict {
+        /// See the variant.
+        add: Option<usize>,
+    },
+    /// Worth another attempt after backoff (throttling, the token's first
+    /// attempt still in flight).
     Retry(RetryReason),
 }
 

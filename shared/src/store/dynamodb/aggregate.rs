@@ -2,11 +2,16 @@
 //! transaction that applies one chunk of its records.
 
 use super::DynamoStore;
-use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
+use super::error::{
+    MaintenanceTxFailure, cancellation_codes, maintenance_tx_failure, request_build_failed,
+    translate,
+};
 use super::ext::ItemExt;
 use crate::error::Error;
 use crate::keys;
-use crate::store::{AggregateStore, Checkpoint, ChunkResult, ChunkWrite};
+use crate::store::{AggregateStore, Checkpoint, ChunkResult, ChunkWrite, RetryReason};
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 
 impl AggregateStore for DynamoStore {
@@ -147,12 +152,28 @@ impl AggregateStore for DynamoStore {
             .client_request_token(write.token.as_str())
             .send()
             .await;
+        // Which shard item a conflict was on (the checkpoint is action 0,
+        // `adds[i]` action i + 1), read before the error is classified: the
+        // aggregator grows a reel whose shards its chunks meet on.
+        let conflicted = match &result {
+            Err(SdkError::ServiceError(se)) => match se.err() {
+                TransactWriteItemsError::TransactionCanceledException(c) => cancellation_codes(c)
+                    .iter()
+                    .skip(1)
+                    .position(|c| *c == "TransactionConflict"),
+                _ => None,
+            },
+            _ => None,
+        };
         match result.map_err(|e| maintenance_tx_failure("aggregation", e)) {
             Ok(_) => Ok(ChunkResult::Applied),
             Err(failure) => match failure? {
                 // The checkpoint is action 0, each reel's shard one after.
                 MaintenanceTxFailure::Condition(0) => Ok(ChunkResult::CheckpointMoved),
                 MaintenanceTxFailure::Condition(_) => Ok(ChunkResult::SettingsChanged),
+                MaintenanceTxFailure::Retry(RetryReason::Conflict) => {
+                    Ok(ChunkResult::Conflict { add: conflicted })
+                }
                 MaintenanceTxFailure::Retry(reason) => Ok(ChunkResult::Retry(reason)),
                 // The token is derived from the whole body, so this would
                 // take a hash collision; whatever it is, nothing was
