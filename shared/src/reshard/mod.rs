@@ -80,6 +80,7 @@ mod plan;
 mod policy;
 mod schedule;
 
+pub use policy::{request_grow, request_grow_to};
 pub use schedule::RunSummary;
 
 use crate::clock::now_ms;
@@ -242,60 +243,6 @@ pub async fn begin<S: ResizeStore>(
         }
     }
     Err(Error::Contended)
-}
-
-/// Starts growing `reel` to `target` shards unless it already has as many
-/// or a resize is in progress (automatic growth: the read path's observed
-/// rate, the like path's contention). `Ok(true)` when this call started it.
-pub async fn request_grow<S: CounterStore>(
-    store: &S,
-    reel: &ReelId,
-    target: u32,
-    reason: &'static str,
-) -> Result<bool, Error> {
-    request_grow_to(store, reel, |_| target, reason).await
-}
-
-/// [`request_grow`] to a target taken from the settings in place (the
-/// stream aggregator doubles what it finds).
-pub async fn request_grow_to<S: CounterStore>(
-    store: &S,
-    reel: &ReelId,
-    target_of: impl Fn(&Settings) -> u32,
-    reason: &'static str,
-) -> Result<bool, Error> {
-    for _ in 0..3 {
-        let cur = read_settings(store, reel).await?;
-        let target = target_of(&cur);
-        if cur.phase != Phase::Stable || target <= cur.write_shards {
-            return Ok(false);
-        }
-        let Plan::Put(next) = plan(&cur, target, now_ms())? else {
-            return Ok(false);
-        };
-        let found = strays(store, reel, &cur, &next).await?;
-        if !found.is_empty() {
-            // This path may not delete items (IAM); an admin resize, the
-            // scheduled run or reconciliation clears them.
-            tracing::warn!(reel = %reel, target, strays = ?found, "not growing: items outside the read range are not empty; reconciliation clears them");
-            return Ok(false);
-        }
-        if store.put_settings(reel, cur.version, &next).await? {
-            tracing::info!(reel = %reel, from = cur.write_shards, target, reason, "automatic grow started");
-            // However late the put above was sent, the wait starts now.
-            stamp(
-                store,
-                reel,
-                &Settings {
-                    version: cur.version + 1,
-                    ..next
-                },
-            )
-            .await;
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// Where a reel's resize stands after [`Resharder::advance`].
