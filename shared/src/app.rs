@@ -46,6 +46,15 @@ impl App {
         }
     }
 
+    /// The same, with likes only of the reels `check` knows (see
+    /// [`LikeService::with_reel_check`]).
+    pub fn with_reel_check(self, check: std::sync::Arc<dyn crate::service::ReelCheck>) -> Self {
+        App {
+            service: self.service.with_reel_check(check),
+            ..self
+        }
+    }
+
     /// Reads the configuration and builds the SDK client from the
     /// environment.
     pub async fn from_env() -> Result<Self, crate::config::ConfigError> {

@@ -31,6 +31,10 @@ pub enum Error {
     /// 404: no such route.
     #[error("no such route")]
     NotFound,
+    /// 404: a like of an id the deployment's reel check says is no reel
+    /// (`service::reels`); nothing was written.
+    #[error("no such reel")]
+    UnknownReel,
     /// 405: the route exists, the method does not. `allow` lists the methods.
     #[error("method not allowed")]
     MethodNotAllowed {
@@ -102,7 +106,7 @@ impl Error {
             Error::BadRequest { .. } => 400,
             Error::Unauthorized => 401,
             Error::Forbidden => 403,
-            Error::NotFound => 404,
+            Error::NotFound | Error::UnknownReel => 404,
             Error::MethodNotAllowed { .. } => 405,
             Error::Conflict { .. } => 409,
             Error::PayloadTooLarge { .. } => 413,
@@ -119,6 +123,7 @@ impl Error {
             Error::Unauthorized => "unauthorized",
             Error::Forbidden => "forbidden",
             Error::NotFound => "not_found",
+            Error::UnknownReel => "reel_not_found",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
             Error::Conflict { code, .. } => code,
             Error::PayloadTooLarge { .. } => "payload_too_large",
@@ -164,6 +169,7 @@ mod tests {
             Error::Unauthorized,
             Error::Forbidden,
             Error::NotFound,
+            Error::UnknownReel,
             Error::MethodNotAllowed { allow: "GET" },
             Error::Conflict {
                 code: "resize_in_progress",
@@ -179,7 +185,9 @@ mod tests {
         let statuses: Vec<u16> = all.iter().map(Error::status).collect();
         assert_eq!(
             statuses,
-            [400, 401, 403, 404, 405, 409, 413, 429, 429, 429, 503, 500]
+            [
+                400, 401, 403, 404, 404, 405, 409, 413, 429, 429, 429, 503, 500
+            ]
         );
         for e in &all {
             let b = e.body();

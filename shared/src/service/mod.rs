@@ -31,6 +31,8 @@
 //!   it answers with.
 //! * `erase`: every like of one user removed (an operator's erasure).
 //! * `limits`: what one caller may make this instance write.
+//! * `reels`: which ids are reels (a deployment's own check plugs in
+//!   there).
 //! * `observer`: the write-rate and contention observations that start a
 //!   grow of a hot reel.
 //! * `health`: the cached readiness probe of the store (`GET /healthz`).
@@ -45,6 +47,7 @@ pub use health::HEALTH_TTL;
 use moka::future::Cache;
 use observer::Observer;
 use read::{Cached, FreshSettings};
+pub use reels::{AnyReel, ReelCheck};
 use served::Served;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,6 +60,7 @@ mod health;
 mod limits;
 mod observer;
 mod read;
+mod reels;
 mod served;
 mod write;
 
@@ -198,6 +202,10 @@ pub struct LikeService<S> {
     feed_read_items: usize,
     /// Each caller's write bounds on this instance.
     limits: limits::Limits,
+    /// Which ids a like may name ([`LikeService::with_reel_check`]).
+    reels: reels::Reels,
+    /// `CACHE_MAX_REELS`, for the reel check's cache.
+    cache_max_reels: u64,
     /// The readiness probe's last result ([`LikeService::ready`]).
     health: health::Health,
 }
@@ -228,8 +236,20 @@ impl<S: CounterStore> LikeService<S> {
             stream_visible: config.stream_visible,
             feed_read_items: config.feed_read_items as usize,
             limits: limits::Limits::new(config.write_limits, limits::MAX_USERS),
+            reels: reels::Reels::any(),
+            cache_max_reels: config.cache_max_reels,
             health: health::Health::default(),
         }
+    }
+
+    /// Likes only reels `check` knows; the others are refused with
+    /// [`Error::UnknownReel`] (404 `reel_not_found`) before anything is
+    /// written. The default is [`AnyReel`]. A deployment plugs its check in
+    /// where its like function builds the service (docs/operations.md,
+    /// "Your own reel ids").
+    pub fn with_reel_check(mut self, check: std::sync::Arc<dyn ReelCheck>) -> Self {
+        self.reels = reels::Reels::checked(check, self.cache_max_reels);
+        self
     }
 
     /// Readiness: both tables answer. One probe answers every check for

@@ -21,6 +21,9 @@ impl<S: CounterStore> LikeService<S> {
         self.limits
             .admit(&req.user, &req.reel, req.idempotency_key.is_some())
             .await?;
+        if req.action == Action::Like {
+            self.reels.admit(&req.reel).await?;
+        }
         self.write_unbounded(req).await
     }
 
@@ -359,6 +362,33 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_like_of_an_id_the_reel_check_refuses_writes_nothing() {
+        use futures::future::BoxFuture;
+        /// Knows only `pub1`.
+        struct Catalogue;
+        impl crate::service::ReelCheck for Catalogue {
+            fn exists<'a>(&'a self, reel: &'a ReelId) -> BoxFuture<'a, Result<bool, Error>> {
+                Box::pin(async move { Ok(reel.as_str() == "pub1") })
+            }
+        }
+        let done = TxResult::Committed { replayed: false };
+        let svc = scripted(vec![done, done], &[]).with_reel_check(Arc::new(Catalogue));
+        let mut req = like("u", "r1");
+        req.reel = ReelId::parse("made-up").unwrap();
+        assert!(matches!(svc.write(req).await, Err(Error::UnknownReel)));
+        assert_eq!(svc.store().calls(), 0);
+        // An unlike of it is no new reel (a reel deleted since can still be
+        // unliked); a like of a known reel goes through.
+        let mut req = fake::unlike("u", "r2");
+        req.reel = ReelId::parse("made-up").unwrap();
+        svc.write(req).await.unwrap();
+        let mut req = like("u", "r3");
+        req.reel = ReelId::parse("pub1").unwrap();
+        svc.write(req).await.unwrap();
+        assert_eq!(svc.store().calls(), 2);
+    }
 
     #[tokio::test]
     async fn conflicts_are_retried_then_succeed_with_the_retries_counted() {
