@@ -172,3 +172,83 @@ async fn erasure_removes_every_like_of_a_user_once_transactional() {
 async fn erasure_removes_every_like_of_a_user_once_stream() {
     erasure_in("stream").await;
 }
+
+/// Erasure with the proxy losing answers after committing, throttling,
+/// cancelling transactions and failing requests (issue 22, point 7: "safe
+/// to retry"): the operator calls again until an answer says `complete`,
+/// and every row is gone with each count taken down exactly once.
+async fn erasure_under_faults_in(mode: &str) {
+    let mut env = vec![
+        ("COUNTING", mode),
+        ("CACHE_TTL_MS", "0"),
+        ("FAULTS", "write_cap=1000000"),
+    ];
+    env.extend_from_slice(&common::UNBOUNDED_CALLERS);
+    let t = TestStack::start(&env).await;
+    let reels: Vec<String> = (0..12).map(|i| format!("f{i}")).collect();
+    for (i, reel) in reels.iter().enumerate() {
+        assert_eq!(t.like("leaving", reel).await.status, 200);
+        if i % 2 == 0 {
+            assert_eq!(t.like("staying", reel).await.status, 200);
+        }
+    }
+    let want = |gone: bool| -> Vec<i64> {
+        (0..reels.len())
+            .map(|i| i64::from(i % 2 == 0) + i64::from(!gone))
+            .collect()
+    };
+    let settled = |want: Vec<i64>| {
+        let t = &t;
+        let reels = &reels;
+        async move {
+            let mut got = Vec::new();
+            for _ in 0..150 {
+                got.clear();
+                for r in reels {
+                    got.push(t.shard_sum(r).await);
+                }
+                if got == want {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            panic!("shards at {got:?}, never reached {want:?}");
+        }
+    };
+    settled(want(false)).await;
+    let proxy = t.stack.proxy.clone().expect("FAULTS starts the proxy");
+    proxy.set_faults(faultproxy::Faults::parse("seed=31,all=0.08").unwrap());
+    let mut calls = 0;
+    let mut failed = 0;
+    loop {
+        calls += 1;
+        assert!(calls <= 100, "erasure never completed");
+        let r = t
+            .send("DELETE", "/admin/users/leaving/likes", None, &[], None)
+            .await;
+        if r.status == 200 && r.body["complete"] == serde_json::json!(true) {
+            break;
+        }
+        // Whatever else it answered, the operator calls again.
+        failed += u32::from(r.status != 200);
+    }
+    let stats = proxy.stats();
+    proxy.set_faults(faultproxy::Faults::default());
+    assert!(stats.failures_injected > 0, "no fault struck: {stats:?}");
+    for (i, reel) in reels.iter().enumerate() {
+        assert_eq!(t.like_rows(reel).await, usize::from(i % 2 == 0), "{reel}");
+    }
+    settled(want(true)).await;
+    eprintln!("erasure under faults ({mode}): {calls} calls, {failed} failed");
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasure_under_faults_is_exact_transactional() {
+    erasure_under_faults_in("transactional").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasure_under_faults_is_exact_stream() {
+    erasure_under_faults_in("stream").await;
+}
