@@ -4,7 +4,8 @@
 //! created have the template's keys, TTL and indexes (the only index is the
 //! sparse `ResizeIndex` the code queries), no function is put in dev auth,
 //! and issue 22's guardrails (throttles, the JWT scope, reserved
-//! concurrency, table caps, log retention) are all there. Every
+//! concurrency, table caps, log retention) are all there; every alarm has
+//! its runbook row and is on the dashboard's alarm widget. Every
 //! counters-table statement of every function is scoped by
 //! `dynamodb:LeadingKeys` to key formats of `keys.rs`, each function may
 //! touch exactly the key kinds listed for it, every action a function is
@@ -325,15 +326,75 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         "CountersTableThrottleAlarm",
         "LikesTableThrottleAlarm",
         "AggregateFunctionThrottlesAlarm",
+        "ReconcileRunAgeAlarm",
+        "StreamLagAlarm",
+        "AggregateFailuresAlarm",
     ] {
         assert_eq!(res[alarm]["Type"], "AWS::CloudWatch::Alarm", "{alarm}");
     }
-    // Every alarm the template declares has its row in the runbook.
-    let runbook = std::fs::read_to_string(repo_root().join("docs").join("operations.md")).unwrap();
+    // The functions that fail with no caller to see it (a schedule, the
+    // stream) are alarmed on Lambda's Errors.
+    for (alarm, function) in [
+        ("ReconcileFunctionErrorsAlarm", "ReconcileFunction"),
+        ("AggregateFunctionErrorsAlarm", "AggregateFunction"),
+    ] {
+        let p = &res[alarm]["Properties"];
+        assert_eq!(res[alarm]["Type"], "AWS::CloudWatch::Alarm", "{alarm}");
+        assert_eq!(p["Namespace"], "AWS/Lambda", "{alarm}");
+        assert_eq!(p["MetricName"], "Errors", "{alarm}");
+        let dims = p["Dimensions"].as_sequence().expect("dimensions");
+        assert!(
+            matches!(&dims[..], [d] if d["Name"] == "FunctionName"
+                && matches!(&d["Value"], serde_yaml::Value::Tagged(t)
+                    if t.tag == "!Ref" && t.value == function)),
+            "{alarm}: the errors of {function}: {dims:?}"
+        );
+        assert_eq!(p["TreatMissingData"], "notBreaching", "{alarm}");
+        assert_eq!(
+            res[alarm]["Condition"], res[function]["Condition"],
+            "{alarm}"
+        );
+    }
+    // Every alarm notifies the alarm topic (when one is given).
+    let actions: serde_yaml::Value =
+        serde_yaml::from_str("!If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]")
+            .unwrap();
+    for (id, r) in res.as_mapping().unwrap() {
+        if r["Type"] == "AWS::CloudWatch::Alarm" {
+            assert_eq!(
+                r["Properties"]["AlarmActions"], actions,
+                "{id:?}: AlarmActions"
+            );
+        }
+    }
+    // Every alarm the template declares has its row in the runbook: named
+    // in the first cell of a row of the Runbook section's table, whose
+    // other cells say what it means and what to do.
+    let ops = std::fs::read_to_string(repo_root().join("docs").join("operations.md")).unwrap();
+    let runbook = ops
+        .split_once("\n## Runbook\n")
+        .expect("a Runbook section")
+        .1;
+    let runbook = runbook
+        .split_once("\n## ")
+        .map_or(runbook, |(section, _)| section);
+    let rows: Vec<Vec<&str>> = runbook
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("| ---"))
+        .skip(1) // the header
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect();
     for (id, r) in res.as_mapping().unwrap() {
         if r["Type"] == "AWS::CloudWatch::Alarm" {
             let alarm = id.as_str().unwrap();
-            assert!(runbook.contains(alarm), "{alarm} missing from the runbook");
+            let row = rows
+                .iter()
+                .find(|row| row[0].contains(&format!("`{alarm}`")));
+            let row = row.unwrap_or_else(|| panic!("{alarm} has no row in the runbook"));
+            assert!(
+                row.len() == 3 && row[1..].iter().all(|cell| !cell.is_empty()),
+                "{alarm}: its runbook row says what it means and what to do: {row:?}"
+            );
         }
     }
     // The aggregate function's role is its own, scoped to its stream: SAM's
@@ -349,6 +410,65 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         res["OperationsDashboard"]["Type"],
         "AWS::CloudWatch::Dashboard"
     );
+}
+
+/// Every alarm the template declares is on the dashboard's alarm widget,
+/// in the mode it exists in (stream mode's alarms only in stream mode, where
+/// CloudFormation can resolve them), and the widget shows nothing else.
+#[test]
+fn every_alarm_is_on_the_dashboards_alarm_widget() {
+    let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let bodies = common::dashboard_bodies();
+    assert_eq!(bodies.len(), 2, "classic and stream mode");
+    for (stream, body) in bodies {
+        let declared: BTreeSet<String> = doc["Resources"]
+            .as_mapping()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm")
+            .filter(|(id, r)| match r["Condition"].as_str() {
+                None => true,
+                Some("StreamCounting") => stream,
+                Some(other) => panic!("{id:?}: condition {other}"),
+            })
+            .map(|(id, _)| id.as_str().unwrap().to_owned())
+            .collect();
+        let widgets: Vec<_> = body["widgets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|w| w["type"] == "alarm")
+            .collect();
+        let [widget] = widgets[..] else {
+            panic!(
+                "stream mode {stream}: {} alarm widgets, not one",
+                widgets.len()
+            );
+        };
+        let shown: BTreeSet<String> = widget["properties"]["alarms"]
+            .as_array()
+            .expect("the widget's alarms")
+            .iter()
+            .map(|a| {
+                let a = a.as_str().unwrap();
+                a.strip_prefix("${")
+                    .and_then(|a| a.strip_suffix(".Arn}"))
+                    .unwrap_or_else(|| panic!("{a}: not an alarm's ${{<Id>.Arn}}"))
+                    .to_owned()
+            })
+            .collect();
+        let missing: Vec<_> = declared.difference(&shown).collect();
+        let unknown: Vec<_> = shown.difference(&declared).collect();
+        assert!(
+            missing.is_empty(),
+            "stream mode {stream}: not on the dashboard's alarm widget: {missing:?}"
+        );
+        assert!(
+            unknown.is_empty(),
+            "stream mode {stream}: on the alarm widget, but no alarm of this mode: {unknown:?}"
+        );
+    }
 }
 
 /// Issue 22's guardrails, which API Gateway, Lambda and DynamoDB enforce

@@ -23,6 +23,60 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The operations dashboard's body as CloudFormation hands it to
+/// CloudWatch, in classic mode and in stream mode: `(stream mode, body)`.
+/// The template's `DashboardBody` is a `!Sub` whose variables are
+/// `!If [StreamCounting, ...]` (stream mode's resources exist only there);
+/// each is given its branch for the mode. The other `${...}` references are
+/// left as they are: they all sit inside JSON strings.
+pub fn dashboard_bodies() -> Vec<(bool, Value)> {
+    use serde_yaml::Value as Yaml;
+    fn text(v: &Yaml) -> String {
+        match v {
+            Yaml::String(s) => s.clone(),
+            Yaml::Tagged(t) if t.tag == "!Sub" => {
+                t.value.as_str().expect("a !Sub string").to_owned()
+            }
+            other => panic!("a dashboard variable that is not a string: {other:?}"),
+        }
+    }
+    let template = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    let doc: Yaml = serde_yaml::from_str(&template).unwrap();
+    let (body, vars) = match &doc["Resources"]["OperationsDashboard"]["Properties"]["DashboardBody"]
+    {
+        Yaml::Tagged(t) if t.tag == "!Sub" => match &t.value {
+            Yaml::String(body) => (body.clone(), serde_yaml::Mapping::new()),
+            Yaml::Sequence(s) if s.len() == 2 => (
+                s[0].as_str().expect("the body").to_owned(),
+                s[1].as_mapping().expect("the variables").clone(),
+            ),
+            other => panic!("DashboardBody: {other:?}"),
+        },
+        other => panic!("DashboardBody is not a !Sub: {other:?}"),
+    };
+    [false, true]
+        .into_iter()
+        .map(|stream| {
+            let mut body = body.clone();
+            for (name, value) in &vars {
+                let value = match value {
+                    Yaml::Tagged(t) if t.tag == "!If" => {
+                        let s = t.value.as_sequence().expect("!If [cond, then, else]");
+                        assert_eq!(s[0], "StreamCounting", "{name:?}: only stream mode varies");
+                        text(&s[if stream { 1 } else { 2 }])
+                    }
+                    other => text(other),
+                };
+                body = body.replace(&format!("${{{}}}", name.as_str().unwrap()), &value);
+            }
+            let json = serde_json::from_str(&body).unwrap_or_else(|e| {
+                panic!("the dashboard body (stream mode {stream}) is not JSON: {e}")
+            });
+            (stream, json)
+        })
+        .collect()
+}
+
 pub struct TestStack {
     pub stack: Stack,
     pub http: reqwest::Client,
