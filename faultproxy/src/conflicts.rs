@@ -58,7 +58,15 @@ pub struct ModeledConflicts {
     pub holds: u64,
     /// The most items held at once.
     pub max_held_items: u64,
+    /// Refusals by the held item that caused them (one per item held in a
+    /// refused request), named as the model names items (table and key as
+    /// JSON): which items requests queue on. The first
+    /// [`MAX_ITEMS_TRACKED`] items only.
+    pub refused_on: BTreeMap<String, u64>,
 }
+
+/// How many distinct items [`ModeledConflicts::refused_on`] tracks.
+pub const MAX_ITEMS_TRACKED: usize = 10_000;
 
 impl ModeledConflicts {
     /// Every request the model refused.
@@ -136,6 +144,16 @@ impl Holds {
             _ => return None,
         };
         *self.stats.refused.entry(op.to_owned()).or_default() += 1;
+        for &i in &held {
+            let tracked = self.stats.refused_on.len() < MAX_ITEMS_TRACKED;
+            match self.stats.refused_on.get_mut(&items[i]) {
+                Some(n) => *n += 1,
+                None if tracked => {
+                    self.stats.refused_on.insert(items[i].clone(), 1);
+                }
+                None => {}
+            }
+        }
         Some(answer)
     }
 
@@ -257,6 +275,10 @@ mod tests {
         // The cancelled one took no holds: x is free.
         assert!(send(&mut h, "TransactWriteItems", &tx(&["x"], "t3"), later).is_none());
         assert_eq!(h.stats.refused["TransactWriteItems"], 1);
+        // Refused on a (held), not on x or y.
+        let on: Vec<(&String, &u64)> = h.stats.refused_on.iter().collect();
+        assert_eq!(on.len(), 1, "{on:?}");
+        assert!(on[0].0.contains("\"a\"") && *on[0].1 == 1, "{on:?}");
         assert_eq!(h.stats.holds, 2);
         assert_eq!(h.stats.max_held_items, 2);
     }
