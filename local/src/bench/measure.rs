@@ -283,6 +283,7 @@ fn summarise(opts: &BenchOptions, variant: Variant, m: Measured) -> RunResult {
         freshness_p50_ms,
         freshness_p99_ms,
         aggregator_conflicted_pct: m.scale.conflicted_pct,
+        viral_conflicted_pct: m.scale.viral_conflicted_pct,
         batches_retried: m.scale.retried,
         batches_partial: m.scale.partial,
         records_discarded: m.scale.discarded,

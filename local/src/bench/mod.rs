@@ -16,9 +16,10 @@
 //!    (default 5× the `fixed` variant's ceiling), with its freshness
 //!    (acknowledged → in the shards) measured;
 //! 6. `stream-scale`: stream mode at scale: the stream read as 32 shards,
-//!    the fault proxy's conflict model on, the viral reel grown 8 → 16
+//!    the fault proxy's conflict model on, the viral reel grown 32 → 64
 //!    halfway through, offered at `BENCH_STREAM_SCALE_RATE`; with how many
-//!    of the aggregator's transactions conflicted, the batches handed back
+//!    of the aggregator's transactions conflicted (all, and on the viral
+//!    reel's shards), the batches handed back
 //!    and the records sent to `OnFailure` (`scale.rs`).
 //!
 //! The bench also draws, per variant, the likes accepted and refused each
@@ -272,6 +273,8 @@ pub struct RunResult {
     /// `stream-scale`'s own figures (NaN for the other variants): the
     /// aggregator's transactions refused by the conflict model, %.
     pub aggregator_conflicted_pct: f64,
+    /// ... of which refused on the viral reel's shards, % of all sent.
+    pub viral_conflicted_pct: f64,
     /// Batches the event source delivered again (after a failure report
     /// or a function error).
     pub batches_retried: f64,
@@ -411,6 +414,7 @@ fn test_result(variant: Variant) -> RunResult {
         freshness_p50_ms: 1000.0,
         freshness_p99_ms: 2000.0,
         aggregator_conflicted_pct: scale.conflicted_pct,
+        viral_conflicted_pct: scale.viral_conflicted_pct,
         batches_retried: scale.retried,
         batches_partial: scale.partial,
         records_discarded: scale.discarded,

@@ -85,6 +85,8 @@ pub(super) async fn wait_resized(app: &App, limit: Duration) -> Result<()> {
 pub(super) struct ScaleFigures {
     /// See [`conflicted_pct`].
     pub conflicted_pct: f64,
+    /// See [`viral_conflicted_pct`].
+    pub viral_conflicted_pct: f64,
     /// Batches delivered again (`StreamSourceStats::retries`).
     pub retried: f64,
     /// ... of which partly applied first (`partial`).
@@ -101,6 +103,7 @@ impl ScaleFigures {
     /// For the variants that have none.
     pub const NONE: ScaleFigures = ScaleFigures {
         conflicted_pct: f64::NAN,
+        viral_conflicted_pct: f64::NAN,
         retried: f64::NAN,
         partial: f64::NAN,
         discarded: f64::NAN,
@@ -120,6 +123,7 @@ impl ScaleFigures {
         let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64;
         ScaleFigures {
             conflicted_pct: conflicted_pct(proxy),
+            viral_conflicted_pct: viral_conflicted_pct(proxy),
             retried: n(&source.retries),
             partial: n(&source.partial),
             discarded: n(&source.discarded),
@@ -152,6 +156,35 @@ pub(super) fn conflicted_pct(stats: &faultproxy::Stats) -> f64 {
     100.0 * refused as f64 / sent as f64
 }
 
+/// The aggregator's transactions refused because an item of the viral
+/// reel's shards was held, % of those sent (see [`conflicted_pct`]): what
+/// the stream shards aggregating one reel cost each other. The rest are
+/// the background reels', whose one shard each takes chunks from
+/// whichever stream shards carry their likes.
+pub(super) fn viral_conflicted_pct(stats: &faultproxy::Stats) -> f64 {
+    let sent = stats
+        .requests
+        .get("TransactWriteItems")
+        .copied()
+        .unwrap_or(0);
+    if sent == 0 {
+        return 0.0;
+    }
+    let viral = likes::keys::ReelId::parse(VIRAL).expect("a valid id");
+    // The model names an item by its table and key, as JSON.
+    let shards: std::collections::HashSet<String> = (0..likes::keys::MAX_SHARDS)
+        .map(|i| format!("\"{}\"", likes::keys::shard_key(&viral, i)))
+        .collect();
+    let refused: u64 = stats
+        .modeled_conflicts
+        .refused_on
+        .iter()
+        .filter(|(item, _)| shards.iter().any(|k| item.contains(k.as_str())))
+        .map(|(_, n)| n)
+        .sum();
+    100.0 * refused as f64 / sent as f64
+}
+
 /// When (seconds since the load started) the writers' shard count was
 /// first seen at `target`: a grow's last step raises it, so that is when
 /// the resize completed. NaN if it never was.
@@ -180,6 +213,19 @@ mod tests {
     }
 
     #[test]
+    fn the_viral_share_counts_refusals_on_its_shards_only() {
+        let mut s = stats(200, 4, 0);
+        let item = |pk: &str| format!(r#"["counters",[["pk",{{"S":"{pk}"}}]]]"#);
+        let on = &mut s.modeled_conflicts.refused_on;
+        on.insert(item(&format!("003#reel#{VIRAL}#likes")), 2);
+        on.insert(item(&format!("012#reel#{VIRAL}#likes")), 1);
+        on.insert(item("000#reel#bg1#likes"), 1);
+        on.insert(item(&format!("000#reel#x{VIRAL}#likes")), 5);
+        assert_eq!(viral_conflicted_pct(&s), 1.5);
+        assert_eq!(viral_conflicted_pct(&faultproxy::Stats::default()), 0.0);
+    }
+
+    #[test]
     fn conflicted_is_the_refused_share_of_transactions_sent() {
         assert_eq!(conflicted_pct(&stats(200, 3, 1)), 2.0);
         assert_eq!(conflicted_pct(&stats(50, 0, 0)), 0.0);
@@ -188,9 +234,9 @@ mod tests {
 
     #[test]
     fn the_resize_is_done_when_the_writers_count_reaches_the_target() {
-        let seen = [(0.1, 8), (5.0, 8), (9.75, 16), (10.0, 16)];
-        assert_eq!(done_at(&seen, 16), 9.75);
-        assert!(done_at(&seen[..2], 16).is_nan());
+        let seen = [(0.1, 32), (5.0, 32), (9.75, 64), (10.0, 64)];
+        assert_eq!(done_at(&seen, 64), 9.75);
+        assert!(done_at(&seen[..2], 64).is_nan());
         let f = ScaleFigures::of(&stats(100, 1, 0), &StreamSourceStats::default(), 2, &seen);
         assert_eq!(
             (

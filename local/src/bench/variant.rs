@@ -27,7 +27,7 @@ pub enum Variant {
     Stream,
     /// Stream mode at scale: the stream read as 32 shards side by side,
     /// the proxy's conflict model on (a 10 ms hold), the viral reel grown
-    /// 8 → 16 halfway through (the constants below);
+    /// 32 → 64 halfway through (the constants below);
     /// offered at `BENCH_STREAM_SCALE_RATE`. What shows whether the
     /// aggregator's transactions of different stream shards get in each
     /// other's way.
@@ -43,11 +43,16 @@ pub(super) const STREAM_SHARDS: u32 = 32;
 /// well under a millisecond; a `TransactWriteItems` in DynamoDB takes
 /// about this long, so two aggregations overlap about as often as there.
 pub(super) const CONFLICT_HOLD_MS: u32 = 10;
-/// `stream-scale`'s viral reel before the resize ...
-pub(super) const SCALE_FROM: u32 = 8;
+/// `stream-scale`'s viral reel before the resize: as many shards as stream
+/// shards carry its likes, where the aggregator's own growth takes a reel
+/// whose stream shards keep meeting on its shards (docs/counting.md,
+/// "Which shard"; tested in tests/tests/stream_fence.rs). With fewer, two
+/// stream shards share each shard and meet whenever their batches come
+/// together.
+pub(super) const SCALE_FROM: u32 = 32;
 /// ... and after it: the aggregator's chunks must follow the settings
 /// while the stream shards keep writing.
-pub(super) const SCALE_TO: u32 = 16;
+pub(super) const SCALE_TO: u32 = 64;
 
 impl Variant {
     /// Every variant, in the order `BENCH_VARIANTS` runs them by default.
@@ -237,7 +242,7 @@ mod tests {
         assert_eq!(Variant::StreamScale.offered_rate(&test_options()), 750.0);
         assert_eq!(
             Variant::StreamScale.presized_shards(&test_options()),
-            Some(8)
+            Some(32)
         );
         assert_eq!(Variant::Fixed.presized_shards(&test_options()), Some(10));
         assert_eq!(Variant::Stream.presized_shards(&test_options()), None);
