@@ -336,6 +336,7 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
     // stream) are alarmed on Lambda's Errors.
     for (alarm, function) in [
         ("ReconcileFunctionErrorsAlarm", "ReconcileFunction"),
+        ("ReshardFunctionErrorsAlarm", "ReshardFunction"),
         ("AggregateFunctionErrorsAlarm", "AggregateFunction"),
     ] {
         let p = &res[alarm]["Properties"];
