@@ -60,8 +60,8 @@ pub struct ModeledConflicts {
     pub max_held_items: u64,
     /// Refusals by the held item that caused them (one per item held in a
     /// refused request), named as the model names items (table and key as
-    /// JSON): which items requests queue on. The first
-    /// [`MAX_ITEMS_TRACKED`] items only.
+    /// JSON): which items requests queue on. The first 10,000 items only
+    /// (`MAX_ITEMS_TRACKED`).
     pub refused_on: BTreeMap<String, u64>,
 }
 
