@@ -19,6 +19,9 @@
 //!   sizing rule; `law.rs` the simulation, the Poisson sampler and the exact
 //!   law of the busiest shard; `render.rs` the table; `cli.rs` the flags.
 //! * [`out`]: the CLI's stdout and stderr, which a closed pipe cannot fail.
+//! * `playground`: the page `make serve` serves at `/` and its local-only
+//!   control routes under `/__local/` (cache TTL, lost shard); the page's
+//!   files are in `local/playground/`.
 //! * [`streams`]: stream mode's event source: Lambda's DynamoDB event
 //!   source mapping for the aggregate function, over the emulator's stream.
 
@@ -27,6 +30,7 @@ pub mod demo;
 mod gateway;
 pub mod out;
 pub mod plan;
+mod playground;
 pub mod stack;
 pub mod streams;
 pub mod template;
