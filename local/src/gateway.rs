@@ -2,7 +2,7 @@
 //! the template's routes, builds the same event API Gateway would send, and
 //! runs the real handler of the function the template wires to the route.
 
-use crate::stack::apps::Apps;
+use crate::apps::Apps;
 use crate::template::{RouteDef, match_path};
 use anyhow::{Result, bail};
 use axum::body::{Body as AxumBody, to_bytes};

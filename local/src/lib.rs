@@ -6,6 +6,9 @@
 //! * [`template`]: reads `template.yaml`: tables, routes, table variables.
 //! * [`stack`]: starts embedded dynoxide (or uses `AWS_ENDPOINT_URL_DYNAMODB`),
 //!   creates the tables, and serves the gateway.
+//! * `apps`: the function instance the gateway invokes, which the
+//!   playground can replace at run time (a cold start with another
+//!   `CACHE_TTL_MS`).
 //! * `gateway`: the local API Gateway: route matching, payload-format-2.0
 //!   events, the real handlers.
 //! * [`demo`]: the viral-burst demo.
@@ -25,6 +28,7 @@
 //! * [`streams`]: stream mode's event source: Lambda's DynamoDB event
 //!   source mapping for the aggregate function, over the emulator's stream.
 
+mod apps;
 pub mod bench;
 pub mod demo;
 mod gateway;

@@ -15,7 +15,7 @@
 //!
 //! Bad input gets a 4xx JSON answer, in the API's error shape.
 
-use crate::stack::apps::Apps;
+use crate::apps::Apps;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;

@@ -7,12 +7,8 @@
 //! * `tables`: creating the tables the template defines;
 //! * `sdk`: the SDK clients' credentials, region and endpoint
 //!   ([`client_for`], [`streams_client_for`]);
-//! * `schedule`: the scheduled functions, run on a local timer;
-//! * `apps`: the function instance the gateway invokes, which the
-//!   playground can replace at run time (a cold start with another
-//!   `CACHE_TTL_MS`).
+//! * `schedule`: the scheduled functions, run on a local timer.
 
-pub(crate) mod apps;
 mod emulator;
 mod schedule;
 mod sdk;
@@ -208,7 +204,7 @@ impl Stack {
             config.clone(),
             DynamoStore::new(app_client.clone(), &config),
         ));
-        let apps = Arc::new(apps::Apps::new(app.clone(), app_client));
+        let apps = Arc::new(crate::apps::Apps::new(app.clone(), app_client));
         let listener = TcpListener::bind((opts.host.as_str(), opts.port))
             .await
             .with_context(|| format!("binding {}:{}", opts.host, opts.port))?;
