@@ -61,7 +61,7 @@ pub struct ModeledConflicts {
     /// Refusals by the held item that caused them (one per item held in a
     /// refused request), named as the model names items (table and key as
     /// JSON): which items requests queue on. The first
-    /// [`MAX_ITEMS_TRACKED`] items only.
+    /// `MAX_ITEMS_TRACKED` items only.
     pub refused_on: BTreeMap<String, u64>,
 }
 
