@@ -71,7 +71,9 @@ cleanup() {
 }
 trap cleanup EXIT
 log=$out/serve.log
-PORT=0 DYNAMODB_PORT=0 LOCAL_SCHEDULE_SECS=1 "$bin" serve >"$log" 2>&1 &
+# The schedule every second and a 1 s settings cache, so that a resize
+# completes within seconds of being started.
+PORT=0 DYNAMODB_PORT=0 LOCAL_SCHEDULE_SECS=1 SETTINGS_TTL_MS=1000 "$bin" serve >"$log" 2>&1 &
 serve_pid=$!
 base=""
 for _ in $(seq 1 100); do
