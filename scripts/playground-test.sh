@@ -40,9 +40,10 @@ unavailable() {
 if ! [[ -x /usr/lib/chromium/chromium && -x /usr/bin/chromedriver ]]; then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     echo "playground-test: installing chromium and chromium-driver (apt-get)"
-    if ! { apt-get install -y --no-install-recommends chromium chromium-driver >"$out/apt.log" 2>&1 ||
+    export DEBIAN_FRONTEND=noninteractive
+    if ! { apt-get install -y chromium chromium-driver >"$out/apt.log" 2>&1 ||
       { apt-get update >>"$out/apt.log" 2>&1 &&
-        apt-get install -y --no-install-recommends chromium chromium-driver >>"$out/apt.log" 2>&1; }; }; then
+        apt-get install -y chromium chromium-driver >>"$out/apt.log" 2>&1; }; }; then
       tail -5 "$out/apt.log" >&2
       unavailable "apt-get could not install chromium and chromium-driver (log: $out/apt.log)"
     fi
