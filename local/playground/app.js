@@ -200,7 +200,9 @@ async function sample() {
       last[k] = tally[k];
     }
     const read = s.reel ? s.reel.shard_items_read : null;
-    const reads = read != null && last.reads != null ? read - last.reads : null;
+    // (Negative after the reel was changed: not a rate.)
+    const reads = read != null && last.reads != null && read >= last.reads
+      ? read - last.reads : null;
     last.reads = read;
     const sh = shards.ok && shards.json ? shards.json : null;
 
