@@ -6,7 +6,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: check-cargo lint one-test serve test demo resize reconcile plan bench lambda-figures benchmarks unit lint-template smoke sam-local schemathesis fuzz fmt clippy lambda-build sam-build deploy invoke help
+.PHONY: check-cargo lint one-test serve test demo resize reconcile plan bench lambda-figures benchmarks unit lint-template smoke playground-test sam-local schemathesis fuzz fmt clippy lambda-build sam-build deploy invoke help
 
 ## This list: each target with a `##` comment above it, and the comment.
 help:
@@ -44,11 +44,11 @@ reconcile: check-cargo
 ## All tests: fmt, clippy and rustdoc with warnings as errors, the
 ## template lint, unit + integration tests (the HTTP
 ## contract in both counting modes), an end-to-end run of the `make serve`
-## binary with the README's tour against it, every function under
-## `sam local invoke` with every sample event, schemathesis against the
-## `make serve` binary in both modes, and a bounded fuzz run (FUZZ_SECONDS,
-## default 60).
-test: check-cargo lint lint-template smoke unit sam-local schemathesis fuzz
+## binary with the README's tour against it, the playground page in headless
+## Chromium, every function under `sam local invoke` with every sample
+## event, schemathesis against the `make serve` binary in both modes, and a
+## bounded fuzz run (FUZZ_SECONDS, default 60).
+test: check-cargo lint lint-template smoke playground-test unit sam-local schemathesis fuzz
 
 ## Formatting, clippy (warnings are errors) and rustdoc (warnings are
 ## errors) on the whole workspace, as CI enforces them.
@@ -74,6 +74,15 @@ lint-template:
 smoke:
 	$(CARGO) build --locked --quiet -p likes-local --bin likes-local
 	scripts/smoke-serve.sh target/debug/likes-local
+
+## The playground (the page `make serve` serves at /) in headless Chromium
+## over WebDriver (apt-get installs chromium and chromium-driver if missing):
+## the heart, a burst, a lost shard. Skipped without Chromium, except under
+## CI=true. Screenshots in target/playground/; PLAYGROUND_DOCS_SCREENSHOT=1
+## also refreshes docs/playground.png.
+playground-test: check-cargo
+	$(CARGO) build --locked --quiet -p likes-local --bin likes-local
+	scripts/playground-test.sh target/debug/likes-local
 
 ## Every function under `sam local invoke` (Docker; a private dockerd as
 ## root) with every event in events/, against a local DynamoDB: answers and

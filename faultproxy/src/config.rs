@@ -1,7 +1,7 @@
 //! What to inject, and the one text form of it (`FAULTS=...`, `--faults`).
 
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Probabilities (0–1) of each fault class for one request. The classes that
@@ -87,6 +87,12 @@ pub struct Faults {
     /// (`conflicts.rs` says which). The emulator answers in well under a
     /// millisecond, so this hold is what lets transactions overlap.
     pub conflict_hold: Option<Duration>,
+    /// Partition key values whose items cannot be read (`unreadable=KEY`):
+    /// every `GetItem`, `BatchGetItem` or `TransactGetItems` touching one is
+    /// answered 500 `InternalServerError` without being forwarded, every
+    /// time; writes (and `Query`, `Scan`) go through. A lost item, as a
+    /// partition that stopped answering reads.
+    pub unreadable: BTreeSet<String>,
 }
 
 impl Default for Faults {
@@ -100,6 +106,7 @@ impl Default for Faults {
             stall: Duration::from_secs(5),
             max_latency: Duration::from_millis(50),
             conflict_hold: None,
+            unreadable: BTreeSet::new(),
         }
     }
 }
@@ -115,6 +122,7 @@ impl Faults {
         self.write_cap.is_none()
             && self.read_cap.is_none()
             && self.conflict_hold.is_none()
+            && self.unreadable.is_empty()
             && self.rates == Rates::default()
             && self.per_op.values().all(|r| *r == Rates::default())
     }
@@ -133,6 +141,8 @@ impl Faults {
     /// * `stall_ms=N`, `max_latency_ms=N`
     /// * `conflict_hold_ms=N`: the conflict model on, each transaction
     ///   holding its items N ms past its answer (0: only while in flight)
+    /// * `unreadable=KEY`: the items whose partition key value is KEY cannot
+    ///   be read ([`Faults::unreadable`]); repeat it for more keys
     ///
     /// `""` or `off` is no faults at all.
     pub fn parse(spec: &str) -> Result<Faults, String> {
@@ -171,6 +181,12 @@ impl Faults {
                 "stall_ms" => f.stall = Duration::from_millis(whole()?),
                 "max_latency_ms" => f.max_latency = Duration::from_millis(whole()?),
                 "conflict_hold_ms" => f.conflict_hold = Some(Duration::from_millis(whole()?)),
+                "unreadable" if value.is_empty() => {
+                    return Err("unreadable=: expected a partition key value".into());
+                }
+                "unreadable" => {
+                    f.unreadable.insert(value.to_owned());
+                }
                 _ => match name.split_once('.') {
                     Some((op, class)) => {
                         let base = f.rates;
@@ -222,6 +238,12 @@ mod tests {
                 .is_passthrough()
         );
         assert_eq!(Faults::default().conflict_hold, None);
+        let u = Faults::parse("unreadable=007#reel#r1#likes, unreadable=k2").unwrap();
+        assert_eq!(
+            u.unreadable.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["007#reel#r1#likes", "k2"]
+        );
+        assert!(!u.is_passthrough());
         assert!(Faults::parse("off").unwrap().is_passthrough());
         assert!(Faults::parse("").unwrap().is_passthrough());
     }
@@ -238,6 +260,7 @@ mod tests {
             "seed=x",
             "X.nope=0.1",
             "lost=0.5,throttle=0.6",
+            "unreadable=",
         ] {
             assert!(Faults::parse(bad).is_err(), "{bad}");
         }

@@ -477,4 +477,53 @@ mod tests {
         assert_eq!((a.0, b.0), (200, 200));
         assert_eq!(seen.load(Ordering::SeqCst), 4);
     }
+
+    #[tokio::test]
+    async fn an_unreadable_item_fails_every_read_of_it_and_no_write() {
+        let (upstream, _) = emulator(Duration::ZERO).await;
+        let faults = Faults::parse("unreadable=lost").unwrap();
+        let proxy = Proxy::start("127.0.0.1:0", &upstream, faults)
+            .await
+            .unwrap();
+        let key = |pk: &str| json!({"pk": {"S": pk}});
+        let get = |pk: &str| json!({"TableName": "T", "Key": key(pk)});
+        let batch = |pks: &[&str]| json!({"RequestItems": {"T": {"Keys": pks.iter().map(|p| key(p)).collect::<Vec<_>>()}}});
+        let (status, answer) = send(&proxy, "GetItem", get("lost")).await;
+        assert_eq!(status, 500);
+        assert!(
+            answer["__type"]
+                .as_str()
+                .unwrap()
+                .ends_with("#InternalServerError")
+        );
+        assert_eq!(send(&proxy, "GetItem", get("kept")).await.0, 200);
+        assert_eq!(
+            send(&proxy, "BatchGetItem", batch(&["kept", "lost"]))
+                .await
+                .0,
+            500
+        );
+        assert_eq!(send(&proxy, "BatchGetItem", batch(&["kept"])).await.0, 200);
+        let tx_get = json!({"TransactItems": [{"Get": get("lost")}]});
+        assert_eq!(send(&proxy, "TransactGetItems", tx_get).await.0, 500);
+        // Writes go through.
+        assert_eq!(send(&proxy, "UpdateItem", get("lost")).await.0, 200);
+        assert_eq!(
+            send(&proxy, "TransactWriteItems", tx(&["lost"])).await.0,
+            200
+        );
+
+        let stats = proxy.stats();
+        assert_eq!(stats.injected_of("unreadable"), 3);
+        assert_eq!(stats.failures_injected, 3);
+        let loads = proxy.key_loads();
+        let load = |p: &str| loads.iter().find(|l| l.partition == p).unwrap();
+        assert_eq!(load("T/kept").items_read, 2);
+        assert_eq!(load("T/lost").items_read, 0);
+        assert_eq!(load("T/lost").items_written, 2);
+
+        // Back to readable once the fault is gone.
+        proxy.set_faults(Faults::default());
+        assert_eq!(send(&proxy, "GetItem", get("lost")).await.0, 200);
+    }
 }

@@ -69,6 +69,10 @@ pub struct KeyLoad {
     pub max_read_units_per_sec: f64,
     pub write_units: f64,
     pub read_units: f64,
+    /// Items read and written (forwarded requests only): what the reads
+    /// and writes cost in items, whatever their capacity units.
+    pub items_read: u64,
+    pub items_written: u64,
     /// Requests refused because this key was over its cap.
     pub throttled: u64,
     /// Seconds in which it took any units.
@@ -108,7 +112,8 @@ pub struct Stats {
     pub forwarded: BTreeMap<String, u64>,
     /// Injected faults: class → operation → count. Classes: `throttle`,
     /// `server_error`, `conflict`, `lost_dropped`, `lost_stalled`,
-    /// `lost_500`, `latency`, `unprocessed`, `capacity_throttle`.
+    /// `lost_500`, `latency`, `unprocessed`, `capacity_throttle`,
+    /// `unreadable`.
     pub injected: BTreeMap<String, BTreeMap<String, u64>>,
     /// Every request the proxy failed: the sum of `injected` without
     /// `latency` (which fails nothing), and the conflict model's refusals.
@@ -169,6 +174,8 @@ impl Window {
         self.read += t.read_units;
         self.load.write_units += t.write_units;
         self.load.read_units += t.read_units;
+        self.load.items_read += u64::from(t.read_units > 0.0);
+        self.load.items_written += u64::from(t.write_units > 0.0);
         self.load.max_write_units_per_sec = self.load.max_write_units_per_sec.max(self.write);
         self.load.max_read_units_per_sec = self.load.max_read_units_per_sec.max(self.read);
     }
@@ -366,6 +373,27 @@ impl Shared {
         if rates.latency > 0.0 && g.rng.f64() < rates.latency {
             delay = g.faults.max_latency.mul_f64(g.rng.f64());
             g.inject("latency", op);
+        }
+        // An unreadable item fails every read of it, before the refusal draw (so
+        // the rest of the schedule is the same with or without it).
+        if !g.faults.unreadable.is_empty()
+            && touches.iter().any(|t| {
+                t.read_units > 0.0 && {
+                    let p = g.schemas.partition(t);
+                    let value = p.split_once('/').map_or(p.as_str(), |(_, v)| v);
+                    g.faults.unreadable.contains(value)
+                }
+            })
+        {
+            g.inject("unreadable", op);
+            return refused(
+                delay,
+                protocol::error(
+                    500,
+                    "InternalServerError",
+                    "Internal server error (the item is unreadable)",
+                ),
+            );
         }
         let tx = protocol::is_transaction(op);
         let n_items = if tx {

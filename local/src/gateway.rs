@@ -2,13 +2,13 @@
 //! the template's routes, builds the same event API Gateway would send, and
 //! runs the real handler of the function the template wires to the route.
 
+use crate::apps::Apps;
 use crate::template::{RouteDef, match_path};
 use anyhow::{Result, bail};
 use axum::body::{Body as AxumBody, to_bytes};
 use axum::http::{HeaderMap, Method, Request as HttpRequest, Response as HttpResponse, StatusCode};
 use base64::Engine;
 use lambda_http::Body;
-use likes::App;
 use likes::http::Function;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -24,7 +24,9 @@ const GATEWAY_BODY_LIMIT: usize = 64 * 1024;
 type Matched<'a> = (&'a RouteDef, Function, Vec<(String, String)>);
 
 pub(crate) struct Gateway {
-    app: Arc<App>,
+    /// The function instance requests go to (one for every function, as
+    /// locally they share a cold start).
+    apps: Arc<Apps>,
     routes: Vec<(RouteDef, Function)>,
     /// The address the gateway listens on: the `host` of every event, as
     /// API Gateway puts its own domain there.
@@ -34,7 +36,7 @@ pub(crate) struct Gateway {
 impl Gateway {
     /// Fails when the template routes to a function this crate cannot run,
     /// so "every route of the template" is never silently short of one.
-    pub(crate) fn new(app: Arc<App>, routes: &[RouteDef], host: String) -> Result<Self> {
+    pub(crate) fn new(apps: Arc<Apps>, routes: &[RouteDef], host: String) -> Result<Self> {
         let mut out = Vec::new();
         for r in routes {
             let function = match r.code_uri.rsplit('/').next() {
@@ -50,7 +52,7 @@ impl Gateway {
             out.push((r.clone(), function));
         }
         Ok(Gateway {
-            app,
+            apps,
             routes: out,
             host,
         })
@@ -128,7 +130,8 @@ impl Gateway {
                 );
             }
         };
-        let resp = likes::http::handle(&self.app, function, request).await;
+        let app = self.apps.current();
+        let resp = likes::http::handle(&app, function, request).await;
         let (parts, body) = resp.into_parts();
         let bytes: Vec<u8> = match body {
             Body::Text(t) => t.into_bytes(),

@@ -6,6 +6,9 @@
 //! * [`template`]: reads `template.yaml`: tables, routes, table variables.
 //! * [`stack`]: starts embedded dynoxide (or uses `AWS_ENDPOINT_URL_DYNAMODB`),
 //!   creates the tables, and serves the gateway.
+//! * `apps`: the function instance the gateway invokes, which the
+//!   playground can replace at run time (a cold start with another
+//!   `CACHE_TTL_MS`).
 //! * `gateway`: the local API Gateway: route matching, payload-format-2.0
 //!   events, the real handlers.
 //! * [`demo`]: the viral-burst demo.
@@ -19,14 +22,19 @@
 //!   sizing rule; `law.rs` the simulation, the Poisson sampler and the exact
 //!   law of the busiest shard; `render.rs` the table; `cli.rs` the flags.
 //! * [`out`]: the CLI's stdout and stderr, which a closed pipe cannot fail.
+//! * `playground`: the page `make serve` serves at `/` and its local-only
+//!   control routes under `/__local/` (cache TTL, lost shard); the page's
+//!   files are in `local/playground/`.
 //! * [`streams`]: stream mode's event source: Lambda's DynamoDB event
 //!   source mapping for the aggregate function, over the emulator's stream.
 
+mod apps;
 pub mod bench;
 pub mod demo;
 mod gateway;
 pub mod out;
 pub mod plan;
+mod playground;
 pub mod stack;
 pub mod streams;
 pub mod template;

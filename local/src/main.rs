@@ -128,6 +128,7 @@ async fn serve() -> Result<()> {
         port: env_num("PORT", 3000u16)?,
         env: Default::default(),
         inherit_env: true,
+        playground: true,
     };
     let stack = Stack::start(opts)
         .await
@@ -154,11 +155,15 @@ async fn serve() -> Result<()> {
     );
     if let Some(p) = &stack.proxy {
         outln!(
-            "  faults:   functions reach DynamoDB through the fault proxy {} (FAULTS); stats: curl {}/__proxy/stats",
+            "  faults:   functions reach DynamoDB through the fault proxy {} (FAULTS, and the playground's lost shard); stats: curl {}/__proxy/stats",
             p.url,
             p.url
         );
     }
+    outln!(
+        "  playground: {}/  (a heart, a viral burst, resize, lose a shard, drop the cache; docs/local.md)",
+        stack.base_url
+    );
     outln!(
         "  counting: {}",
         match stack.config.counting {

@@ -69,6 +69,10 @@ pub struct StackOptions {
     /// Whether the process environment is consulted at all (tests say no,
     /// so a developer's shell cannot change what they test).
     pub inherit_env: bool,
+    /// Serve the playground page at `/` and its control routes under
+    /// `/__local/` (`make serve`), with the fault proxy always between the
+    /// functions and DynamoDB so that its faults can be set at run time.
+    pub playground: bool,
 }
 
 impl StackOptions {
@@ -86,6 +90,7 @@ impl StackOptions {
             port: 0,
             env: HashMap::new(),
             inherit_env: false,
+            playground: false,
         }
     }
 
@@ -115,6 +120,8 @@ pub struct Stack {
     pub client: Client,
     /// The one function instance the gateway, the schedules and the event
     /// sources all invoke (locally, every function shares a cold start).
+    /// With [`StackOptions::playground`], the page can restart the
+    /// gateway's with another `CACHE_TTL_MS`; this stays the first one.
     pub app: Arc<App>,
     /// The fault-injection proxy between the functions and DynamoDB, when
     /// `FAULTS` asked for one.
@@ -186,7 +193,7 @@ impl Stack {
         // proxy; the tables were made, and tests look at them, directly.
         let faults = lookup_opts.lookup("FAULTS").unwrap_or_default();
         let faults = Faults::parse(&faults).map_err(|e| anyhow!("FAULTS: {e}"))?;
-        let (proxy, app_client) = if faults.is_passthrough() {
+        let (proxy, app_client) = if faults.is_passthrough() && !opts.playground {
             (None, client.clone())
         } else {
             let proxy = Proxy::start(&format!("{}:0", opts.host), &dynamo_endpoint, faults).await?;
@@ -195,18 +202,29 @@ impl Stack {
         };
         let app = Arc::new(App::new(
             config.clone(),
-            DynamoStore::new(app_client, &config),
+            DynamoStore::new(app_client.clone(), &config),
         ));
+        let apps = Arc::new(crate::apps::Apps::new(app.clone(), app_client));
         let listener = TcpListener::bind((opts.host.as_str(), opts.port))
             .await
             .with_context(|| format!("binding {}:{}", opts.host, opts.port))?;
         let addr: SocketAddr = listener.local_addr()?;
         let gateway = Arc::new(Gateway::new(
-            app.clone(),
+            apps.clone(),
             &template.routes,
             addr.to_string(),
         )?);
-        let router = axum::Router::new().fallback(move |req| {
+        let router = if opts.playground {
+            crate::playground::router(crate::playground::Controls {
+                apps: apps.clone(),
+                proxy: proxy.clone(),
+                counting: config.counting,
+                counters_table: config.counters_table.clone(),
+            })
+        } else {
+            axum::Router::new()
+        };
+        let router = router.fallback(move |req| {
             let g = gateway.clone();
             async move { g.serve(req).await }
         });
