@@ -43,41 +43,32 @@ impl ReelCheck for AnyReel {
 }
 
 /// A [`ReelCheck`] with its answers cached; `None` for [`AnyReel`], which
-/// needs no cache.
-pub(super) struct Reels {
-    check: Option<Arc<dyn ReelCheck>>,
-    known: Cache<ReelId, bool>,
-}
+/// asks nothing and needs no cache.
+pub(super) struct Reels(Option<(Arc<dyn ReelCheck>, Cache<ReelId, bool>)>);
 
 impl Reels {
     /// Every reel exists.
     pub(super) fn any() -> Self {
-        Reels {
-            check: None,
-            known: Cache::builder().max_capacity(0).build(),
-        }
+        Reels(None)
     }
 
     /// `check`'s answers, cached for up to `max_reels` reels.
     pub(super) fn checked(check: Arc<dyn ReelCheck>, max_reels: u64) -> Self {
-        Reels {
-            check: Some(check),
-            known: Cache::builder()
-                .max_capacity(max_reels)
-                .expire_after(Expiry)
-                .build(),
-        }
+        let known = Cache::builder()
+            .max_capacity(max_reels)
+            .expire_after(Expiry)
+            .build();
+        Reels(Some((check, known)))
     }
 
     /// `Ok` when `reel` may be liked; [`Error::UnknownReel`] when the check
     /// says it is no reel. Concurrent first likes of one reel share one
     /// lookup.
     pub(super) async fn admit(&self, reel: &ReelId) -> Result<(), Error> {
-        let Some(check) = &self.check else {
+        let Some((check, known)) = &self.0 else {
             return Ok(());
         };
-        let exists = self
-            .known
+        let exists = known
             .try_get_with_by_ref(reel, check.exists(reel))
             .await
             .map_err(|e: Arc<Error>| (*e).clone())?;
