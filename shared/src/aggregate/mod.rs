@@ -88,6 +88,7 @@
 //! file applies them.
 
 pub mod chunk;
+pub mod core;
 pub mod records;
 
 use crate::config::{Config, RecentWindow};
@@ -95,7 +96,7 @@ use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::reshard::{self, crowd, crowd::Crowd};
 use crate::retry::Backoff;
-use crate::store::{AggregateStore, ChunkResult, ChunkWrite, RetryReason};
+use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
 use crate::token::RequestToken;
 use records::{SequenceNumber, StreamEvent};
 use std::time::{Duration, Instant};
@@ -105,35 +106,7 @@ use std::time::{Duration, Instant};
 /// last record; two days leaves room for a replay from the start.
 const CHECKPOINT_TTL: Duration = Duration::from_secs(2 * 86_400);
 
-/// An invocation stops starting chunks this long before its deadline and
-/// reports the rest as failed, so Lambda sends them again.
-const DEADLINE_SAFETY: Duration = Duration::from_secs(3);
-
-/// Settings re-reads one chunk may take (each after a resize moved on)
-/// before the batch is handed back to Lambda.
-const MAX_PLANS: u32 = 8;
-
-/// What one invocation did with its batch.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct BatchOutcome {
-    /// Records applied now.
-    pub applied: usize,
-    /// Records at or below the checkpoint (applied before), and copies of
-    /// a record in the batch.
-    pub skipped: usize,
-    /// Transactions committed.
-    pub chunks: usize,
-    /// Transactions retried (conflicts, throttling, settings changes).
-    pub retries: u32,
-    /// The sequence number from which Lambda must deliver again (Lambda's
-    /// `batchItemFailures`), if the batch was not applied to its end.
-    pub failed_from: Option<String>,
-    /// Age of the newest record applied (now minus its creation time).
-    pub lag_ms: Option<i64>,
-    /// Lambda delivered the records in another order than their sequence
-    /// numbers', or one twice (see [`records::Batch::out_of_order`]).
-    pub out_of_order: bool,
-}
+pub use core::BatchOutcome;
 
 /// The stream consumer: applies batches of the Likes table's stream to the
 /// reels' shard items.
@@ -211,9 +184,8 @@ impl<S: AggregateStore> Aggregator<S> {
         event: &StreamEvent,
         deadline: Option<Instant>,
     ) -> Result<BatchOutcome, Error> {
-        let mut out = BatchOutcome::default();
         if event.records.is_empty() {
-            return Ok(out);
+            return Ok(BatchOutcome::default());
         }
         let Some(shard_id) = event.shard_id.as_deref() else {
             // Without a tumbling window Lambda does not say which shard a
@@ -241,97 +213,16 @@ impl<S: AggregateStore> Aggregator<S> {
                 "stream batch delivered out of sequence order"
             );
         }
+        let planner = Planning {
+            aggregator: self,
+            shard_id,
+        };
+        let (mut out, checkpoint) =
+            core::run(&planner, &self.backoff, &key, &batch.changes, deadline).await?;
         out.out_of_order = batch.out_of_order;
-        let changes = &batch.changes;
-        let (mut checkpoint, mut turn) = self.checkpoint(&key).await?;
-        let mut plans = 0u32;
-        'batch: loop {
-            let pending: Vec<(usize, records::Change)> = changes
-                .iter()
-                .cloned()
-                .enumerate()
-                .filter(|(_, c)| checkpoint.as_ref().is_none_or(|k| c.seq > *k))
-                .collect();
-            let cut_at = crate::clock::now_ms();
-            for chunk in chunk::chunks(&pending, self.chunk_reels, self.window.width_ms, cut_at) {
-                // Fixed for the chunk's attempts: planned again from the
-                // same state, the chunk is the same transaction under the
-                // same token (a replay if an attempt landed unanswered).
-                let now = crate::clock::since_epoch();
-                let mut attempt = 0u32;
-                loop {
-                    if deadline.is_some_and(|d| Instant::now() + DEADLINE_SAFETY >= d) {
-                        out.failed_from = Some(chunk.first.to_string());
-                        return Ok(finish(out, &batch, checkpoint.as_ref()));
-                    }
-                    attempt += 1;
-                    let write = self
-                        .plan(&key, shard_id, checkpoint.as_ref(), &chunk, now, turn)
-                        .await?;
-                    let reason = match self.store.apply_chunk(&write).await? {
-                        ChunkResult::Applied => {
-                            out.applied += chunk.records;
-                            out.chunks += 1;
-                            if let Some(at) = chunk.newest_ms {
-                                out.lag_ms = Some((crate::clock::now_ms() - at).max(0));
-                            }
-                            checkpoint = Some(chunk.last.clone());
-                            break;
-                        }
-                        ChunkResult::CheckpointMoved => {
-                            // Another invocation holds these records too (a
-                            // retry that overlapped this one), or this
-                            // chunk committed under an answer lost past the
-                            // token's lifetime: go on from where it is now.
-                            let (now, now_turn) = self.checkpoint(&key).await?;
-                            tracing::info!(shard = shard_id, from = ?checkpoint, to = ?now, "checkpoint moved under the aggregator");
-                            if now == checkpoint {
-                                return Err(Error::Contended);
-                            }
-                            checkpoint = now;
-                            turn = now_turn;
-                            out.retries += 1;
-                            continue 'batch;
-                        }
-                        ChunkResult::SettingsChanged => {
-                            plans += 1;
-                            out.retries += 1;
-                            if plans >= MAX_PLANS {
-                                out.failed_from = Some(chunk.first.to_string());
-                                return Ok(finish(out, &batch, checkpoint.as_ref()));
-                            }
-                            continue;
-                        }
-                        ChunkResult::Conflict { add } => {
-                            // Another stream shard's transaction held an
-                            // item: add to the next shard, now and in this
-                            // stream shard's later batches (the turn is
-                            // kept on its checkpoint).
-                            turn = turn.wrapping_add(1);
-                            if let Some(a) = add.and_then(|i| write.adds.get(i)) {
-                                self.met_on(&a.reel, &key).await;
-                            }
-                            RetryReason::Conflict
-                        }
-                        ChunkResult::Retry(reason) => reason,
-                    };
-                    out.retries += 1;
-                    if !self.backoff.allows(attempt) {
-                        tracing::warn!(
-                            shard = shard_id,
-                            ?reason,
-                            attempts = attempt,
-                            "aggregation retries exhausted; Lambda delivers the rest again"
-                        );
-                        out.failed_from = Some(chunk.first.to_string());
-                        return Ok(finish(out, &batch, checkpoint.as_ref()));
-                    }
-                    tokio::time::sleep(self.backoff.delay(attempt)).await;
-                }
-            }
-            break;
-        }
-        if let Some(bad) = &batch.unreadable {
+        if out.failed_from.is_none()
+            && let Some(bad) = &batch.unreadable
+        {
             out.failed_from = Some(bad.raw.clone());
         }
         Ok(finish(out, &batch, checkpoint.as_ref()))
@@ -389,5 +280,72 @@ impl<S: AggregateStore> Aggregator<S> {
             self.store.settings(&reels).await?
         };
         Ok(chunk.write(key, shard_id, checkpoint, &settings, self.window, now, turn))
+    }
+}
+
+/// One batch of one stream shard, as the exactly-once core plans it.
+struct Planning<'a, S> {
+    aggregator: &'a Aggregator<S>,
+    shard_id: &'a str,
+}
+
+impl core::Sequenced for records::Change {
+    fn seq(&self) -> &SequenceNumber {
+        &self.seq
+    }
+}
+
+impl core::CutChunk for chunk::Chunk {
+    fn first(&self) -> &SequenceNumber {
+        &self.first
+    }
+    fn last(&self) -> &SequenceNumber {
+        &self.last
+    }
+    fn records(&self) -> usize {
+        self.records
+    }
+    fn newest_ms(&self) -> Option<i64> {
+        self.newest_ms
+    }
+}
+
+impl<S: AggregateStore> core::Planner for Planning<'_, S> {
+    type Record = records::Change;
+    type Chunk = chunk::Chunk;
+    type Write = ChunkWrite;
+
+    fn cut(&self, pending: &[records::Change], now_ms: i64) -> Vec<chunk::Chunk> {
+        let indexed: Vec<(usize, records::Change)> = pending.iter().cloned().enumerate().collect();
+        let a = self.aggregator;
+        chunk::chunks(&indexed, a.chunk_reels, a.window.width_ms, now_ms)
+    }
+
+    async fn checkpoint(&self, key: &str) -> Result<(Option<SequenceNumber>, u32), Error> {
+        self.aggregator.checkpoint(key).await
+    }
+
+    async fn plan(
+        &self,
+        key: &str,
+        checkpoint: Option<&SequenceNumber>,
+        chunk: &chunk::Chunk,
+        now: Duration,
+        turn: u32,
+    ) -> Result<ChunkWrite, Error> {
+        self.aggregator
+            .plan(key, self.shard_id, checkpoint, chunk, now, turn)
+            .await
+    }
+
+    async fn apply(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
+        self.aggregator.store.apply_chunk(write).await
+    }
+
+    async fn met(&self, key: &str, write: &ChunkWrite, add: Option<usize>) {
+        // Another stream shard's transaction held a shard item of a reel.
+        if let Some(a) = add.and_then(|i| write.adds.get(i)) {
+            self.aggregator.met_on(&a.reel, key).await;
+        }
     }
 }
