@@ -43,6 +43,7 @@ impl Gateway {
                 Some("like") => Function::Like,
                 Some("read") => Function::Read,
                 Some("reshard") => Function::Reshard,
+                Some("view") => Function::View,
                 _ => bail!(
                     "no local handler for {} (CodeUri {})",
                     r.function,

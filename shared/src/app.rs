@@ -10,7 +10,13 @@ use crate::config::Config;
 use crate::reconcile::Reconciler;
 use crate::reshard::Resharder;
 use crate::service::LikeService;
-use crate::store::dynamodb::DynamoStore;
+use crate::store::dynamodb::{DynamoStore, DynamoViews};
+use crate::store::kinesis::KinesisLog;
+use crate::views::ViewsConfig;
+use crate::views::accept::Producer;
+use crate::views::aggregate::ViewAggregator;
+use crate::views::read::ViewReader;
+use std::sync::Arc;
 
 /// What a function instance keeps between invocations: the configuration,
 /// the service (SDK client and caches) and the resharder, built once per
@@ -26,6 +32,21 @@ pub struct App {
     pub reconcile: Reconciler<DynamoStore>,
     /// Stream mode's consumer of the Likes table's stream.
     pub aggregate: Aggregator<DynamoStore>,
+    /// Views, where the instance is configured for them.
+    pub views: Views,
+}
+
+/// The views parts a function instance has: each needs its table or its
+/// stream (`VIEWS_TABLE`, `VIEWS_STREAM`), which the template gives only
+/// the functions that use them.
+#[derive(Default)]
+pub struct Views {
+    /// `POST /views` (the stream).
+    pub producer: Option<Producer<KinesisLog>>,
+    /// The views log's consumer (both).
+    pub aggregator: Option<ViewAggregator<DynamoViews, KinesisLog>>,
+    /// `GET /reels/{reel_id}/views`, `GET /counts` (the table).
+    pub reader: Option<ViewReader<DynamoViews>>,
 }
 
 impl App {
@@ -43,6 +64,43 @@ impl App {
             reshard,
             reconcile,
             aggregate,
+            views: Views::default(),
+        }
+    }
+
+    /// The same, with the views parts `views` and `log` allow (see
+    /// [`Views`]); the views table is reached through the counters'
+    /// client.
+    pub fn with_views(self, views: ViewsConfig, log: Option<Arc<KinesisLog>>) -> Self {
+        let table = views
+            .table
+            .as_ref()
+            .map(|t| DynamoViews::new(self.service.store().client().clone(), t.clone()));
+        let producer = log.clone().map(|l| Producer::new(l, &self.config));
+        let aggregator = match (&table, &log) {
+            (Some(t), Some(l)) => Some(ViewAggregator::new(
+                t.clone(),
+                l.clone(),
+                &self.config,
+                views.clone(),
+            )),
+            _ => None,
+        };
+        let reader = table.map(|t| {
+            ViewReader::new(
+                t,
+                self.config.cache_ttl,
+                self.config.cache_max_reels,
+                views.clock.clone(),
+            )
+        });
+        App {
+            views: Views {
+                producer,
+                aggregator,
+                reader,
+            },
+            ..self
         }
     }
 
@@ -57,9 +115,14 @@ impl App {
 
     /// Reads the configuration and builds the SDK client from the
     /// environment.
-    pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
+    pub async fn from_env() -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let config = Config::from_env()?;
+        let views = ViewsConfig::from_lookup(|n| std::env::var(n).ok())?;
         let store = DynamoStore::from_env(&config).await;
-        Ok(App::new(config, store))
+        let log = match &views.stream {
+            Some(s) => Some(Arc::new(KinesisLog::from_env(&config, s.clone()).await)),
+            None => None,
+        };
+        Ok(App::new(config, store).with_views(views, log))
     }
 }

@@ -333,6 +333,108 @@ pub fn parse_shard_key(pk: &str) -> Option<(u32, ReelId)> {
     Some((shard.parse().ok()?, ReelId::parse(reel).ok()?))
 }
 
+// ---- Views (the `VIEWS_TABLE`, see `crate::views`): key `pk` + sort key `sk`.
+
+/// The opaque id of one writer of view items: a Kinesis shard of the views
+/// stream, named by 64 bits of SHA-256 of the stream ARN and the shard id
+/// (never parsed; short whatever the ids look like).
+pub fn views_writer(stream_arn: &str, shard_id: &str) -> String {
+    format!(
+        "w{}",
+        &digest_hex("likes/views-writer/v1", &[stream_arn, shard_id])[..16]
+    )
+}
+
+/// `v#{reel}`: the partition of a reel's view items, one per writer for
+/// all time ([`views_all_sort`]) and one per writer per UTC day
+/// ([`views_day_sort`]); a reader queries the partition and sums.
+pub fn views_reel_key(reel: &ReelId) -> String {
+    format!("v#{}", reel.as_str())
+}
+
+/// `all#{writer}`: a writer's all-time views and unique-viewer sketch of a
+/// reel.
+pub fn views_all_sort(writer: &str) -> String {
+    format!("all#{writer}")
+}
+
+/// The prefix every all-time view item's sort key starts with.
+pub const VIEWS_ALL_PREFIX: &str = "all#";
+
+/// `d#{YYYY-MM-DD}#{writer}`: a writer's views and sketch of a reel on one
+/// UTC day; days sort as text, so a date range is a sort-key range.
+pub fn views_day_sort(day: &str, writer: &str) -> String {
+    format!("d#{day}#{writer}")
+}
+
+/// The sort keys from the first day item of `first_day` to past the last
+/// of `last_day` (both `YYYY-MM-DD`): a `BETWEEN` range.
+pub fn views_day_range(first_day: &str, last_day: &str) -> (String, String) {
+    (format!("d#{first_day}#"), format!("d#{last_day}#~"))
+}
+
+/// `ck#{hash}` (sort key [`VIEWS_SINGLE_SORT`]): the views aggregator's
+/// checkpoint of one Kinesis shard, as [`aggregate_checkpoint_key`] is
+/// stream mode's.
+pub fn views_checkpoint_key(stream_arn: &str, shard_id: &str) -> String {
+    format!(
+        "ck#{}",
+        &digest_hex("likes/views-checkpoint/v1", &[stream_arn, shard_id])[..32]
+    )
+}
+
+/// The sort key of items that are alone in their partition.
+pub const VIEWS_SINGLE_SORT: &str = "-";
+
+/// `seen#{hash}`: the partition of a Kinesis shard's recently applied event
+/// ids, one item per chunk applied, sorted by [`views_seen_sort`].
+pub fn views_seen_key(stream_arn: &str, shard_id: &str) -> String {
+    format!(
+        "seen#{}",
+        &digest_hex("likes/views-seen/v1", &[stream_arn, shard_id])[..32]
+    )
+}
+
+/// `{arrival ms, 13 digits}#{sequence number}`: a seen item's sort key, by
+/// the latest arrival time in its chunk, so a window of time is a range.
+pub fn views_seen_sort(arrival_ms: i64, seq_padded: &str) -> String {
+    format!("{:013}#{seq_padded}", arrival_ms.max(0))
+}
+
+/// The lowest seen-item sort key whose chunk may hold a record that
+/// arrived at or after `from_ms`.
+pub fn views_seen_from(from_ms: i64) -> String {
+    format!("{:013}#", from_ms.max(0))
+}
+
+/// Hex of SHA-256 over length-prefixed fields, under a domain tag.
+fn digest_hex(tag: &str, fields: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(tag.as_bytes());
+    for field in fields {
+        h.update((field.len() as u64).to_be_bytes());
+        h.update(field.as_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The UTC day (`YYYY-MM-DD`) of a Unix-ms instant: the civil date of its
+/// day number (Howard Hinnant's `civil_from_days`).
+pub fn utc_day(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -447,5 +549,16 @@ mod tests {
         assert!(UserId::parse("").is_err());
         assert!(UserId::parse("a\nb").is_err());
         assert!(UserId::parse(&"x".repeat(257)).is_err());
+    }
+
+    #[test]
+    fn utc_days_are_civil_dates() {
+        assert_eq!(utc_day(0), "1970-01-01");
+        assert_eq!(utc_day(86_399_999), "1970-01-01");
+        assert_eq!(utc_day(86_400_000), "1970-01-02");
+        assert_eq!(utc_day(951_782_400_000), "2000-02-29");
+        assert_eq!(utc_day(1_798_761_599_999), "2026-12-31");
+        assert_eq!(utc_day(1_798_761_600_000), "2027-01-01");
+        assert_eq!(utc_day(-1), "1969-12-31");
     }
 }

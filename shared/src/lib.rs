@@ -38,6 +38,9 @@
 //! * [`aggregate`]: stream mode's consumer of the Likes table's stream,
 //!   exactly once with a checkpoint per stream shard; `records` parses
 //!   Lambda's event, `chunk` cuts it into transactions.
+//! * [`views`]: views and unique viewers: `POST /views` into a Kinesis log,
+//!   its consumer on [`aggregate`]'s exactly-once core, HyperLogLog
+//!   sketches, the cached sums.
 //! * [`triggers`]: the entry points that are not HTTP requests: the reshard
 //!   function's event (an admin request or the schedule), the reconcile
 //!   function's and the aggregate function's stream batch.
@@ -67,6 +70,7 @@ pub mod store;
 pub mod token;
 #[cfg(feature = "dynamodb")]
 pub mod triggers;
+pub mod views;
 
 #[cfg(feature = "dynamodb")]
 pub use app::App;

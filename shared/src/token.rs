@@ -106,9 +106,12 @@ impl RequestToken {
     /// The write shard for this request, uniform over `0..write_shards`.
     pub fn shard(&self, write_shards: u32) -> u32 {
         let n = write_shards.max(1) as u64;
-        // The token is hex; its first 16 characters are 64 uniform bits.
-        let bits = u64::from_str_radix(&self.0[..16], 16).unwrap_or(0);
-        (bits % n) as u32
+        (self.as_u64() % n) as u32
+    }
+
+    /// 64 uniform bits of it (its first 16 hex characters).
+    pub fn as_u64(&self) -> u64 {
+        u64::from_str_radix(&self.0[..16], 16).unwrap_or(0)
     }
 }
 

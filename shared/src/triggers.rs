@@ -193,3 +193,54 @@ pub async fn handle_aggregate_event(
         .collect();
     Ok(json!({ "state": {}, "batchItemFailures": failures }))
 }
+
+/// The `aggregate-views` function's entry point: one batch of one views-log
+/// shard (Lambda's Kinesis event), applied exactly once
+/// ([`crate::views::aggregate`]); answers Lambda's `batchItemFailures`.
+pub async fn handle_views_event(
+    app: &App,
+    event: Value,
+    deadline: Option<Instant>,
+) -> Result<Value, Error> {
+    let aggregator = app.views.aggregator.as_ref().ok_or_else(|| {
+        Error::internal(
+            "views aggregation without views configured",
+            "VIEWS_TABLE and VIEWS_STREAM must both be set",
+        )
+    })?;
+    let event: crate::views::record::KinesisEvent = serde_json::from_value(event)
+        .map_err(|e| Error::internal("unreadable Kinesis event", e))?;
+    let records = event.records.len() as u64;
+    let result = aggregator.handle(&event, deadline).await;
+    let m = app.config.metrics.record("aggregate-views");
+    m.count("ViewBatches", 1);
+    match &result {
+        Ok(out) => {
+            m.count("ViewRecordsApplied", out.applied as u64)
+                .count("ViewRecordsSkipped", out.skipped as u64)
+                .count("ViewChunks", out.chunks as u64)
+                .count("ViewRetries", u64::from(out.retries))
+                .count(
+                    "ViewBatchesHandedBack",
+                    u64::from(out.failed_from.is_some()),
+                )
+                .count("ViewBatchesOutOfOrder", u64::from(out.out_of_order));
+            if let Some(lag) = out.lag_ms {
+                m.sample("ViewAggregationLag", lag as f64);
+            }
+            tracing::info!(records, applied = out.applied, skipped = out.skipped, chunks = out.chunks, retries = out.retries, failed_from = ?out.failed_from, lag_ms = ?out.lag_ms, out_of_order = out.out_of_order, "views batch");
+        }
+        Err(e) => {
+            m.count("ViewErrors", 1);
+            tracing::warn!(records, error = %e, "views batch failed; Lambda retries it");
+        }
+    }
+    app.config.metrics.flush(None);
+    let out = result?;
+    let failures: Vec<Value> = out
+        .failed_from
+        .iter()
+        .map(|seq| json!({ "itemIdentifier": seq }))
+        .collect();
+    Ok(json!({ "batchItemFailures": failures }))
+}

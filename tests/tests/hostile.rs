@@ -988,8 +988,26 @@ fn check_parsed(out: &Result<Command, Error>, n: &Named, h: &Hostile) -> Result<
             prop_assert!(!reels.is_empty() && reels.len() <= MAX_BATCH_REELS);
             prop_assert!(reels.iter().all(reel_named), "{c:?} vs {n:?}");
         }
-        Command::ShardState { reel } => {
+        Command::ShardState { reel } | Command::ReelViews { reel } => {
             prop_assert!(reel_named(reel), "{c:?} vs {n:?}");
+        }
+        Command::LikesAndViews { reels } => {
+            prop_assert!(!reels.is_empty() && reels.len() <= MAX_BATCH_REELS);
+            prop_assert!(reels.iter().all(reel_named), "{c:?} vs {n:?}");
+        }
+        Command::Views {
+            viewer,
+            views,
+            idempotency_key,
+        } => {
+            // The reels of a batch are named in its body, not its path.
+            prop_assert!(user_named(viewer), "{c:?} vs {n:?}");
+            prop_assert_eq!(idempotency_key, &n.key);
+            prop_assert!(!views.is_empty() && views.len() <= 100, "{c:?}");
+            let body = String::from_utf8_lossy(h.body.as_deref().unwrap_or_default());
+            for (reel, count) in views {
+                prop_assert!(body.contains(reel.as_str()) && *count >= 1, "{c:?}");
+            }
         }
         Command::Resize {
             reel, principal, ..

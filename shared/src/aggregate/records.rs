@@ -13,6 +13,10 @@ use std::fmt;
 /// nothing longer, nothing but ASCII digits.
 pub const MAX_SEQUENCE_DIGITS: usize = 40;
 
+/// Digits a Kinesis sequence number may have (the API reference's pattern
+/// allows up to 129; 56 are typical).
+pub const MAX_KINESIS_SEQUENCE_DIGITS: usize = 129;
+
 /// A stream record's sequence number: a decimal string, ordered as the
 /// number it is (never as raw text: "9" < "10"). Stored zero-padded to
 /// [`MAX_SEQUENCE_DIGITS`], so stored values compare as strings too.
@@ -22,13 +26,25 @@ pub struct SequenceNumber(String);
 impl SequenceNumber {
     /// Parses a sequence number; `None` if it is not 1–40 ASCII digits.
     pub fn parse(s: &str) -> Option<Self> {
-        if s.is_empty() || s.len() > MAX_SEQUENCE_DIGITS || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        Some(SequenceNumber(format!("{s:0>40}")))
+        Self::parse_width(s, MAX_SEQUENCE_DIGITS)
     }
 
-    /// The zero-padded form (40 digits): what checkpoints store.
+    /// Parses a Kinesis sequence number (1–129 digits), padded to
+    /// [`MAX_KINESIS_SEQUENCE_DIGITS`]. One source's numbers all have one
+    /// width, so they compare as strings as they do as numbers.
+    pub fn parse_kinesis(s: &str) -> Option<Self> {
+        Self::parse_width(s, MAX_KINESIS_SEQUENCE_DIGITS)
+    }
+
+    fn parse_width(s: &str, width: usize) -> Option<Self> {
+        if s.is_empty() || s.len() > width || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(SequenceNumber(format!("{s:0>width$}")))
+    }
+
+    /// The zero-padded form (40 digits; Kinesis's 129): what checkpoints
+    /// store.
     pub fn padded(&self) -> &str {
         &self.0
     }

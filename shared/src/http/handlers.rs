@@ -44,6 +44,7 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     let (hits_before, misses_before) = app.service.cache_stats();
     let (conflicts_before, throttles_before) = app.service.retry_stats();
     let shards_before = shard_reads(app);
+    let view_retries_before = app.views.producer.as_ref().map_or(0, |p| p.retries());
     let mut writes = WriteMetrics::default();
     let method = req.method().clone();
     let route_name = routes::route(&req, function)
@@ -81,6 +82,12 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
         },
     };
     let result_error = result.as_ref().err().cloned();
+    let views_accepted = result
+        .as_ref()
+        .ok()
+        .and_then(|(_, b)| b.get("accepted"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     let response = match result {
         Ok((status, body)) => {
             let mut resp = json_response(status, &body);
@@ -124,6 +131,14 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
         if let Some(path) = writes.path {
             m.count_by("Writes", "WritePath", path, 1);
         }
+    }
+    if route_name == "views" {
+        let retries = app.views.producer.as_ref().map_or(0, |p| p.retries());
+        m.count(
+            "ViewPutRetries",
+            retries.saturating_sub(view_retries_before),
+        );
+        m.count("ViewsAccepted", views_accepted);
     }
     if matches!(route_name, "like" | "reel_likes" | "batch_likes") {
         let (hits, misses) = app.service.cache_stats();
@@ -221,6 +236,74 @@ async fn execute(
             }
             Ok((StatusCode::OK, body))
         }
+        Command::Views {
+            viewer,
+            views,
+            idempotency_key,
+        } => {
+            let producer = app.views.producer.as_ref().ok_or_else(views_off)?;
+            let record = crate::views::record::ViewRecord {
+                id: crate::views::accept::event_id(&viewer, idempotency_key.as_deref()),
+                viewer: viewer.as_str().to_owned(),
+                at_ms: crate::clock::now_ms(),
+                views,
+            };
+            let accepted = producer.put(&record).await?;
+            Ok((StatusCode::ACCEPTED, json!({ "accepted": accepted })))
+        }
+        Command::ReelViews { reel } => {
+            let reader = app.views.reader.as_ref().ok_or_else(views_off)?;
+            let c = reader.counts(&reel).await?;
+            Ok((
+                StatusCode::OK,
+                json!({
+                    "reel_id": reel.as_str(),
+                    "views": c.views,
+                    "unique_viewers": c.unique_viewers,
+                    "views_7d": c.views_7d,
+                    "unique_viewers_7d": c.unique_viewers_7d,
+                    "age_ms": c.age().as_millis() as u64,
+                }),
+            ))
+        }
+        Command::LikesAndViews { reels } => {
+            let reader = app.views.reader.as_ref().ok_or_else(views_off)?;
+            // Likes as `GET /likes` sums them; views reel by reel, a few at
+            // a time (each is two queries, cached).
+            let (likes, views) = tokio::join!(
+                app.service.counts(&reels),
+                futures::future::join_all(reels.iter().map(|r| reader.counts(r)))
+            );
+            let likes = likes?;
+            let mut map = serde_json::Map::with_capacity(reels.len());
+            let mut age_ms = 0u64;
+            let mut unavailable: Vec<&str> = Vec::new();
+            for (r, v) in reels.iter().zip(views) {
+                match (likes.get(r), v) {
+                    (Some(l), Ok(v)) => {
+                        age_ms = age_ms
+                            .max(l.age().as_millis() as u64)
+                            .max(v.age().as_millis() as u64);
+                        map.insert(
+                            r.as_str().to_owned(),
+                            json!({
+                                "likes": l.count,
+                                "views": v.views,
+                                "unique_viewers": v.unique_viewers,
+                                "views_7d": v.views_7d,
+                                "unique_viewers_7d": v.unique_viewers_7d,
+                            }),
+                        );
+                    }
+                    _ => unavailable.push(r.as_str()),
+                }
+            }
+            let mut body = json!({ "counts": map, "age_ms": age_ms });
+            if !unavailable.is_empty() {
+                body["unavailable"] = json!(unavailable);
+            }
+            Ok((StatusCode::OK, body))
+        }
         Command::Health => {
             app.service.ready().await?;
             Ok((StatusCode::OK, json!({ "status": "ok" })))
@@ -276,6 +359,16 @@ async fn execute(
     }
 }
 
+/// A views route on an instance without views configured (the template
+/// gives each function what its routes need, so this is a deployment
+/// fault): 500, its cause logged once.
+fn views_off() -> Error {
+    Error::internal(
+        "views route without views configured",
+        "VIEWS_TABLE or VIEWS_STREAM is not set for this function",
+    )
+}
+
 /// The resize state of a reel as the admin routes show it.
 fn shards_json(reel: &ReelId, s: &Settings, outcome: Option<Begin>) -> Value {
     let mut body = json!({
@@ -308,7 +401,10 @@ impl Cacheable {
     fn of(command: &Command) -> Option<Self> {
         match command {
             Command::Count { user: Some(_), .. } => Some(Cacheable::Caller),
-            Command::Count { user: None, .. } | Command::Counts { .. } => Some(Cacheable::Shared),
+            Command::Count { user: None, .. }
+            | Command::Counts { .. }
+            | Command::ReelViews { .. }
+            | Command::LikesAndViews { .. } => Some(Cacheable::Shared),
             _ => None,
         }
     }

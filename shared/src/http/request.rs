@@ -52,6 +52,26 @@ pub enum Command {
     },
     /// `GET /healthz`.
     Health,
+    /// `POST /views`: a viewer's batch of views.
+    Views {
+        /// The viewer, as the JWT authorizer (or, in dev, `x-user-id`) named.
+        viewer: UserId,
+        /// Views per reel, each reel once, checked.
+        views: Vec<(ReelId, u32)>,
+        /// The `Idempotency-Key` header, already checked.
+        idempotency_key: Option<String>,
+    },
+    /// `GET /reels/{reel_id}/views`.
+    ReelViews {
+        /// The reel.
+        reel: ReelId,
+    },
+    /// `GET /counts?reel_ids=...`: likes and views of 1 to
+    /// [`MAX_BATCH_REELS`] distinct reels.
+    LikesAndViews {
+        /// The reels, deduplicated, in the order of the query.
+        reels: Vec<ReelId>,
+    },
     /// `GET /admin/reels`.
     ListResized,
     /// `GET /admin/reels/{reel_id}/shards`.
@@ -97,6 +117,7 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
         Route::Like(_) => *method == Method::PUT || *method == Method::DELETE,
         Route::AdminShards(_) => *method == Method::GET || *method == Method::POST,
         Route::AdminUserLikes(_) => *method == Method::DELETE,
+        Route::Views => *method == Method::POST,
         _ => *method == Method::GET,
     };
     if !allowed {
@@ -134,6 +155,22 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
             reels: batch_reel_ids(req)?,
         }),
         Route::Health => Ok(Command::Health),
+        Route::Views => {
+            let viewer = identity(req, auth_mode)?.ok_or(Error::Unauthorized)?;
+            let idempotency_key = idempotency_key(req)?;
+            let views = crate::views::accept::parse_batch(body_bytes(req))?;
+            Ok(Command::Views {
+                viewer,
+                views,
+                idempotency_key,
+            })
+        }
+        Route::ReelViews(raw) => Ok(Command::ReelViews {
+            reel: reel_id(&raw)?,
+        }),
+        Route::Counts => Ok(Command::LikesAndViews {
+            reels: batch_reel_ids(req)?,
+        }),
         Route::AdminReels => {
             require_admin(req, auth_mode)?;
             Ok(Command::ListResized)
@@ -281,6 +318,15 @@ fn require_admin(req: &Request, mode: AuthMode) -> Result<String, Error> {
 
 /// The body of `POST /admin/reels/{reel_id}/shards`: `{"shards": M}`, M a
 /// whole number (its range is checked by the resharder).
+/// The request body's bytes (empty when there is none).
+fn body_bytes(req: &Request) -> &[u8] {
+    match req.body() {
+        lambda_http::Body::Text(t) => t.as_bytes(),
+        lambda_http::Body::Binary(b) => b,
+        _ => b"",
+    }
+}
+
 fn shards_body(req: &Request) -> Result<u32, Error> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]

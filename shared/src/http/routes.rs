@@ -19,6 +19,8 @@ pub enum Function {
     /// `GET|POST /admin/reels/{reel_id}/shards` (IAM-authorized), besides
     /// the scheduled run, which is not an HTTP event.
     Reshard,
+    /// `POST /views`: a viewer's batch into the views log.
+    View,
 }
 
 impl Function {
@@ -26,12 +28,14 @@ impl Function {
         match self {
             Function::Like => matches!(route, Route::Like(_) | Route::AdminUserLikes(_)),
             Function::Reshard => matches!(route, Route::AdminShards(_) | Route::AdminReels),
+            Function::View => matches!(route, Route::Views),
             Function::Read => !matches!(
                 route,
                 Route::Like(_)
                     | Route::AdminShards(_)
                     | Route::AdminReels
                     | Route::AdminUserLikes(_)
+                    | Route::Views
             ),
         }
     }
@@ -44,6 +48,7 @@ impl Function {
             Function::Like => "like",
             Function::Read => "read",
             Function::Reshard => "reshard",
+            Function::View => "view",
         }
     }
 }
@@ -69,6 +74,12 @@ pub(crate) enum Route {
     /// `/admin/users/{user_id}/likes`: DELETE every like of the user
     /// (erasure).
     AdminUserLikes(String),
+    /// `/views`: POST a viewer's batch of views.
+    Views,
+    /// `/reels/{reel_id}/views`: GET the views and unique viewers.
+    ReelViews(String),
+    /// `/counts?reel_ids=a,b,c`: GET likes and views of many reels.
+    Counts,
 }
 
 impl Route {
@@ -87,6 +98,9 @@ impl Route {
             ["admin", "reels", id, "shards"] => Some(Route::AdminShards(decode(id))),
             ["admin", "reels"] => Some(Route::AdminReels),
             ["admin", "users", id, "likes"] => Some(Route::AdminUserLikes(decode(id))),
+            ["views"] => Some(Route::Views),
+            ["reels", id, "views"] => Some(Route::ReelViews(decode(id))),
+            ["counts"] => Some(Route::Counts),
             _ => None,
         }
     }
@@ -96,6 +110,7 @@ impl Route {
             Route::Like(_) => "PUT, DELETE",
             Route::AdminShards(_) => "GET, POST",
             Route::AdminUserLikes(_) => "DELETE",
+            Route::Views => "POST",
             _ => "GET",
         }
     }
@@ -111,6 +126,9 @@ impl Route {
             Route::AdminShards(_) => "admin_shards",
             Route::AdminReels => "admin_reels",
             Route::AdminUserLikes(_) => "admin_user_likes",
+            Route::Views => "views",
+            Route::ReelViews(_) => "reel_views",
+            Route::Counts => "counts",
         }
     }
 }

@@ -17,19 +17,27 @@
 //!   ledgers and corrections, the run's count items, its state and chunks.
 //! * `aggregate`: [`AggregateStore`], built on [`CounterStore`]: stream
 //!   mode's checkpoints and chunk transactions.
+//! * `views`: [`LogStore`], the views log (Kinesis; `kinesis` implements
+//!   it), and [`ViewStore`], the views table (checkpoints, seen event ids,
+//!   view items).
 //! * [`dynamodb`] (the `dynamodb` feature, on by default): `DynamoStore`,
-//!   the one implementation of all four, a file per trait impl.
+//!   the one implementation of the four counter traits, a file per trait
+//!   impl, and `DynamoViews`, of [`ViewStore`]; [`kinesis`]: `KinesisLog`,
+//!   of [`LogStore`].
 //!
-//! The four trait files are private and everything in them is re-exported
+//! The trait files are private and everything in them is re-exported
 //! here, so every item's path is `crate::store::X` whichever file holds it.
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
+#[cfg(feature = "dynamodb")]
+pub mod kinesis;
 
 mod aggregate;
 mod counter;
 mod reconcile;
 mod resize;
+mod views;
 
 pub use aggregate::{AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd};
 pub use counter::{
@@ -41,3 +49,6 @@ pub use reconcile::{
     StoredRun,
 };
 pub use resize::{FoldResult, ResizeStore};
+pub use views::{
+    LogPut, LogPutResult, LogStore, SeenItem, ViewChunkWrite, ViewItem, ViewItemWrite, ViewStore,
+};

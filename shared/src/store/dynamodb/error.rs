@@ -8,10 +8,11 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::error::TransactionCanceledException;
 use std::fmt::Debug;
 
-/// The one translation of SDK errors into [`Error`]. The SDK has already
+/// The one translation of SDK errors into [`Error`], DynamoDB's and the
+/// views log's (Kinesis: `crate::store::kinesis`). The SDK has already
 /// retried what it retries (throttling, 5xx, timeouts) by the time an error
 /// reaches here.
-pub(super) fn translate<E, R>(op: &'static str, err: SdkError<E, R>) -> Error
+pub(crate) fn translate<E, R>(op: &'static str, err: SdkError<E, R>) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: Debug,
@@ -25,10 +26,10 @@ where
     };
     match mapped {
         Error::Internal => {
-            return Error::internal("DynamoDB call failed", format_args!("{op}: {err:?}"));
+            return Error::internal("AWS call failed", format_args!("{op}: {err:?}"));
         }
         _ => {
-            tracing::warn!(op, outcome = mapped.code(), error = %aws_sdk_dynamodb::error::DisplayErrorContext(&err), "DynamoDB call failed")
+            tracing::warn!(op, outcome = mapped.code(), error = %aws_sdk_dynamodb::error::DisplayErrorContext(&err), "AWS call failed")
         }
     }
     mapped
@@ -40,7 +41,11 @@ fn service_error(code: Option<&str>) -> Error {
         Some(
             "ProvisionedThroughputExceededException"
             | "ThrottlingException"
-            | "RequestLimitExceeded",
+            | "RequestLimitExceeded"
+            // Kinesis: a shard's or the account's limits, and the KMS key's
+            // request quota behind an encrypted stream.
+            | "LimitExceededException"
+            | "KMSThrottlingException",
         ) => Error::Throttled,
         // A single-item write (or a transactional read) of an item that a
         // transaction holds in flight, and a transaction whose token's
@@ -48,9 +53,12 @@ fn service_error(code: Option<&str>) -> Error {
         // later, not a fault of ours (DynamoDB developer guide,
         // "Transaction conflict handling").
         Some("TransactionConflictException" | "TransactionInProgressException") => Error::Contended,
-        Some("InternalServerError" | "ServiceUnavailable" | "ServiceUnavailableException") => {
-            Error::Unavailable
-        }
+        Some(
+            "InternalServerError"
+            | "ServiceUnavailable"
+            | "ServiceUnavailableException"
+            | "InternalFailure",
+        ) => Error::Unavailable,
         // A missing table is an outage of this service, not a bug in the
         // request: readiness checks and clients should see 503.
         Some("ResourceNotFoundException") => Error::Unavailable,

@@ -18,6 +18,7 @@
 //! * `counter`, `resize`, `reconcile`, `aggregate`: one trait impl each,
 //!   beside the trait's own file in `store` (`CounterStore`, `ResizeStore`,
 //!   `ReconcileStore`, `AggregateStore`).
+//! * `views`: [`DynamoViews`], the views table's store (`ViewStore`).
 //! * `error`: the one translation of SDK errors into [`Error`], and the
 //!   reading of cancelled transactions' reasons. The detail is logged
 //!   there and never leaves this module.
@@ -31,8 +32,11 @@ mod reconcile;
 mod resize;
 mod sdk;
 mod tls;
+mod views;
 
+pub(crate) use error::translate;
 pub use sdk::{client, retry_partition, sdk_config_loader};
+pub use views::DynamoViews;
 
 use crate::config::Config;
 use crate::error::Error;
@@ -41,7 +45,7 @@ use crate::retry::Backoff;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
-use error::{request_build_failed, translate};
+use error::request_build_failed;
 use ext::Item;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

@@ -1,0 +1,24 @@
+//! The `view` Lambda function: `POST /views`, a viewer's batch of views
+//! into the views log (Kinesis).
+//!
+//! Set-up only: logging, configuration and the SDK clients are built once
+//! per cold start; the handler lives in `likes::http`.
+
+// The handlers' futures nest deeply; rustc's default query depth is not
+// always enough to lay out `main`'s future on a clean build.
+#![recursion_limit = "256"]
+
+use lambda_http::{Error, Request, run, service_fn};
+use likes::App;
+use likes::http::{Function, handle};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_http::tracing::init_default_subscriber();
+    let app = App::from_env().await?;
+    let app = &app;
+    run(service_fn(move |req: Request| async move {
+        Ok::<_, Error>(handle(app, Function::View, req).await)
+    }))
+    .await
+}

@@ -1,0 +1,319 @@
+//! [`ViewStore`] on DynamoDB: the views table (key `pk` + sort key `sk`),
+//! which holds the views aggregator's checkpoints and seen event ids and
+//! the reels' view items.
+
+use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
+use super::ext::ItemExt;
+use crate::error::Error;
+use crate::keys;
+use crate::store::{ChunkResult, SeenItem, ViewChunkWrite, ViewItem, ViewStore};
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
+use std::collections::HashMap;
+
+/// Most keys one `BatchGetItem` takes.
+const BATCH_GET_MAX: usize = 100;
+
+/// Rounds of unprocessed keys a batch read retries before giving up.
+const UNPROCESSED_ROUNDS: u32 = 8;
+
+/// The DynamoDB implementation of [`ViewStore`]. Cheap to clone: clones
+/// share the SDK client.
+#[derive(Clone, Debug)]
+pub struct DynamoViews {
+    client: Client,
+    table: String,
+}
+
+impl DynamoViews {
+    /// A store of the views table `table` over `client` (the same client
+    /// as the counters': one connection pool per instance).
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoViews {
+            client,
+            table: table.into(),
+        }
+    }
+
+    fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            ("pk".to_owned(), AttributeValue::S(pk.to_owned())),
+            ("sk".to_owned(), AttributeValue::S(sk.to_owned())),
+        ])
+    }
+
+    /// Every item a `Query` of `pk` with `condition` finds, page by page.
+    async fn query_all(
+        &self,
+        pk: &str,
+        condition: &str,
+        values: &[(&str, &str)],
+        consistent: bool,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, Error> {
+        let mut out = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let mut q = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression(format!("pk = :pk AND {condition}"))
+                .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
+                .consistent_read(consistent)
+                .set_exclusive_start_key(start.take());
+            for (name, value) in values {
+                q = q.expression_attribute_values(*name, AttributeValue::S((*value).to_owned()));
+            }
+            let page = q.send().await.map_err(|e| translate("Query", e))?;
+            out.extend(page.items.unwrap_or_default());
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+fn view_item(i: &HashMap<String, AttributeValue>) -> Option<ViewItem> {
+    Some(ViewItem {
+        sk: i.string("sk")?.to_owned(),
+        views: i.int("v").and_then(|v| u64::try_from(v).ok()).unwrap_or(0),
+        sketch: i.bytes("hll").map(<[u8]>::to_vec).unwrap_or_default(),
+    })
+}
+
+/// Event ids packed as 8-byte big-endian values in one binary attribute:
+/// a seen item costs 8 bytes per record, not a set element's overhead.
+fn pack_ids(ids: &[u64]) -> Vec<u8> {
+    ids.iter().flat_map(|i| i.to_be_bytes()).collect()
+}
+
+fn unpack_ids(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_be_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect()
+}
+
+impl ViewStore for DynamoViews {
+    async fn view_checkpoint(&self, key: &str) -> Result<Option<String>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(key, keys::VIEWS_SINGLE_SORT)))
+            .consistent_read(true)
+            .projection_expression("seq")
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?;
+        Ok(out.item.and_then(|i| i.string("seq").map(str::to_owned)))
+    }
+
+    async fn seen_after(&self, key: &str, after: &str) -> Result<Vec<SeenItem>, Error> {
+        let items = self
+            .query_all(key, "sk > :after", &[(":after", after)], true)
+            .await?;
+        Ok(items
+            .iter()
+            .filter_map(|i| {
+                Some(SeenItem {
+                    sort: i.string("sk")?.to_owned(),
+                    ids: unpack_ids(i.bytes("ids").unwrap_or_default()),
+                })
+            })
+            .collect())
+    }
+
+    async fn view_items(
+        &self,
+        wanted: &[(String, String)],
+    ) -> Result<Vec<(String, ViewItem)>, Error> {
+        let mut out = Vec::with_capacity(wanted.len());
+        for part in wanted.chunks(BATCH_GET_MAX) {
+            let mut request = KeysAndAttributes::builder().consistent_read(true);
+            for (pk, sk) in part {
+                request = request.keys(Self::key(pk, sk));
+            }
+            let mut pending = Some(
+                request
+                    .build()
+                    .map_err(|e| request_build_failed("KeysAndAttributes", &e))?,
+            );
+            let mut rounds = 0u32;
+            while let Some(keys_left) = pending.take() {
+                rounds += 1;
+                if rounds > UNPROCESSED_ROUNDS {
+                    // Still throttled after backing off: the chunk is
+                    // retried later by the aggregator.
+                    return Err(Error::Throttled);
+                }
+                if rounds > 1 {
+                    let ms = fastrand::u64(10..=(25u64 << rounds.min(6)));
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                }
+                let page = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, keys_left)
+                    .send()
+                    .await
+                    .map_err(|e| translate("BatchGetItem", e))?;
+                for i in page
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default()
+                {
+                    if let (Some(pk), Some(item)) = (i.string("pk"), view_item(&i)) {
+                        out.push((pk.to_owned(), item));
+                    }
+                }
+                pending = page
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .filter(|k| !k.keys.is_empty());
+            }
+        }
+        Ok(out)
+    }
+
+    async fn apply_views(&self, write: &ViewChunkWrite) -> Result<ChunkResult, Error> {
+        let n = |v: i64| AttributeValue::N(v.to_string());
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        let checkpoint = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(
+                &write.checkpoint_key,
+                keys::VIEWS_SINGLE_SORT,
+            )))
+            .update_expression("SET #s = :next, #id = :id, #at = :at ADD #r :records")
+            .expression_attribute_names("#s", "seq")
+            .expression_attribute_names("#id", "shard_id")
+            .expression_attribute_names("#at", "updated_at")
+            .expression_attribute_names("#r", "records")
+            .expression_attribute_values(":next", s(&write.next))
+            .expression_attribute_values(":id", s(&write.shard_id))
+            .expression_attribute_values(":at", n(write.now_ms))
+            .expression_attribute_values(":records", n(write.records as i64));
+        // One width of zero-padded digits: string order is numeric order.
+        // The item itself refuses to move back or stay (see
+        // crate::aggregate: a checkpoint that went back would let records
+        // be applied twice).
+        let checkpoint = match &write.expected {
+            None => checkpoint.condition_expression("attribute_not_exists(#s)"),
+            Some(seq) => checkpoint
+                .condition_expression("#s = :expected AND #s < :next")
+                .expression_attribute_values(":expected", s(seq)),
+        };
+        let mut request = self.client.transact_write_items().transact_items(
+            TransactWriteItem::builder()
+                .update(
+                    checkpoint
+                        .build()
+                        .map_err(|e| request_build_failed("Update", &e))?,
+                )
+                .build(),
+        );
+        let mut seen = Self::key(&write.seen_key, &write.seen_sort);
+        seen.insert(
+            "ids".into(),
+            AttributeValue::B(Blob::new(pack_ids(&write.seen_ids))),
+        );
+        seen.insert("expires_at".into(), n(write.seen_expires_at));
+        request = request.transact_items(
+            TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name(&self.table)
+                        .set_item(Some(seen))
+                        .build()
+                        .map_err(|e| request_build_failed("Put", &e))?,
+                )
+                .build(),
+        );
+        for item in &write.items {
+            // The sketch is replaced, not merged here: only this writer
+            // (this Kinesis shard, under its checkpoint's condition) ever
+            // writes this item, so the value it read is the value stored.
+            let mut expr = String::from("ADD #v :v SET #h = :h, #u = :at");
+            let mut update = Update::builder()
+                .table_name(&self.table)
+                .set_key(Some(Self::key(&item.pk, &item.sk)))
+                .expression_attribute_names("#v", "v")
+                .expression_attribute_names("#h", "hll")
+                .expression_attribute_names("#u", "updated_at")
+                .expression_attribute_values(":v", n(item.views as i64))
+                .expression_attribute_values(
+                    ":h",
+                    AttributeValue::B(Blob::new(item.sketch.clone())),
+                )
+                .expression_attribute_values(":at", n(write.now_ms));
+            if let Some(day) = &item.day {
+                expr.push_str(", #d = :d");
+                update = update
+                    .expression_attribute_names("#d", "day")
+                    .expression_attribute_values(":d", s(day));
+            }
+            if let Some(exp) = item.expires_at {
+                expr.push_str(", #e = :e");
+                update = update
+                    .expression_attribute_names("#e", "expires_at")
+                    .expression_attribute_values(":e", n(exp));
+            }
+            request = request.transact_items(
+                TransactWriteItem::builder()
+                    .update(
+                        update
+                            .update_expression(expr)
+                            .build()
+                            .map_err(|e| request_build_failed("Update", &e))?,
+                    )
+                    .build(),
+            );
+        }
+        let result = request
+            .client_request_token(write.token.as_str())
+            .send()
+            .await;
+        match result.map_err(|e| maintenance_tx_failure("views aggregation", e)) {
+            Ok(_) => Ok(ChunkResult::Applied),
+            Err(failure) => match failure? {
+                // Only the checkpoint (action 0) carries a condition.
+                MaintenanceTxFailure::Condition(_) | MaintenanceTxFailure::Mismatch => {
+                    Ok(ChunkResult::CheckpointMoved)
+                }
+                MaintenanceTxFailure::Retry(reason) => Ok(ChunkResult::Retry(reason)),
+            },
+        }
+    }
+
+    async fn reel_views(
+        &self,
+        pk: &str,
+        days: (&str, &str),
+    ) -> Result<(Vec<ViewItem>, Vec<ViewItem>), Error> {
+        let all_values = [(":p", keys::VIEWS_ALL_PREFIX)];
+        let day_values = [(":a", days.0), (":b", days.1)];
+        let (all, day) = tokio::join!(
+            self.query_all(pk, "begins_with(sk, :p)", &all_values, false),
+            self.query_all(pk, "sk BETWEEN :a AND :b", &day_values, false),
+        );
+        let items = |v: Vec<HashMap<String, AttributeValue>>| -> Vec<ViewItem> {
+            v.iter().filter_map(view_item).collect()
+        };
+        Ok((items(all?), items(day?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_ids_pack_and_unpack() {
+        let ids = vec![0, 1, u64::MAX, 0x0102_0304_0506_0708];
+        assert_eq!(unpack_ids(&pack_ids(&ids)), ids);
+        assert_eq!(pack_ids(&ids).len(), 32);
+    }
+}

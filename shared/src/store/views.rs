@@ -1,0 +1,164 @@
+//! What views need from storage ([`crate::views`]): the log the view
+//! function appends to ([`ViewLog`], Kinesis), and the items the views
+//! aggregator writes and readers sum ([`ViewStore`], DynamoDB).
+
+use super::ChunkResult;
+use crate::error::Error;
+use crate::token::RequestToken;
+use std::future::Future;
+
+/// One record for the log: its partition key (the viewer: a viewer's
+/// batches stay in order on one shard) and its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogPut {
+    /// The partition key.
+    pub partition_key: String,
+    /// The record's data.
+    pub data: Vec<u8>,
+}
+
+/// What the log did with one record of a put, in request order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogPutResult {
+    /// Durably in the log.
+    Stored,
+    /// Refused (the shard's throughput, an internal failure): not in the
+    /// log, worth another attempt.
+    Failed {
+        /// The error code the log gave.
+        code: String,
+    },
+}
+
+/// The views log: an append-only stream of records.
+pub trait LogStore: Send + Sync {
+    /// Appends `records` in one call. `Ok` says what became of each (in
+    /// order); `Err` means the call's outcome is unknown or nothing was
+    /// stored ([`Error::Unavailable`], [`Error::Throttled`]): a retry must
+    /// expect that some records may already be in the log.
+    fn put(
+        &self,
+        records: &[LogPut],
+    ) -> impl Future<Output = Result<Vec<LogPutResult>, Error>> + Send;
+
+    /// The shards `shard_id` of the stream `stream_arn` was split or
+    /// merged from (empty for an original shard), as the log lists them.
+    fn parents(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+    ) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
+}
+
+/// A view item's update in a [`ViewChunkWrite`]: views added, and the
+/// writer's unique-viewer sketch replaced by its union with the chunk's
+/// viewers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewItemWrite {
+    /// Its partition key ([`crate::keys::views_reel_key`]).
+    pub pk: String,
+    /// Its sort key ([`crate::keys::views_all_sort`] or
+    /// [`crate::keys::views_day_sort`]).
+    pub sk: String,
+    /// Views added.
+    pub views: u64,
+    /// The sketch after the chunk (serialized HLL).
+    pub sketch: Vec<u8>,
+    /// A day item's day (`YYYY-MM-DD`), kept for a future index of days.
+    pub day: Option<String>,
+    /// A day item's expiry (Unix seconds, TTL).
+    pub expires_at: Option<i64>,
+}
+
+/// One chunk of a Kinesis shard's records, as one transaction: the
+/// checkpoint moved from the value read to the chunk's last record, the
+/// chunk's event ids recorded, the view items updated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewChunkWrite {
+    /// The shard's checkpoint item ([`crate::keys::views_checkpoint_key`]).
+    pub checkpoint_key: String,
+    /// The shard's id, kept on the checkpoint for operators.
+    pub shard_id: String,
+    /// The checkpoint read (padded), `None`: none yet.
+    pub expected: Option<String>,
+    /// The checkpoint once applied (padded); the store refuses a move that
+    /// is not forwards.
+    pub next: String,
+    /// The seen item: partition ([`crate::keys::views_seen_key`]) and sort
+    /// key ([`crate::keys::views_seen_sort`]).
+    pub seen_key: String,
+    /// See `seen_key`.
+    pub seen_sort: String,
+    /// The event ids the chunk applied (duplicates left out).
+    pub seen_ids: Vec<u64>,
+    /// When the seen item may expire (Unix seconds, TTL).
+    pub seen_expires_at: i64,
+    /// The view items it updates.
+    pub items: Vec<ViewItemWrite>,
+    /// Records in the chunk (applied or recognised as duplicates).
+    pub records: u64,
+    /// The aggregator's clock.
+    pub now_ms: i64,
+    /// The transaction's `ClientRequestToken`, derived from every other
+    /// field.
+    pub token: RequestToken,
+}
+
+/// A stored view item, as a reader or the aggregator reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewItem {
+    /// Its sort key.
+    pub sk: String,
+    /// Its views.
+    pub views: u64,
+    /// Its sketch (serialized HLL; empty if none yet).
+    pub sketch: Vec<u8>,
+}
+
+/// A seen item, as read: its sort key and its event ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenItem {
+    /// Its sort key ([`crate::keys::views_seen_sort`]).
+    pub sort: String,
+    /// The event ids applied by its chunk.
+    pub ids: Vec<u64>,
+}
+
+/// The views table.
+pub trait ViewStore: Send + Sync {
+    /// The checkpoint (padded sequence number) of the Kinesis shard behind
+    /// `key`, `None` if nothing was applied yet.
+    fn view_checkpoint(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<String>, Error>> + Send;
+
+    /// The seen items of partition `key` whose sort keys are above `after`
+    /// (strictly), read consistently, in sort-key order.
+    fn seen_after(
+        &self,
+        key: &str,
+        after: &str,
+    ) -> impl Future<Output = Result<Vec<SeenItem>, Error>> + Send;
+
+    /// The view items `(pk, sk)` that exist, read consistently.
+    fn view_items(
+        &self,
+        keys: &[(String, String)],
+    ) -> impl Future<Output = Result<Vec<(String, ViewItem)>, Error>> + Send;
+
+    /// Applies `write` in one transaction.
+    fn apply_views(
+        &self,
+        write: &ViewChunkWrite,
+    ) -> impl Future<Output = Result<ChunkResult, Error>> + Send;
+
+    /// A reel's view items in partition `pk`: the all-time ones, and the
+    /// day items with sort keys in `days` (inclusive), eventually
+    /// consistent (a reader's sum is cached for seconds anyway).
+    fn reel_views(
+        &self,
+        pk: &str,
+        days: (&str, &str),
+    ) -> impl Future<Output = Result<(Vec<ViewItem>, Vec<ViewItem>), Error>> + Send;
+}

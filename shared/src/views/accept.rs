@@ -1,0 +1,204 @@
+//! `POST /views`: a viewer's batch checked, then written to the log as one
+//! record, answered only once the record is durably there.
+
+use super::record::ViewRecord;
+use crate::error::Error;
+use crate::keys::{ReelId, UserId};
+use crate::retry::Backoff;
+use crate::store::{LogPut, LogPutResult, LogStore};
+use crate::token::RequestToken;
+use serde::Deserialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Entries a batch may have.
+pub const MAX_VIEW_ENTRIES: usize = 100;
+/// Views one entry may carry.
+pub const MAX_VIEW_COUNT: u32 = 1_000;
+
+/// A batch's entries, each reel once (entries of one reel summed), in the
+/// order first given; `Err` for anything else than the documented body.
+pub fn parse_batch(body: &[u8]) -> Result<Vec<(ReelId, u32)>, Error> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        views: Vec<Entry>,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Entry {
+        reel_id: String,
+        count: serde_json::Value,
+    }
+    let shape =
+        "expected a JSON body {\"views\": [{\"reel_id\": <id>, \"count\": <1..1000>}, ...]}";
+    let body: Body =
+        serde_json::from_slice(body).map_err(|_| Error::bad_request("invalid_body", shape))?;
+    if body.views.is_empty() || body.views.len() > MAX_VIEW_ENTRIES {
+        return Err(Error::bad_request(
+            "invalid_views",
+            format!("views must have 1 to {MAX_VIEW_ENTRIES} entries"),
+        ));
+    }
+    let mut out: Vec<(ReelId, u32)> = Vec::with_capacity(body.views.len());
+    for e in body.views {
+        let reel = ReelId::parse(&e.reel_id)
+            .map_err(|err| Error::bad_request("invalid_reel_id", format!("in views: {}", err.0)))?;
+        let count = e
+            .count
+            .as_u64()
+            .filter(|n| (1..=u64::from(MAX_VIEW_COUNT)).contains(n))
+            .ok_or_else(|| {
+                Error::bad_request(
+                    "invalid_count",
+                    format!("count must be a whole number from 1 to {MAX_VIEW_COUNT}"),
+                )
+            })? as u32;
+        match out.iter_mut().find(|(r, _)| *r == reel) {
+            Some((_, n)) => *n += count,
+            None => out.push((reel, count)),
+        }
+    }
+    Ok(out)
+}
+
+/// The event id of a batch: derived from the viewer and its
+/// `Idempotency-Key` when it sent one (a client's retry is the same event),
+/// random otherwise (a producer's own retry reuses the record, id and all).
+pub fn event_id(viewer: &UserId, idempotency_key: Option<&str>) -> u64 {
+    match idempotency_key {
+        Some(k) => RequestToken::for_fields("views/event", &[viewer.as_str(), k]).as_u64(),
+        None => fastrand::u64(..),
+    }
+}
+
+/// Writes accepted batches to the log.
+pub struct Producer<L> {
+    log: std::sync::Arc<L>,
+    backoff: Backoff,
+    /// Records put again (refused ones, or all of a call whose answer was
+    /// lost), since the instance started.
+    retries: AtomicU64,
+}
+
+impl<L: LogStore> Producer<L> {
+    /// A producer over `log`, retrying as `config` says (`RETRY_*`).
+    pub fn new(log: std::sync::Arc<L>, config: &crate::Config) -> Self {
+        Producer {
+            log,
+            backoff: Backoff::from_config(config),
+            retries: AtomicU64::new(0),
+        }
+    }
+
+    /// Records put again so far (the `ViewPutRetries` metric's source).
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    /// Puts `record` in the log, partitioned by its viewer, and returns the
+    /// views it carries once it is durably there. A refused record is put
+    /// again, and so is a record whose call's answer was lost (it may be in
+    /// the log twice then: one event id, counted once); bounded and
+    /// jittered, then [`Error::Unavailable`], and the client retries with
+    /// its key.
+    pub async fn put(&self, record: &ViewRecord) -> Result<u64, Error> {
+        let put = LogPut {
+            partition_key: record.viewer.clone(),
+            data: record.encode(),
+        };
+        let accepted: u64 = record.views.iter().map(|(_, n)| u64::from(*n)).sum();
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let outcome = self.log.put(std::slice::from_ref(&put)).await;
+            let reason = match outcome {
+                Ok(results) if results.iter().all(|r| *r == LogPutResult::Stored) => {
+                    return Ok(accepted);
+                }
+                Ok(results) => {
+                    let code = results.iter().find_map(|r| match r {
+                        LogPutResult::Failed { code } => Some(code.clone()),
+                        LogPutResult::Stored => None,
+                    });
+                    code.unwrap_or_default()
+                }
+                Err(e @ (Error::Throttled | Error::Unavailable)) => e.code().to_owned(),
+                Err(e) => return Err(e),
+            };
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            if !self.backoff.allows(attempt) {
+                tracing::warn!(reason, attempts = attempt, "views log put gave up");
+                return Err(Error::Unavailable);
+            }
+            tokio::time::sleep(self.backoff.delay(attempt)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_checked_and_a_reels_entries_summed() {
+        let ok = parse_batch(br#"{"views":[{"reel_id":"a","count":2},{"reel_id":"b","count":1},{"reel_id":"a","count":1000}]}"#).unwrap();
+        assert_eq!(
+            ok,
+            vec![
+                (ReelId::parse("a").unwrap(), 1002),
+                (ReelId::parse("b").unwrap(), 1)
+            ]
+        );
+        for (bad, code) in [
+            (&b""[..], "invalid_body"),
+            (br#"{"views":[]}"#, "invalid_views"),
+            (br#"{"views":[{"reel_id":"a","count":0}]}"#, "invalid_count"),
+            (
+                br#"{"views":[{"reel_id":"a","count":1001}]}"#,
+                "invalid_count",
+            ),
+            (
+                br#"{"views":[{"reel_id":"a","count":1.5}]}"#,
+                "invalid_count",
+            ),
+            (
+                br#"{"views":[{"reel_id":"a","count":"1"}]}"#,
+                "invalid_count",
+            ),
+            (
+                br#"{"views":[{"reel_id":"a#b","count":1}]}"#,
+                "invalid_reel_id",
+            ),
+            (
+                br#"{"views":[{"reel_id":"a","count":1,"x":1}]}"#,
+                "invalid_body",
+            ),
+            (
+                br#"{"views":[{"reel_id":"a","count":1}],"more":1}"#,
+                "invalid_body",
+            ),
+        ] {
+            let e = parse_batch(bad).unwrap_err();
+            assert_eq!(e.code(), code, "{}", String::from_utf8_lossy(bad));
+            assert_eq!(e.status(), 400);
+        }
+        let many = format!(
+            r#"{{"views":[{}]}}"#,
+            vec![r#"{"reel_id":"a","count":1}"#; 101].join(",")
+        );
+        assert_eq!(
+            parse_batch(many.as_bytes()).unwrap_err().code(),
+            "invalid_views"
+        );
+    }
+
+    #[test]
+    fn a_keyed_batch_has_one_event_id_per_viewer_and_key() {
+        let u = UserId::parse("u1").unwrap();
+        let v = UserId::parse("u2").unwrap();
+        assert_eq!(event_id(&u, Some("k")), event_id(&u, Some("k")));
+        assert_ne!(event_id(&u, Some("k")), event_id(&v, Some("k")));
+        assert_ne!(event_id(&u, Some("k")), event_id(&u, Some("k2")));
+        assert_ne!(event_id(&u, None), event_id(&u, None));
+    }
+}

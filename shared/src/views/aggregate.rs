@@ -1,0 +1,616 @@
+//! The views aggregator: applies batches of a views-log shard to the reels'
+//! view items, through the exactly-once core stream mode uses
+//! ([`crate::aggregate`]'s `core`: records ordered and de-duplicated by
+//! sequence number, a checkpoint per shard moved in the transaction that
+//! applies a chunk, bounded retries, the rest handed back to Lambda).
+//!
+//! # What a chunk writes
+//!
+//! Every item a chunk writes belongs to its shard (its *writer*,
+//! [`keys::views_writer`]): per reel, the writer's all-time item and its
+//! item of the record's UTC day, each with a view count (`ADD`) and an HLL
+//! sketch of the viewers (read, merged, written back). Kinesis shards never
+//! write one item, so they never conflict, and the sketch read is the value
+//! stored: only this shard, under its checkpoint's condition, writes it.
+//!
+//! # Producer retries
+//!
+//! A record's copies (the view function put it again after a lost answer;
+//! a client retried with its `Idempotency-Key`) carry one event id and
+//! arrive later than the first, on the same shard (one partition key, the
+//! viewer) or, across a split, on a child of it. Each chunk records the
+//! event ids it applied in one *seen* item of its shard, in the same
+//! transaction; before applying a chunk, the aggregator drops the records
+//! whose id its shard, or the shard's parents, applied within
+//! [`super::ViewsConfig::dedup_window`] before. One write per chunk, not
+//! one per event: the seen items are read back incrementally and kept in
+//! memory, since they never change once written.
+//!
+//! # Big records
+//!
+//! A record may name 100 reels: two items each would overflow a
+//! transaction (100 items). Records are cut into parts of at most
+//! [`PART_REELS`] reels, each with a sequence number of its own (the
+//! record's × 100 + the part), so a record applied in two transactions is
+//! still applied exactly once; Lambda is handed back the record's own
+//! number.
+
+use super::ViewsConfig;
+use super::record::{self, KinesisEvent, LogRecord, ViewRecord};
+use super::sketch::Sketch;
+use crate::aggregate::BatchOutcome;
+use crate::aggregate::core::{self, CutChunk, Planner, Sequenced};
+use crate::aggregate::records::SequenceNumber;
+use crate::error::Error;
+use crate::keys::{self, ReelId};
+use crate::retry::Backoff;
+use crate::store::{ChunkResult, LogStore, ViewChunkWrite, ViewItemWrite, ViewStore};
+use crate::token::RequestToken;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Reels one part of a record carries (see the module notes): two items
+/// each, plus the checkpoint and the seen item, stay within a transaction.
+pub const PART_REELS: usize = 40;
+
+/// Items one chunk's transaction may write.
+const MAX_ITEMS: usize = keys::MAX_TRANSACT_ITEMS as usize;
+
+/// How far back of the last seen item known a seen partition is read
+/// again: arrival times on one shard may step back by this much.
+const ARRIVAL_SKEW_MS: i64 = 10_000;
+
+/// Records one chunk may apply: bounds its seen item (8 bytes a record).
+const MAX_CHUNK_RECORDS: usize = 2_000;
+
+/// One part of one record (see the module notes).
+#[derive(Clone, Debug)]
+pub struct Part {
+    /// The record's sequence number × 100 + the part.
+    seq: SequenceNumber,
+    /// When Kinesis accepted the record (Unix ms).
+    arrival_ms: i64,
+    /// The event id of this part: its record's, mixed with the part.
+    id: Option<u64>,
+    /// The viewer.
+    viewer: String,
+    /// The UTC day it counts in.
+    day: String,
+    /// Views by reel.
+    views: Vec<(ReelId, u32)>,
+}
+
+impl Sequenced for Part {
+    fn seq(&self) -> &SequenceNumber {
+        &self.seq
+    }
+}
+
+/// The parts of the records, in order.
+fn parts(records: &[LogRecord]) -> Vec<Part> {
+    let mut out = Vec::with_capacity(records.len());
+    for r in records {
+        let base = r.seq.as_reported();
+        let Some(body) = &r.body else {
+            // Unreadable data: applied as nothing (it moves the checkpoint).
+            out.extend(part_seq(base, 0).map(|seq| Part {
+                seq,
+                arrival_ms: r.arrival_ms,
+                id: None,
+                viewer: String::new(),
+                day: String::new(),
+                views: Vec::new(),
+            }));
+            continue;
+        };
+        let ViewRecord {
+            id,
+            viewer,
+            at_ms,
+            views,
+        } = body;
+        for (i, group) in views.chunks(PART_REELS).enumerate() {
+            let Some(seq) = part_seq(base, i) else {
+                continue;
+            };
+            out.push(Part {
+                seq,
+                arrival_ms: r.arrival_ms,
+                id: Some(mix(*id, i as u64)),
+                viewer: viewer.clone(),
+                day: keys::utc_day(*at_ms),
+                views: group.to_vec(),
+            });
+        }
+    }
+    out
+}
+
+fn part_seq(base: &str, part: usize) -> Option<SequenceNumber> {
+    SequenceNumber::parse_kinesis(&format!("{base}{part:02}"))
+        .or_else(|| SequenceNumber::parse(&format!("{base}{part:02}")))
+}
+
+/// The record sequence number behind a part's (Lambda's `itemIdentifier`).
+fn record_seq(part_seq: &str) -> String {
+    let trimmed = &part_seq[..part_seq.len().saturating_sub(2)];
+    if trimmed.is_empty() {
+        "0".into()
+    } else {
+        trimmed.to_owned()
+    }
+}
+
+/// A part's event id: the record's for its first part, a distinct mix for
+/// the others (a record's parts are not copies of each other).
+fn mix(id: u64, part: u64) -> u64 {
+    if part == 0 {
+        return id;
+    }
+    let mut z = id ^ part.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Consecutive parts applied by one transaction.
+#[derive(Clone, Debug)]
+pub struct ViewChunk {
+    parts: Vec<Part>,
+}
+
+impl CutChunk for ViewChunk {
+    fn first(&self) -> &SequenceNumber {
+        &self.parts[0].seq
+    }
+    fn last(&self) -> &SequenceNumber {
+        &self.parts[self.parts.len() - 1].seq
+    }
+    fn records(&self) -> usize {
+        self.parts.len()
+    }
+    fn newest_ms(&self) -> Option<i64> {
+        self.parts.iter().map(|p| p.arrival_ms).max()
+    }
+}
+
+/// Cuts parts into chunks whose transactions stay within DynamoDB's item
+/// limit; depends only on the parts, so a redelivery cuts alike.
+fn cut(parts: &[Part]) -> Vec<ViewChunk> {
+    let mut out: Vec<ViewChunk> = Vec::new();
+    let mut items: BTreeSet<ItemOf> = BTreeSet::new();
+    for p in parts {
+        let new: Vec<ItemOf> = p
+            .views
+            .iter()
+            .flat_map(|(r, _)| [(r.clone(), None), (r.clone(), Some(p.day.clone()))])
+            .filter(|k| !items.contains(k))
+            .collect();
+        let fits = out.last().is_some_and(|c| {
+            c.parts.len() < MAX_CHUNK_RECORDS && 2 + items.len() + new.len() <= MAX_ITEMS
+        });
+        if fits {
+            items.extend(new);
+            if let Some(c) = out.last_mut() {
+                c.parts.push(p.clone());
+            }
+        } else {
+            items = p
+                .views
+                .iter()
+                .flat_map(|(r, _)| [(r.clone(), None), (r.clone(), Some(p.day.clone()))])
+                .collect();
+            out.push(ViewChunk {
+                parts: vec![p.clone()],
+            });
+        }
+    }
+    out
+}
+
+/// A seen partition's items as this instance knows them: every item with
+/// a sort key from `read_from` up to `known_to`.
+#[derive(Default)]
+struct SeenCache {
+    /// The lowest sort key covered.
+    read_from: String,
+    /// The highest sort key read or written.
+    known_to: String,
+    /// Ids by sort key.
+    items: BTreeMap<String, Vec<u64>>,
+    /// A parent shard's partition: closed, read once.
+    closed: bool,
+}
+
+/// The views log's consumer.
+pub struct ViewAggregator<S, L> {
+    store: S,
+    log: Arc<L>,
+    backoff: Backoff,
+    config: ViewsConfig,
+    seen: Mutex<HashMap<String, SeenCache>>,
+}
+
+impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
+    /// An aggregator over `store`, reading shard parents from `log`,
+    /// retrying as `retries` says (`RETRY_*`).
+    pub fn new(store: S, log: Arc<L>, retries: &crate::Config, config: ViewsConfig) -> Self {
+        ViewAggregator {
+            store,
+            log,
+            backoff: Backoff::from_config(retries),
+            config,
+            seen: Mutex::default(),
+        }
+    }
+
+    /// Applies one batch (see [`crate::aggregate::Aggregator::handle`]).
+    pub async fn handle(
+        &self,
+        event: &KinesisEvent,
+        deadline: Option<Instant>,
+    ) -> Result<BatchOutcome, Error> {
+        let batch =
+            record::ordered(event).map_err(|e| Error::internal("unreadable Kinesis event", e))?;
+        if batch.records.is_empty() && batch.unreadable.is_none() {
+            return Ok(BatchOutcome::default());
+        }
+        if batch.out_of_order {
+            tracing::warn!(shard = %batch.shard_id, duplicates = batch.duplicates, "views batch delivered out of sequence order");
+        }
+        let malformed = batch.records.iter().filter(|r| r.body.is_none()).count();
+        if malformed > 0 {
+            tracing::error!(shard = %batch.shard_id, malformed, "views records this version cannot read: applied as nothing");
+        }
+        let mut ancestors = Vec::new();
+        for parent in self.log.parents(&batch.stream_arn, &batch.shard_id).await? {
+            // A split of a split within the window: its parents too.
+            for grand in self.log.parents(&batch.stream_arn, &parent).await? {
+                ancestors.push(keys::views_seen_key(&batch.stream_arn, &grand));
+            }
+            ancestors.push(keys::views_seen_key(&batch.stream_arn, &parent));
+        }
+        let planning = Planning {
+            aggregator: self,
+            shard_id: &batch.shard_id,
+            writer: keys::views_writer(&batch.stream_arn, &batch.shard_id),
+            seen_key: keys::views_seen_key(&batch.stream_arn, &batch.shard_id),
+            ancestors,
+        };
+        let key = keys::views_checkpoint_key(&batch.stream_arn, &batch.shard_id);
+        let parts = parts(&batch.records);
+        let (mut out, checkpoint) =
+            core::run(&planning, &self.backoff, &key, &parts, deadline).await?;
+        out.out_of_order = batch.out_of_order;
+        out.failed_from = out.failed_from.map(|s| record_seq(&s));
+        if out.failed_from.is_none()
+            && let Some(bad) = &batch.unreadable
+        {
+            out.failed_from = Some(bad.clone());
+        }
+        let covered = parts
+            .iter()
+            .filter(|p| checkpoint.as_ref().is_some_and(|k| p.seq <= *k))
+            .count();
+        out.skipped = covered.saturating_sub(out.applied) + batch.duplicates;
+        Ok(out)
+    }
+
+    /// The event ids applied in the seen partitions `keys` (`own`: this
+    /// shard's, still written; the others are closed parents) by chunks
+    /// whose records arrived at or after `from_ms`.
+    async fn seen_since(
+        &self,
+        keys: &[String],
+        own: &str,
+        from_ms: i64,
+    ) -> Result<HashSet<u64>, Error> {
+        let from = keys::views_seen_from(from_ms);
+        let poisoned = || Error::internal("seen cache", "poisoned lock");
+        let mut out = HashSet::new();
+        for key in keys {
+            // What to read: nothing (a closed parent read before), what was
+            // written after the last item known, or the whole window.
+            let after = {
+                let seen = self.seen.lock().map_err(|_| poisoned())?;
+                match seen.get(key) {
+                    Some(c) if c.read_from <= from && c.closed => None,
+                    // Kinesis's arrival times are approximate: read again
+                    // a little before the last known item.
+                    Some(c) if c.read_from <= from => {
+                        let ms: i64 = c
+                            .known_to
+                            .get(..13)
+                            .and_then(|t| t.parse().ok())
+                            .unwrap_or(0);
+                        Some(keys::views_seen_from(ms - ARRIVAL_SKEW_MS).max(c.read_from.clone()))
+                    }
+                    _ => Some(from.clone()),
+                }
+            };
+            if let Some(after) = after {
+                let items = self.store.seen_after(key, &after).await?;
+                let mut seen = self.seen.lock().map_err(|_| poisoned())?;
+                let c = seen.entry(key.clone()).or_default();
+                if c.read_from > from || c.known_to.is_empty() {
+                    *c = SeenCache {
+                        read_from: from.clone(),
+                        known_to: from.clone(),
+                        ..SeenCache::default()
+                    };
+                }
+                for i in items {
+                    if i.sort > c.known_to {
+                        c.known_to = i.sort.clone();
+                    }
+                    c.items.insert(i.sort, i.ids);
+                }
+                c.closed = key != own;
+            }
+            let mut seen = self.seen.lock().map_err(|_| poisoned())?;
+            if let Some(c) = seen.get_mut(key) {
+                // What fell out of the window is not asked for again (a
+                // window starting earlier is read afresh).
+                if c.read_from < from {
+                    c.items = c.items.split_off(&from);
+                    c.read_from = from.clone();
+                }
+                out.extend(c.items.values().flatten().copied());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A view item of a reel: all time (`None`) or of a UTC day.
+type ItemOf = (ReelId, Option<String>);
+
+/// One batch of one shard, as the core plans it.
+struct Planning<'a, S, L> {
+    aggregator: &'a ViewAggregator<S, L>,
+    shard_id: &'a str,
+    writer: String,
+    seen_key: String,
+    ancestors: Vec<String>,
+}
+
+impl<S: ViewStore, L: LogStore> Planner for Planning<'_, S, L> {
+    type Record = Part;
+    type Chunk = ViewChunk;
+    type Write = ViewChunkWrite;
+
+    fn cut(&self, pending: &[Part], _now_ms: i64) -> Vec<ViewChunk> {
+        cut(pending)
+    }
+
+    async fn checkpoint(&self, key: &str) -> Result<(Option<SequenceNumber>, u32), Error> {
+        let stored = self.aggregator.store.view_checkpoint(key).await?;
+        let seq = match stored {
+            None => None,
+            Some(s) => Some(SequenceNumber::parse_kinesis(&s).ok_or_else(|| {
+                Error::internal("unreadable views checkpoint", format_args!("{key}: {s:?}"))
+            })?),
+        };
+        Ok((seq, 0))
+    }
+
+    async fn plan(
+        &self,
+        key: &str,
+        checkpoint: Option<&SequenceNumber>,
+        chunk: &ViewChunk,
+        now: Duration,
+        _turn: u32,
+    ) -> Result<ViewChunkWrite, Error> {
+        let a = self.aggregator;
+        let oldest = chunk.parts.iter().map(|p| p.arrival_ms).min().unwrap_or(0);
+        let window = a.config.dedup_window.as_millis() as i64;
+        let mut partitions = self.ancestors.clone();
+        partitions.push(self.seen_key.clone());
+        let seen = a
+            .seen_since(&partitions, &self.seen_key, oldest - window)
+            .await?;
+        // The chunk's fresh parts: ids neither applied before nor earlier
+        // in the chunk.
+        let mut ids: Vec<u64> = Vec::new();
+        let mut fresh: Vec<&Part> = Vec::new();
+        let mut in_chunk: HashSet<u64> = HashSet::new();
+        for p in &chunk.parts {
+            if let Some(id) = p.id {
+                if seen.contains(&id) || !in_chunk.insert(id) {
+                    continue;
+                }
+                ids.push(id);
+            }
+            fresh.push(p);
+        }
+        // Views and viewers per item: (reel, None) all time, (reel, day).
+        let mut groups: BTreeMap<ItemOf, (u64, Vec<&str>)> = BTreeMap::new();
+        for p in &fresh {
+            for (reel, n) in &p.views {
+                for day in [None, Some(p.day.clone())] {
+                    let g = groups.entry((reel.clone(), day)).or_default();
+                    g.0 += u64::from(*n);
+                    g.1.push(p.viewer.as_str());
+                }
+            }
+        }
+        let sort = |day: &Option<String>| match day {
+            None => keys::views_all_sort(&self.writer),
+            Some(d) => keys::views_day_sort(d, &self.writer),
+        };
+        let wanted: Vec<(String, String)> = groups
+            .keys()
+            .map(|(r, d)| (keys::views_reel_key(r), sort(d)))
+            .collect();
+        let stored: HashMap<(String, String), Vec<u8>> = a
+            .store
+            .view_items(&wanted)
+            .await?
+            .into_iter()
+            .map(|(pk, item)| ((pk, item.sk), item.sketch))
+            .collect();
+        let day_ttl = a.config.day_ttl.as_secs() as i64;
+        let mut items = Vec::with_capacity(groups.len());
+        for ((reel, day), (views, viewers)) in &groups {
+            let (pk, sk) = (keys::views_reel_key(reel), sort(day));
+            let mut sketch = Sketch::from_stored(
+                stored
+                    .get(&(pk.clone(), sk.clone()))
+                    .map_or(&[][..], Vec::as_slice),
+            );
+            for v in viewers {
+                sketch.add(v);
+            }
+            items.push(ViewItemWrite {
+                pk,
+                sk,
+                views: *views,
+                sketch: sketch.to_bytes(),
+                day: day.clone(),
+                expires_at: day.as_ref().map(|_| now.as_secs() as i64 + day_ttl),
+            });
+        }
+        let newest = chunk.newest_ms().unwrap_or(0);
+        let mut write = ViewChunkWrite {
+            checkpoint_key: key.to_owned(),
+            shard_id: self.shard_id.to_owned(),
+            expected: checkpoint.map(|c| c.padded().to_owned()),
+            next: chunk.last().padded().to_owned(),
+            seen_key: self.seen_key.clone(),
+            seen_sort: keys::views_seen_sort(newest, chunk.last().padded()),
+            seen_ids: ids,
+            // Long past the window: TTL deletes lazily, and readers bound
+            // what they read by the sort key anyway.
+            seen_expires_at: newest / 1000 + window / 1000 + 86_400,
+            items,
+            records: chunk.parts.len() as u64,
+            now_ms: now.as_millis() as i64,
+            token: RequestToken::for_fields("views", &[]),
+        };
+        write.token = token(&write);
+        Ok(write)
+    }
+
+    async fn apply(&self, write: &ViewChunkWrite) -> Result<ChunkResult, Error> {
+        self.aggregator.store.apply_views(write).await
+    }
+
+    fn applied(&self, _key: &str, write: &ViewChunkWrite) {
+        if let Ok(mut seen) = self.aggregator.seen.lock() {
+            // Only a partition read before is extended: one never read
+            // is read whole when first asked for.
+            if let Some(c) = seen.get_mut(&write.seen_key)
+                && !c.known_to.is_empty()
+            {
+                c.items
+                    .insert(write.seen_sort.clone(), write.seen_ids.clone());
+                if write.seen_sort > c.known_to {
+                    c.known_to = write.seen_sort.clone();
+                }
+            }
+        }
+    }
+}
+
+/// The `ClientRequestToken` of `write`: derived from everything it sends
+/// (one token never names two bodies; see `crate::aggregate::chunk`).
+fn token(write: &ViewChunkWrite) -> RequestToken {
+    use sha2::{Digest, Sha256};
+    let ViewChunkWrite {
+        checkpoint_key,
+        shard_id,
+        expected,
+        next,
+        seen_key,
+        seen_sort,
+        seen_ids,
+        seen_expires_at,
+        items,
+        records,
+        now_ms,
+        token: _,
+    } = write;
+    let mut h = Sha256::new();
+    for id in seen_ids {
+        h.update(id.to_be_bytes());
+    }
+    for i in items {
+        for f in [&i.pk, &i.sk, i.day.as_deref().unwrap_or("-")] {
+            h.update((f.len() as u64).to_be_bytes());
+            h.update(f.as_bytes());
+        }
+        h.update(i.views.to_be_bytes());
+        h.update(i.expires_at.unwrap_or(-1).to_be_bytes());
+        h.update((i.sketch.len() as u64).to_be_bytes());
+        h.update(&i.sketch);
+    }
+    let body: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    RequestToken::for_fields(
+        "views/v1",
+        &[
+            checkpoint_key,
+            shard_id,
+            expected.as_deref().unwrap_or("-"),
+            next,
+            seen_key,
+            seen_sort,
+            &seen_expires_at.to_string(),
+            &records.to_string(),
+            &now_ms.to_string(),
+            &body,
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_record(seq: &str, id: u64, reels: usize) -> LogRecord {
+        LogRecord {
+            seq: SequenceNumber::parse_kinesis(seq).unwrap(),
+            arrival_ms: 1_000,
+            body: Some(ViewRecord {
+                id,
+                viewer: "u".into(),
+                at_ms: 1_700_000_000_000,
+                views: (0..reels)
+                    .map(|i| (ReelId::parse(&format!("r{i}")).unwrap(), 1))
+                    .collect(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_record_of_100_reels_is_applied_in_parts_that_fit_a_transaction() {
+        let ps = parts(&[log_record("7", 1, 100), log_record("8", 2, 1)]);
+        let seqs: Vec<&str> = ps.iter().map(|p| p.seq.as_reported()).collect();
+        assert_eq!(seqs, ["700", "701", "702", "800"]);
+        assert_eq!(ps[0].id, Some(1));
+        assert_ne!(ps[1].id, Some(1));
+        assert_ne!(ps[1].id, ps[2].id);
+        let chunks = cut(&ps);
+        for c in &chunks {
+            let reels: BTreeSet<&ReelId> = c
+                .parts
+                .iter()
+                .flat_map(|p| p.views.iter().map(|(r, _)| r))
+                .collect();
+            assert!(2 + 2 * reels.len() <= MAX_ITEMS, "{}", reels.len());
+        }
+        assert_eq!(chunks.iter().map(|c| c.parts.len()).sum::<usize>(), 4);
+        assert_eq!(record_seq("701"), "7");
+        assert_eq!(record_seq("00"), "0");
+    }
+
+    #[test]
+    fn unreadable_records_take_a_part_that_counts_nothing() {
+        let mut r = log_record("9", 1, 1);
+        r.body = None;
+        let ps = parts(&[r]);
+        assert_eq!(ps.len(), 1);
+        assert!(ps[0].views.is_empty() && ps[0].id.is_none());
+    }
+}

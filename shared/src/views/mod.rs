@@ -1,0 +1,108 @@
+//! Views and unique viewers: every view counted through a log (a Kinesis
+//! stream), unique viewers estimated by HyperLogLog, all time and per UTC
+//! day.
+//!
+//! A viral reel takes ten to a hundred times more views than likes, and a
+//! view has no row to be the truth of it: so a view is never a DynamoDB
+//! write of its own. `POST /views` appends the viewer's batch to the log as
+//! one record ([`accept`]); the views aggregator applies the log's records
+//! to per-writer view items in micro-batches, exactly once by the same core
+//! as stream mode's ([`aggregate`]); readers sum the items and merge the
+//! sketches ([`read`]).
+//!
+//! # What is guaranteed
+//!
+//! A `202` means the batch is durably in the log, and every record in the
+//! log is applied once: a redelivery, a reordering, a producer's retry of a
+//! lost answer and a client's retry with its `Idempotency-Key` (within
+//! [`ViewsConfig::dedup_window`]) change nothing twice. There is no truth
+//! table to recount from: a record that exhausts its retries goes to the
+//! OnFailure queue (an alarm), the one way views can be lost, and the
+//! queue's messages say which records (shard, sequence range) to replay
+//! from the stream within its retention.
+//!
+//! # Layout
+//!
+//! * `accept`: the request body's checks, event ids, the producer's put
+//!   with its bounded retries.
+//! * `record`: the log record's format and Lambda's Kinesis event, ordered.
+//! * `aggregate`: the consumer: parts, chunks, seen event ids.
+//! * `sketch`: the HLL sketches and why `lg_k = 12`.
+//! * `read`: the sums, cached.
+
+pub mod accept;
+#[cfg(feature = "dynamodb")]
+pub mod aggregate;
+#[cfg(feature = "dynamodb")]
+pub mod read;
+pub mod record;
+pub mod sketch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The clock views count days by (Unix ms): the system's, or a test's.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(crate::clock::now_ms)
+}
+
+/// The views configuration, read from the environment apart from
+/// [`crate::Config`] (which views need nothing of but the SDK and cache
+/// settings).
+#[derive(Clone)]
+pub struct ViewsConfig {
+    /// `VIEWS_TABLE`: the table of view items, checkpoints and seen ids.
+    pub table: Option<String>,
+    /// `VIEWS_STREAM`: the log (a Kinesis stream's name or ARN).
+    pub stream: Option<String>,
+    /// `VIEWS_DEDUP_SECS` (default 300): how long after a record a copy of
+    /// it (same event id) is still recognised. Covers the producer's own
+    /// retries (seconds) and a client's retry with its key.
+    pub dedup_window: Duration,
+    /// `VIEWS_DAY_TTL_DAYS` (default 35): how long a day item is kept.
+    pub day_ttl: Duration,
+    /// What days are counted by.
+    pub clock: Clock,
+}
+
+impl std::fmt::Debug for ViewsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ViewsConfig")
+            .field("table", &self.table)
+            .field("stream", &self.stream)
+            .field("dedup_window", &self.dedup_window)
+            .field("day_ttl", &self.day_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ViewsConfig {
+    /// Reads it through `get`; `Err` names a malformed variable.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let text = |name: &str| {
+            get(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let num = |name: &str, default: u64, max: u64| -> Result<u64, String> {
+            match text(name) {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| (1..=max).contains(n))
+                    .ok_or_else(|| format!("{name}={v:?} is not a whole number in 1..={max}")),
+            }
+        };
+        Ok(ViewsConfig {
+            table: text("VIEWS_TABLE"),
+            stream: text("VIEWS_STREAM"),
+            dedup_window: Duration::from_secs(num("VIEWS_DEDUP_SECS", 300, 3_600)?),
+            day_ttl: Duration::from_secs(86_400 * num("VIEWS_DAY_TTL_DAYS", 35, 3_650)?),
+            clock: system_clock(),
+        })
+    }
+}

@@ -1,0 +1,90 @@
+//! `GET /reels/{reel_id}/views`: a reel's views and unique viewers, all
+//! time and over the last seven UTC days, summed over its writers' items
+//! and cached as like counts are.
+
+use super::sketch::union_estimate;
+use crate::error::Error;
+use crate::keys::{self, ReelId};
+use crate::store::ViewStore;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// UTC days the `_7d` figures cover: today and the six before.
+pub const WINDOW_DAYS: i64 = 7;
+
+/// A reel's figures, as summed at `read_at`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewCounts {
+    /// Views, all time.
+    pub views: u64,
+    /// Distinct viewers, all time (an estimate).
+    pub unique_viewers: u64,
+    /// Views on the last seven UTC days, today included.
+    pub views_7d: u64,
+    /// Distinct viewers over those days (an estimate).
+    pub unique_viewers_7d: u64,
+    /// When they were read.
+    pub read_at: Instant,
+}
+
+impl ViewCounts {
+    /// How old the figures are.
+    pub fn age(&self) -> Duration {
+        self.read_at.elapsed()
+    }
+}
+
+/// Reads and caches reels' view figures.
+pub struct ViewReader<S> {
+    store: S,
+    /// `None` with a lifetime of 0: every read sums.
+    cache: Option<moka::future::Cache<ReelId, Arc<ViewCounts>>>,
+    clock: super::Clock,
+}
+
+impl<S: ViewStore> ViewReader<S> {
+    /// A reader over `store`, keeping sums for `ttl` (at most `capacity`
+    /// reels), with `clock` (Unix ms) telling the day.
+    pub fn new(store: S, ttl: Duration, capacity: u64, clock: super::Clock) -> Self {
+        ViewReader {
+            store,
+            cache: (!ttl.is_zero()).then(|| {
+                moka::future::Cache::builder()
+                    .time_to_live(ttl)
+                    .max_capacity(capacity)
+                    .build()
+            }),
+            clock,
+        }
+    }
+
+    /// The figures of `reel`, from the cache while they are fresh; one
+    /// read of the items at a time per reel per instance.
+    pub async fn counts(&self, reel: &ReelId) -> Result<Arc<ViewCounts>, Error> {
+        match &self.cache {
+            Some(c) => c
+                .try_get_with(reel.clone(), self.read(reel))
+                .await
+                .map_err(|e| (*e).clone()),
+            None => self.read(reel).await,
+        }
+    }
+
+    async fn read(&self, reel: &ReelId) -> Result<Arc<ViewCounts>, Error> {
+        let now = (self.clock)();
+        let today = keys::utc_day(now);
+        let first = keys::utc_day(now - (WINDOW_DAYS - 1) * 86_400_000);
+        let range = keys::views_day_range(&first, &today);
+        let (all, days) = self
+            .store
+            .reel_views(&keys::views_reel_key(reel), (&range.0, &range.1))
+            .await?;
+        Ok(Arc::new(ViewCounts {
+            views: all.iter().map(|i| i.views).sum(),
+            unique_viewers: union_estimate(all.iter().map(|i| i.sketch.as_slice())),
+            views_7d: days.iter().map(|i| i.views).sum(),
+            unique_viewers_7d: union_estimate(days.iter().map(|i| i.sketch.as_slice())),
+            read_at: Instant::now(),
+        }))
+    }
+}
