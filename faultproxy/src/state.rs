@@ -5,6 +5,7 @@
 
 use crate::config::Faults;
 use crate::conflicts::{Holds, ModeledConflicts};
+use crate::kinesis::KinesisStats;
 use crate::protocol::{self, Touch};
 use crate::schema::KeySchemas;
 use bytes::Bytes;
@@ -113,7 +114,10 @@ pub struct Stats {
     /// Injected faults: class → operation → count. Classes: `throttle`,
     /// `server_error`, `conflict`, `lost_dropped`, `lost_stalled`,
     /// `lost_500`, `latency`, `unprocessed`, `capacity_throttle`,
-    /// `unreadable`.
+    /// `unreadable`; for Kinesis requests `kinesis_throttle`,
+    /// `kinesis_lost_dropped`, `kinesis_lost_stalled`, `kinesis_lost_500`
+    /// and `kinesis_partial` (`PutRecords` requests with a record failed;
+    /// [`Stats::kinesis`] counts the records).
     pub injected: BTreeMap<String, BTreeMap<String, u64>>,
     /// Every request the proxy failed: the sum of `injected` without
     /// `latency` (which fails nothing), and the conflict model's refusals.
@@ -127,6 +131,8 @@ pub struct Stats {
     /// (then read units), at most 20.
     pub hot_keys: Vec<KeyLoad>,
     pub tokens: TokenStats,
+    /// What the proxy did to `PutRecords` records.
+    pub kinesis: KinesisStats,
 }
 
 impl Stats {
@@ -188,16 +194,16 @@ struct Token {
     body: u64,
 }
 
-struct Inner {
-    faults: Faults,
-    rng: fastrand::Rng,
+pub(crate) struct Inner {
+    pub(crate) faults: Faults,
+    pub(crate) rng: fastrand::Rng,
     started: Instant,
     /// The tables' key schemas, learned with DescribeTable.
     schemas: KeySchemas,
     windows: HashMap<String, Window>,
     tokens: HashMap<String, Token>,
     holds: Holds,
-    stats: Stats,
+    pub(crate) stats: Stats,
 }
 
 pub(crate) struct Shared {
@@ -206,7 +212,7 @@ pub(crate) struct Shared {
     inner: Mutex<Inner>,
 }
 
-fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
+pub(crate) fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
     *map.entry(key.to_owned()).or_default() += 1;
 }
 
@@ -234,7 +240,7 @@ impl Inner {
         self.windows.values().map(|w| w.load.clone()).collect()
     }
 
-    fn inject(&mut self, class: &str, op: &str) {
+    pub(crate) fn inject(&mut self, class: &str, op: &str) {
         bump(self.stats.injected.entry(class.to_owned()).or_default(), op);
     }
 }
@@ -253,7 +259,7 @@ impl Shared {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave the counters in a
         // state worse than slightly off; keep serving.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
