@@ -47,6 +47,7 @@
 //!   transaction in flight and what they get, citing the AWS documents.
 //! * `state`: the schedule, the capacity model, the conflict model's holds
 //!   and the counters, behind one lock that is never held across an await.
+//! * `stats`: what the counters are ([`Stats`]).
 //! * this file: the HTTP server and the forwarding, which releases a
 //!   transaction's holds when its answer is back.
 
@@ -56,11 +57,12 @@ mod kinesis;
 mod protocol;
 mod schema;
 mod state;
+mod stats;
 
 pub use config::{Faults, KinesisRates, Rates};
 pub use conflicts::ModeledConflicts;
 pub use kinesis::KinesisStats;
-pub use state::{KeyLoad, Stats, TokenStats};
+pub use stats::{KeyLoad, Stats, TokenStats};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
