@@ -329,3 +329,124 @@ async fn a_put_records_whose_every_record_fails_is_not_forwarded() {
     assert_eq!(answer["FailedRecordCount"], 0);
     assert_eq!(keys_seen(&seen), keys);
 }
+
+/// The real SDK client, pointed at the proxy, retrying `attempts` times
+/// with almost no backoff (the tests count attempts, not time).
+fn sdk(proxy: &Proxy, attempts: u32) -> aws_sdk_kinesis::Client {
+    use aws_sdk_kinesis::config::retry::RetryConfig;
+    use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_kinesis::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .endpoint_url(&proxy.url)
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(attempts)
+                .with_initial_backoff(Duration::from_millis(1)),
+        )
+        .build();
+    aws_sdk_kinesis::Client::from_conf(config)
+}
+
+fn entries(keys: &[String]) -> Vec<aws_sdk_kinesis::types::PutRecordsRequestEntry> {
+    keys.iter()
+        .map(|k| {
+            aws_sdk_kinesis::types::PutRecordsRequestEntry::builder()
+                .data(aws_sdk_kinesis::primitives::Blob::new(k.as_bytes()))
+                .partition_key(k)
+                .build()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_sdk_retries_an_injected_throttle_as_a_throttle() {
+    use aws_sdk_kinesis::error::ProvideErrorMetadata;
+    use aws_sdk_kinesis::operation::put_record::PutRecordError;
+    let (proxy, seen) = proxy("seed=3,kinesis_throttle=1").await;
+    let err = sdk(&proxy, 3)
+        .put_record()
+        .stream_name("events")
+        .partition_key("a")
+        .data(aws_sdk_kinesis::primitives::Blob::new("x"))
+        .send()
+        .await
+        .unwrap_err();
+    let err = err.into_service_error();
+    assert_eq!(err.code(), Some("ProvisionedThroughputExceededException"));
+    assert!(
+        matches!(
+            err,
+            PutRecordError::ProvisionedThroughputExceededException(_)
+        ),
+        "{err:?}"
+    );
+    // The SDK retries only what it classifies as retryable (throttling,
+    // transient, 5xx): three attempts for one call.
+    assert_eq!(proxy.stats().requests["PutRecord"], 3);
+    assert_eq!(proxy.stats().injected_of("kinesis_throttle"), 3);
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_sdk_reads_merged_answers_and_a_retry_of_the_failed_writes_each_once() {
+    let (proxy, seen) = proxy("seed=13,kinesis_partial=0.3").await;
+    let client = sdk(&proxy, 1);
+    let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    let mut pending = keys.clone();
+    let mut rounds = 0;
+    // A producer's loop: resend exactly the records that failed.
+    while !pending.is_empty() {
+        rounds += 1;
+        assert!(rounds < 30, "never all written");
+        let out = client
+            .put_records()
+            .stream_name("events")
+            .set_records(Some(entries(&pending)))
+            .send()
+            .await
+            .unwrap();
+        let results = out.records();
+        assert_eq!(results.len(), pending.len());
+        let failed: Vec<String> = pending
+            .iter()
+            .zip(results)
+            .filter_map(|(k, r)| match r.sequence_number() {
+                Some(seq) => {
+                    assert_eq!(seq, format!("seq-{k}"), "request order");
+                    None
+                }
+                None => {
+                    assert!(r.error_code().is_some());
+                    Some(k.clone())
+                }
+            })
+            .collect();
+        assert_eq!(out.failed_record_count(), Some(failed.len() as i32));
+        pending = failed;
+    }
+    assert!(rounds > 1, "the seed fails some record");
+    let mut written = keys_seen(&seen);
+    written.sort();
+    let mut want = keys.clone();
+    want.sort();
+    assert_eq!(written, want, "every record written exactly once");
+    assert!(proxy.stats().kinesis.records_failed_injected > 0);
+}
+
+#[tokio::test]
+async fn the_sdk_retries_a_lost_answer_and_writes_twice() {
+    let (proxy, seen) = proxy("seed=5,kinesis_lost=1,stall_ms=50").await;
+    let result = sdk(&proxy, 2)
+        .put_records()
+        .stream_name("events")
+        .set_records(Some(entries(&["a".to_owned()])))
+        .send()
+        .await;
+    assert!(result.is_err());
+    // Both attempts were written: the ambiguity a lost answer leaves.
+    assert_eq!(keys_seen(&seen), ["a", "a"]);
+    assert_eq!(proxy.stats().forwarded["PutRecords"], 2);
+}
