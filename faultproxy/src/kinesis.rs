@@ -22,7 +22,11 @@
 //!   `ErrorCode` for the others, and `FailedRecordCount` counting both.
 //!
 //! Only the data operations (`PutRecords`, `PutRecord`, `GetRecords`) take
-//! faults; stream management always goes through.
+//! faults; stream management always goes through. The proxy speaks the JSON
+//! protocol (the Rust SDK's); a request in CBOR (the Java SDK's default for
+//! Kinesis, `application/x-amz-cbor-1.1`) goes through untouched, since a
+//! JSON answer would be garbage to its client, and is counted
+//! ([`KinesisStats::cbor_untouched`]) so a run can tell it got no faults.
 //!
 //! [`KinesisRates`]: crate::config::KinesisRates
 
@@ -56,6 +60,10 @@ pub struct KinesisStats {
     pub records_failed_injected: u64,
     /// Records the emulator itself failed in its answers.
     pub records_failed_upstream: u64,
+    /// Requests in CBOR, which the proxy cannot answer in kind and so
+    /// passes through without faults: disable CBOR in such a client
+    /// (`AWS_CBOR_DISABLE=true` for the Java SDK) to get them.
+    pub cbor_untouched: u64,
 }
 
 /// Whether a request is a Kinesis one, by its `X-Amz-Target`.
@@ -117,10 +125,14 @@ fn answer(status: u16, body: &Value) -> Answer {
 
 /// The draws for one request, under the lock: the exclusive throttle/lost
 /// draw, then one draw per record for `partial`.
-fn plan(shared: &Shared, op: &str, body: &Value) -> Planned {
+fn plan(shared: &Shared, op: &str, cbor: bool, body: &Value) -> Planned {
     let mut g = shared.lock();
     let g = &mut *g;
     bump(&mut g.stats.requests, op);
+    if cbor {
+        g.stats.kinesis.cbor_untouched += 1;
+        return Planned::default();
+    }
     if !DATA_OPS.contains(&op) {
         return Planned::default();
     }
@@ -239,8 +251,12 @@ pub(crate) async fn serve(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Answer, Dropped> {
+    let cbor = headers
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.contains("cbor"));
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let plan = plan(shared, op, &parsed);
+    let plan = plan(shared, op, cbor, &parsed);
     if let Some((status, b)) = plan.refuse {
         return Ok(answer(status, &b));
     }

@@ -191,6 +191,24 @@ async fn kinesis_throttles_are_answered_without_forwarding() {
 }
 
 #[tokio::test]
+async fn a_cbor_request_goes_through_untouched_and_counted() {
+    let (proxy, seen) = proxy("seed=3,kinesis_throttle=1").await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/", proxy.url))
+        .header("x-amz-target", "Kinesis_20131202.PutRecord")
+        .header("content-type", "application/x-amz-cbor-1.1")
+        .body(vec![0xa0u8])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    let stats = proxy.stats();
+    assert_eq!(stats.kinesis.cbor_untouched, 1);
+    assert_eq!(stats.failures_injected, 0);
+}
+
+#[tokio::test]
 async fn dynamodb_classes_leave_kinesis_alone() {
     // Every DynamoDB class at once, and DynamoDB Streams' GetRecords (same
     // name, other target) is still theirs.
