@@ -288,11 +288,14 @@ pub(crate) async fn serve(
         let mut g = shared.lock();
         if upstream.is_some() {
             bump(&mut g.stats.forwarded, op);
+            if op == "PutRecords" {
+                g.stats.kinesis.records_forwarded += (total - plan.failed.len()) as u64;
+            }
         }
-        if op == "PutRecords" && upstream_json.is_some() {
-            let theirs = upstream_json.as_ref().map_or(&[][..], records);
-            let refused = theirs.iter().filter(|r| r.get("ErrorCode").is_some());
-            g.stats.kinesis.records_forwarded += theirs.len() as u64;
+        if let Some(answer) = &upstream_json {
+            let refused = records(answer)
+                .iter()
+                .filter(|r| r.get("ErrorCode").is_some());
             g.stats.kinesis.records_failed_upstream += refused.count() as u64;
         }
     }
