@@ -60,6 +60,41 @@ impl Rates {
     }
 }
 
+/// Probabilities (0–1) of the Kinesis fault classes, which apply only to
+/// Kinesis requests (`X-Amz-Target: Kinesis_20131202.*`), and only to its
+/// data operations `PutRecords`, `PutRecord` and `GetRecords`: stream
+/// management (`CreateStream`, `DescribeStream`, ...) always goes through,
+/// so a test's setup is never what fails. The DynamoDB classes of [`Rates`]
+/// never apply to Kinesis requests (their error bodies are DynamoDB's).
+/// `throttle` and `lost` are exclusive, like the DynamoDB ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct KinesisRates {
+    /// Refused before forwarding: 400
+    /// `ProvisionedThroughputExceededException`, which the AWS SDKs retry
+    /// as a throttling error.
+    pub throttle: f64,
+    /// Forwarded (the records are written), then the answer is lost exactly
+    /// as DynamoDB's `lost`: dropped, stalled, or 500 `InternalFailure`.
+    pub lost: f64,
+    /// `PutRecords` only, per record: the share of records that fail the
+    /// way Kinesis fails them one by one (`ErrorCode`
+    /// `ProvisionedThroughputExceededException` or `InternalFailure` in the
+    /// answer's `Records`), without reaching the emulator; the others are
+    /// forwarded and written.
+    pub partial: f64,
+}
+
+impl KinesisRates {
+    /// Every Kinesis class at `rate`.
+    pub fn all(rate: f64) -> KinesisRates {
+        KinesisRates {
+            throttle: rate,
+            lost: rate,
+            partial: rate,
+        }
+    }
+}
+
 /// The proxy's whole fault configuration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Faults {
@@ -93,6 +128,9 @@ pub struct Faults {
     /// time; writes (and `Query`, `Scan`) go through. A lost item, as a
     /// partition that stopped answering reads.
     pub unreadable: BTreeSet<String>,
+    /// The Kinesis classes (`kinesis_throttle=P`, ...): a proxy in front of
+    /// a Kinesis emulator is the same proxy with these set.
+    pub kinesis: KinesisRates,
 }
 
 impl Default for Faults {
@@ -107,6 +145,7 @@ impl Default for Faults {
             max_latency: Duration::from_millis(50),
             conflict_hold: None,
             unreadable: BTreeSet::new(),
+            kinesis: KinesisRates::default(),
         }
     }
 }
@@ -124,6 +163,7 @@ impl Faults {
             && self.conflict_hold.is_none()
             && self.unreadable.is_empty()
             && self.rates == Rates::default()
+            && self.kinesis == KinesisRates::default()
             && self.per_op.values().all(|r| *r == Rates::default())
     }
 
@@ -143,6 +183,9 @@ impl Faults {
     ///   holding its items N ms past its answer (0: only while in flight)
     /// * `unreadable=KEY`: the items whose partition key value is KEY cannot
     ///   be read ([`Faults::unreadable`]); repeat it for more keys
+    /// * `kinesis_throttle=P`, `kinesis_lost=P`, `kinesis_partial=P`, or
+    ///   `kinesis_all=P` for the three: the Kinesis classes
+    ///   ([`KinesisRates`]); `all` leaves them alone
     ///
     /// `""` or `off` is no faults at all.
     pub fn parse(spec: &str) -> Result<Faults, String> {
@@ -187,6 +230,10 @@ impl Faults {
                 "unreadable" => {
                     f.unreadable.insert(value.to_owned());
                 }
+                "kinesis_all" => f.kinesis = KinesisRates::all(prob()?),
+                "kinesis_throttle" => f.kinesis.throttle = prob()?,
+                "kinesis_lost" => f.kinesis.lost = prob()?,
+                "kinesis_partial" => f.kinesis.partial = prob()?,
                 _ => match name.split_once('.') {
                     Some((op, class)) => {
                         let base = f.rates;
@@ -204,6 +251,9 @@ impl Faults {
             if r.lost + r.throttle + r.conflict + r.server_error > 1.0 {
                 return Err("lost + throttle + conflict + error must not exceed 1".into());
             }
+        }
+        if f.kinesis.lost + f.kinesis.throttle > 1.0 {
+            return Err("kinesis_lost + kinesis_throttle must not exceed 1".into());
         }
         Ok(f)
     }
@@ -244,6 +294,26 @@ mod tests {
             ["007#reel#r1#likes", "k2"]
         );
         assert!(!u.is_passthrough());
+        let k = Faults::parse("all=0.1, kinesis_all=0.2, kinesis_partial=0.5").unwrap();
+        assert_eq!(k.rates, Rates::all(0.1), "kinesis_* leave DynamoDB alone");
+        assert_eq!(
+            k.kinesis,
+            KinesisRates {
+                throttle: 0.2,
+                lost: 0.2,
+                partial: 0.5
+            }
+        );
+        assert_eq!(
+            Faults::parse("all=0.2").unwrap().kinesis,
+            KinesisRates::default(),
+            "all leaves Kinesis alone"
+        );
+        assert!(
+            !Faults::parse("kinesis_partial=0.1")
+                .unwrap()
+                .is_passthrough()
+        );
         assert!(Faults::parse("off").unwrap().is_passthrough());
         assert!(Faults::parse("").unwrap().is_passthrough());
     }
@@ -261,6 +331,9 @@ mod tests {
             "X.nope=0.1",
             "lost=0.5,throttle=0.6",
             "unreadable=",
+            "kinesis_partial=1.5",
+            "kinesis_lost=0.5,kinesis_throttle=0.6",
+            "kinesis_nope=0.1",
         ] {
             assert!(Faults::parse(bad).is_err(), "{bad}");
         }

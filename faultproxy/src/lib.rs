@@ -1,4 +1,5 @@
-//! A fault-injection proxy for the DynamoDB JSON protocol.
+//! A fault-injection proxy for the DynamoDB JSON protocol, and for Kinesis
+//! Data Streams'.
 //!
 //! Local emulators are kind: they answer every request, never throttle and
 //! never cancel a transaction for a conflict. Real DynamoDB does all of
@@ -26,6 +27,14 @@
 //! proxy counts which of those each retry got. Everything it did is counted
 //! in [`Stats`] (`GET /__proxy/stats` on the proxy's own port).
 //!
+//! The same proxy stands in front of a Kinesis emulator (kinesis-mock):
+//! requests whose `X-Amz-Target` is `Kinesis_20131202.*` take the Kinesis
+//! classes instead ([`KinesisRates`]: throttles, lost answers and
+//! `PutRecords`' per-record failures), counted in [`Stats::injected`] as
+//! `kinesis_*` and per record in [`Stats::kinesis`]. One proxy forwards to
+//! one upstream, so a stack with both runs two, each started with
+//! [`Proxy::start`] and the same spec syntax.
+//!
 //! # Layout
 //!
 //! * [`config`]: what to inject ([`Faults`]), and its one text form.
@@ -33,22 +42,27 @@
 //!   DynamoDB's error bodies.
 //! * `schema`: the tables' key schemas, learned with `DescribeTable`: the
 //!   partition and the item a key is on.
+//! * `kinesis`: the Kinesis classes, and `PutRecords`' split and merge.
 //! * `conflicts`: the conflict model, which requests conflict with a
 //!   transaction in flight and what they get, citing the AWS documents.
 //! * `state`: the schedule, the capacity model, the conflict model's holds
 //!   and the counters, behind one lock that is never held across an await.
+//! * `stats`: what the counters are ([`Stats`]).
 //! * this file: the HTTP server and the forwarding, which releases a
 //!   transaction's holds when its answer is back.
 
 pub mod config;
 mod conflicts;
+mod kinesis;
 mod protocol;
 mod schema;
 mod state;
+mod stats;
 
-pub use config::{Faults, Rates};
+pub use config::{Faults, KinesisRates, Rates};
 pub use conflicts::ModeledConflicts;
-pub use state::{KeyLoad, Stats, TokenStats};
+pub use kinesis::KinesisStats;
+pub use stats::{KeyLoad, Stats, TokenStats};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -224,6 +238,9 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Dr
     let Ok(body) = req.into_body().collect().await.map(|b| b.to_bytes()) else {
         return Err(Dropped);
     };
+    if kinesis::is_kinesis(target.as_deref()) {
+        return kinesis::serve(&shared, &op, &headers, body).await;
+    }
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     // The items the request touches, worked out once for both the schema
     // lookup and the plan.
@@ -285,9 +302,20 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Dr
         Some(keys) if status == 200 => (add_unprocessed(&up_body, keys), true),
         _ => (up_body, false),
     };
-    let mut r = Response::new(Full::new(out_body));
+    Ok(upstream_answer(status, &up_headers, out_body, modified))
+}
+
+/// The emulator's answer with `body` (`modified`: the proxy changed it) and
+/// the emulator's headers.
+fn upstream_answer(
+    status: StatusCode,
+    headers: &hyper::HeaderMap,
+    body: Bytes,
+    modified: bool,
+) -> Answer {
+    let mut r = Response::new(Full::new(body));
     *r.status_mut() = status;
-    for (name, value) in up_headers.iter() {
+    for (name, value) in headers.iter() {
         // A body the proxy changed no longer matches the emulator's CRC.
         let skip = matches!(
             name.as_str(),
@@ -297,7 +325,7 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Dr
             r.headers_mut().append(name.clone(), value.clone());
         }
     }
-    Ok(r)
+    r
 }
 
 /// Puts `keys` (table → the request's spec with the keys left unread) into

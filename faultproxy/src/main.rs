@@ -1,5 +1,7 @@
 //! `fault-proxy`: the fault-injection proxy as a standalone process, for
-//! pointing any DynamoDB client (or `make serve`) at a faulty DynamoDB.
+//! pointing any DynamoDB client (or `make serve`) at a faulty DynamoDB, or
+//! any Kinesis client at a faulty Kinesis (`--upstream` a Kinesis emulator,
+//! `kinesis_*` classes in the spec).
 //!
 //! ```text
 //! fault-proxy --upstream http://127.0.0.1:8000 --listen 127.0.0.1:8001 \
@@ -15,6 +17,7 @@ use faultproxy::{Faults, Proxy};
 
 const USAGE: &str = "usage: fault-proxy --upstream URL [--listen HOST:PORT] [--faults SPEC]
   SPEC: comma-separated name=value, e.g. 'seed=7,all=0.1,TransactWriteItems.lost=0.2,write_cap=1000'
+  or, in front of Kinesis, 'seed=7,kinesis_throttle=0.05,kinesis_lost=0.02,kinesis_partial=0.1'
   (see docs/hostile-input.md, \"Fault injection\"; FAULTS in the environment works too)";
 
 #[tokio::main]

@@ -7,9 +7,9 @@ use crate::config::Faults;
 use crate::conflicts::{Holds, ModeledConflicts};
 use crate::protocol::{self, Touch};
 use crate::schema::KeySchemas;
+use crate::stats::{KeyLoad, Stats};
 use bytes::Bytes;
 use hyper::HeaderMap;
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -59,95 +59,6 @@ pub(crate) enum Lost {
     ServerError,
 }
 
-/// One partition key's load, as the capacity model saw it.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct KeyLoad {
-    /// `table/partition-key-value`.
-    pub partition: String,
-    /// The most write units it took in one second.
-    pub max_write_units_per_sec: f64,
-    pub max_read_units_per_sec: f64,
-    pub write_units: f64,
-    pub read_units: f64,
-    /// Items read and written (forwarded requests only): what the reads
-    /// and writes cost in items, whatever their capacity units.
-    pub items_read: u64,
-    pub items_written: u64,
-    /// Requests refused because this key was over its cap.
-    pub throttled: u64,
-    /// Seconds in which it took any units.
-    pub active_seconds: u64,
-}
-
-/// What the proxy saw of `ClientRequestToken`s (TransactWriteItems).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct TokenStats {
-    /// Transactions forwarded with a token.
-    pub forwarded: u64,
-    /// Forwarded with a token that had been forwarded before.
-    pub reused: u64,
-    /// ... of which with a different body (expect
-    /// `IdempotentParameterMismatch` if the first one committed).
-    pub reused_with_other_body: u64,
-    /// Reuses of a token whose transaction had committed, answered with
-    /// success by the emulator without applying it again (a replay).
-    pub replayed_after_commit: u64,
-    /// Reuses of a committed token answered `IdempotentParameterMismatch`.
-    pub mismatch_after_commit: u64,
-    /// Reuses of a committed token answered otherwise.
-    pub other_after_commit: u64,
-    /// Reuses of a token that had never committed (its earlier attempts
-    /// were refused or cancelled): an ordinary retry.
-    pub reused_before_commit: u64,
-}
-
-/// Everything the proxy did, as `GET /__proxy/stats` reports it.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Stats {
-    pub faults: Option<Faults>,
-    pub seconds: f64,
-    /// Requests received, by operation.
-    pub requests: BTreeMap<String, u64>,
-    /// Requests that reached the emulator, by operation.
-    pub forwarded: BTreeMap<String, u64>,
-    /// Injected faults: class → operation → count. Classes: `throttle`,
-    /// `server_error`, `conflict`, `lost_dropped`, `lost_stalled`,
-    /// `lost_500`, `latency`, `unprocessed`, `capacity_throttle`,
-    /// `unreadable`.
-    pub injected: BTreeMap<String, BTreeMap<String, u64>>,
-    /// Every request the proxy failed: the sum of `injected` without
-    /// `latency` (which fails nothing), and the conflict model's refusals.
-    pub failures_injected: u64,
-    /// What the conflict model (`conflict_hold_ms`) refused and held.
-    pub modeled_conflicts: ModeledConflicts,
-    /// Capacity units consumed by forwarded requests, by operation.
-    pub write_units: BTreeMap<String, f64>,
-    pub read_units: BTreeMap<String, f64>,
-    /// The busiest partition keys, by the most write units in one second
-    /// (then read units), at most 20.
-    pub hot_keys: Vec<KeyLoad>,
-    pub tokens: TokenStats,
-}
-
-impl Stats {
-    /// Injected faults of `class`, over all operations.
-    pub fn injected_of(&self, class: &str) -> u64 {
-        self.injected
-            .get(class)
-            .map(|m| m.values().sum())
-            .unwrap_or(0)
-    }
-
-    /// Total write units of every operation.
-    pub fn total_write_units(&self) -> f64 {
-        self.write_units.values().sum()
-    }
-
-    pub fn total_read_units(&self) -> f64 {
-        self.read_units.values().sum()
-    }
-}
-
 #[derive(Default)]
 struct Window {
     second: u64,
@@ -188,16 +99,16 @@ struct Token {
     body: u64,
 }
 
-struct Inner {
-    faults: Faults,
-    rng: fastrand::Rng,
+pub(crate) struct Inner {
+    pub(crate) faults: Faults,
+    pub(crate) rng: fastrand::Rng,
     started: Instant,
     /// The tables' key schemas, learned with DescribeTable.
     schemas: KeySchemas,
     windows: HashMap<String, Window>,
     tokens: HashMap<String, Token>,
     holds: Holds,
-    stats: Stats,
+    pub(crate) stats: Stats,
 }
 
 pub(crate) struct Shared {
@@ -206,7 +117,7 @@ pub(crate) struct Shared {
     inner: Mutex<Inner>,
 }
 
-fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
+pub(crate) fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
     *map.entry(key.to_owned()).or_default() += 1;
 }
 
@@ -234,7 +145,7 @@ impl Inner {
         self.windows.values().map(|w| w.load.clone()).collect()
     }
 
-    fn inject(&mut self, class: &str, op: &str) {
+    pub(crate) fn inject(&mut self, class: &str, op: &str) {
         bump(self.stats.injected.entry(class.to_owned()).or_default(), op);
     }
 }
@@ -253,7 +164,7 @@ impl Shared {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave the counters in a
         // state worse than slightly off; keep serving.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
