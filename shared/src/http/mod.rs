@@ -30,5 +30,5 @@ pub use crate::clock::lambda_deadline;
 pub(crate) use handlers::error_response;
 #[cfg(feature = "dynamodb")]
 pub use handlers::handle;
-pub use request::{Command, MAX_BATCH_REELS, MAX_BODY_BYTES, parse};
+pub use request::{Command, MAX_BATCH_REELS, MAX_BODY_BYTES, MAX_VIEWS_BODY_BYTES, parse};
 pub use routes::Function;

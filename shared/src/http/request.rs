@@ -14,9 +14,15 @@ use lambda_http::http::Method;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt};
 
-/// Largest request body accepted. No route takes a body; a small one is
-/// tolerated (some clients send `{}`), a large one is refused with 413.
+/// Largest request body accepted on routes that take none (all but
+/// `POST /admin/reels/{reel_id}/shards`' small one and `POST /views`): a
+/// small one is tolerated (some clients send `{}`), a large one is refused
+/// with 413.
 pub const MAX_BODY_BYTES: usize = 1024;
+
+/// The largest `POST /views` body accepted: 100 entries of the longest reel
+/// id with room for whitespace.
+pub const MAX_VIEWS_BODY_BYTES: usize = 16 * 1024;
 /// Most reels one `GET /likes` may ask for (one feed screen).
 pub const MAX_BATCH_REELS: usize = 100;
 
@@ -125,7 +131,7 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
             allow: route.allow(),
         });
     }
-    check_body(req)?;
+    check_body(req, &route)?;
     // The order of the checks below decides which error a request with
     // several faults gets; clients and tests rely on it (identity first on
     // a like, so an anonymous caller learns nothing about ids).
@@ -197,17 +203,19 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
     }
 }
 
-fn check_body(req: &Request) -> Result<(), Error> {
+fn check_body(req: &Request, route: &Route) -> Result<(), Error> {
+    let limit = match route {
+        Route::Views => MAX_VIEWS_BODY_BYTES,
+        _ => MAX_BODY_BYTES,
+    };
     let len = match req.body() {
         Body::Empty => 0,
         Body::Text(t) => t.len(),
         Body::Binary(b) => b.len(),
         _ => 0,
     };
-    if len > MAX_BODY_BYTES {
-        return Err(Error::PayloadTooLarge {
-            limit: MAX_BODY_BYTES,
-        });
+    if len > limit {
+        return Err(Error::PayloadTooLarge { limit });
     }
     Ok(())
 }
