@@ -11,7 +11,11 @@
 //! touch exactly the key kinds listed for it, every action a function is
 //! granted is one its code performs (read from the code), the readiness
 //! probe's keys are readable by the read function, and like rows are
-//! written only inside transactions.
+//! written only inside transactions. Views: the view function may only put
+//! records onto the views stream, the views aggregator reads that stream as
+//! the likes aggregator reads its own (whole batches, never bisected, given
+//! up into a queue of its own), the stream is encrypted and on demand by
+//! default, and the views table is what the local stack can make.
 
 mod common;
 
@@ -69,6 +73,16 @@ fn every_sample_event_is_a_route_of_the_template() {
         let path = entry.unwrap().path();
         let ev: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        if ev["Records"][0]["eventSource"] == "aws:kinesis" {
+            // A batch of views: the views aggregator's, from the stream its
+            // Kinesis event reads (the shard is in each record's eventID).
+            assert!(
+                kinesis_event("ViewAggregateFunction").is_some(),
+                "{}: no Kinesis event in the template",
+                path.display()
+            );
+            continue;
+        }
         if ev.get("Records").is_some() {
             // A stream batch: the aggregate function's, from the table
             // whose stream its DynamoDB event reads.
@@ -142,10 +156,25 @@ async fn every_template_route_is_served_by_the_local_stack() {
             "PUT"
         } else if path.starts_with("/admin/users/") {
             "DELETE"
+        } else if path == "/views" {
+            "POST"
         } else {
             "GET"
         };
         let reply = t.send(method, &path, Some("u1"), &[], None).await;
+        if ["/views", "/counts"].contains(&r.path.as_str()) {
+            // Bodies and queries are the views code's to check (its own
+            // tests send valid ones): here, that the function answers the
+            // method its route serves, not `$default`'s 404 or a 405.
+            assert!(
+                ![404, 405].contains(&reply.status) && reply.status < 500,
+                "{method} {path} ({}): {} {}",
+                r.function,
+                reply.status,
+                reply.body
+            );
+            continue;
+        }
         assert_eq!(
             reply.status, 200,
             "{method} {path} ({}): {}",
@@ -329,6 +358,12 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         "ReconcileRunAgeAlarm",
         "StreamLagAlarm",
         "AggregateFailuresAlarm",
+        "ViewsIteratorAgeAlarm",
+        "ViewsOnFailureAlarm",
+        "ViewsPutThrottledAlarm",
+        "ViewsTableThrottleAlarm",
+        "ViewFunctionThrottlesAlarm",
+        "ViewAggregateFunctionThrottlesAlarm",
     ] {
         assert_eq!(res[alarm]["Type"], "AWS::CloudWatch::Alarm", "{alarm}");
     }
@@ -338,6 +373,9 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         ("ReconcileFunctionErrorsAlarm", "ReconcileFunction"),
         ("ReshardFunctionErrorsAlarm", "ReshardFunction"),
         ("AggregateFunctionErrorsAlarm", "AggregateFunction"),
+        ("ViewAggregateFunctionErrorsAlarm", "ViewAggregateFunction"),
+        // Called by clients, but a crash or timeout loses their views.
+        ("ViewFunctionErrorsAlarm", "ViewFunction"),
     ] {
         let p = &res[alarm]["Properties"];
         assert_eq!(res[alarm]["Type"], "AWS::CloudWatch::Alarm", "{alarm}");
@@ -398,15 +436,18 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
             );
         }
     }
-    // The aggregate function's role is its own, scoped to its stream: SAM's
-    // managed policy for DynamoDB event sources reads every stream ("*").
-    assert!(
-        matches!(
-            &res["AggregateFunction"]["Properties"]["Role"],
-            serde_yaml::Value::Tagged(t) if t.value == "AggregateFunctionRole.Arn"
-        ),
-        "AggregateFunction keeps its own role"
-    );
+    // The aggregate functions' roles are their own, scoped to their
+    // streams: SAM's managed policies for DynamoDB and Kinesis event
+    // sources read every stream ("*").
+    for function in ["AggregateFunction", "ViewAggregateFunction"] {
+        assert!(
+            matches!(
+                &res[function]["Properties"]["Role"],
+                serde_yaml::Value::Tagged(t) if t.value == format!("{function}Role.Arn")
+            ),
+            "{function} keeps its own role"
+        );
+    }
     assert_eq!(
         res["OperationsDashboard"]["Type"],
         "AWS::CloudWatch::Dashboard"
@@ -553,7 +594,12 @@ fn the_guardrails_are_in_the_template() {
                 None => {
                     let writes = throttled_by(route, "WriteThrottleRate", "WriteThrottleBurst");
                     let reads = throttled_by(route, "ReadThrottleRate", "ReadThrottleBurst");
-                    assert!(writes || reads, "{path}: a user route without its throttle");
+                    let views = path == "/views"
+                        && throttled_by(route, "ViewThrottleRate", "ViewThrottleBurst");
+                    assert!(
+                        writes || reads || views,
+                        "{path}: a user route without its throttle"
+                    );
                     user_routes.insert(path);
                 }
                 Some(other) => panic!("{path}: authorizer {other}"),
@@ -579,7 +625,14 @@ fn the_guardrails_are_in_the_template() {
     }
     assert_eq!(
         user_routes,
-        BTreeSet::from(["/likes", "/reels/{reel_id}/like", "/reels/{reel_id}/likes"])
+        BTreeSet::from([
+            "/counts",
+            "/likes",
+            "/reels/{reel_id}/like",
+            "/reels/{reel_id}/likes",
+            "/reels/{reel_id}/views",
+            "/views",
+        ])
     );
     // Who asked, on every line of the access log.
     let log = api["AccessLogSettings"]["Format"].as_str().unwrap();
@@ -589,7 +642,7 @@ fn the_guardrails_are_in_the_template() {
             "access log without {who}"
         );
     }
-    // Both tables: an on-demand cap (unless set to -1) and deletion protection.
+    // Every table: an on-demand cap (unless set to -1) and deletion protection.
     for (id, r) in res.as_mapping().unwrap() {
         if r["Type"] != "AWS::DynamoDB::Table" {
             continue;
@@ -1004,6 +1057,11 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
         ("AggregateFunction", "ConditionCheckItem", true, none.to_vec()),
         ("AggregateFunction", "GetItem", false, vec!["checkpoint", "settings"]),
         ("AggregateFunction", "BatchGetItem", false, vec!["checkpoint", "settings"]),
+        // Views aggregator: its own table only, never the counters.
+        ("ViewAggregateFunction", "GetItem", false, none.to_vec()),
+        ("ViewAggregateFunction", "BatchGetItem", false, none.to_vec()),
+        ("ViewAggregateFunction", "PutItem", true, none.to_vec()),
+        ("ViewAggregateFunction", "UpdateItem", true, none.to_vec()),
     ];
     let mut wrong = Vec::new();
     for (function, action, in_tx, want) in &expected {
@@ -1095,6 +1153,394 @@ fn like_rows_are_written_only_inside_transactions() {
             "{st:?}"
         );
     }
+}
+
+// ---- Views: the stream, its producer and its aggregator -------------------
+
+fn template_doc() -> serde_yaml::Value {
+    let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    serde_yaml::from_str(&text).unwrap()
+}
+
+/// `!<tag> <value>` (`!Ref X`, `!GetAtt X.Arn`).
+fn is_tagged(v: &serde_yaml::Value, tag: &str, value: &str) -> bool {
+    matches!(v, serde_yaml::Value::Tagged(t)
+        if t.tag == tag && t.value.as_str() == Some(value))
+}
+
+/// The `Type: Kinesis` event of `function`, if it has one.
+fn kinesis_event(function: &str) -> Option<serde_yaml::Value> {
+    template_doc()["Resources"][function]["Properties"]["Events"]
+        .as_mapping()?
+        .values()
+        .find(|e| e["Type"] == "Kinesis")
+        .cloned()
+}
+
+/// Every policy statement of `function`: its own role's inline policies
+/// (`Role: !GetAtt <Role>.Arn`) or the `Policies` SAM puts in the role it
+/// makes, each `!If [cond, statement, !Ref AWS::NoValue]` as its statement.
+fn all_statements(doc: &serde_yaml::Value, function: &str) -> Vec<serde_yaml::Value> {
+    let props = &doc["Resources"][function]["Properties"];
+    let documents: Vec<serde_yaml::Value> = match &props["Role"] {
+        serde_yaml::Value::Tagged(t) => {
+            let role = t.value.as_str().unwrap().trim_end_matches(".Arn");
+            doc["Resources"][role]["Properties"]["Policies"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|p| p["PolicyDocument"].clone())
+                .collect()
+        }
+        _ => props["Policies"].as_sequence().cloned().unwrap_or_default(),
+    };
+    documents
+        .iter()
+        .flat_map(|d| d["Statement"].as_sequence().cloned().unwrap_or_default())
+        .map(|st| match st {
+            serde_yaml::Value::Tagged(t) if t.tag == "!If" => t.value[1].clone(),
+            other => other,
+        })
+        .collect()
+}
+
+fn functions(doc: &serde_yaml::Value) -> Vec<String> {
+    doc["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Serverless::Function")
+        .map(|(id, _)| id.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The view function puts views onto the stream and may do nothing else:
+/// one statement, `kinesis:PutRecords` on the stream's ARN. No other
+/// function may put records there, and no function holds a KMS grant: the
+/// stream's key is the AWS managed `alias/aws/kinesis`, whose key policy
+/// lets the account use it through Kinesis (a grant would only widen).
+#[test]
+fn the_view_function_may_only_put_records_on_the_views_stream() {
+    let doc = template_doc();
+    let props = &doc["Resources"]["ViewFunction"]["Properties"];
+    assert_eq!(props["CodeUri"], "functions/view");
+    assert!(
+        props["Role"].is_null(),
+        "SAM's role: basic execution and X-Ray, and the statement below"
+    );
+    assert!(is_tagged(
+        &props["Environment"]["Variables"]["VIEWS_STREAM"],
+        "!Ref",
+        "ViewsStream"
+    ));
+    let statements = all_statements(&doc, "ViewFunction");
+    let [st] = &statements[..] else {
+        panic!("ViewFunction: one statement, not {statements:?}");
+    };
+    assert_eq!(st["Effect"], "Allow");
+    assert_eq!(strings(&st["Action"]), ["kinesis:PutRecords"]);
+    assert!(
+        is_tagged(&st["Resource"], "!GetAtt", "ViewsStream.Arn"),
+        "{st:?}"
+    );
+    assert!(st["Condition"].is_null(), "{st:?}");
+    for function in functions(&doc) {
+        for st in all_statements(&doc, &function) {
+            let actions = strings(&st["Action"]);
+            assert!(
+                !actions.iter().any(|a| a.starts_with("kms:")),
+                "{function}: {actions:?}"
+            );
+            if function != "ViewFunction" {
+                assert!(
+                    !actions.iter().any(|a| a.starts_with("kinesis:Put")),
+                    "{function}: {actions:?}"
+                );
+            }
+        }
+    }
+    // POST /views: a user route, authorised as the like route is.
+    let event = |function: &str, path: &str| {
+        doc["Resources"][function]["Properties"]["Events"]
+            .as_mapping()
+            .unwrap()
+            .values()
+            .find(|e| e["Properties"]["Path"] == path)
+            .unwrap_or_else(|| panic!("{function}: no route {path}"))
+            .clone()
+    };
+    let view = event("ViewFunction", "/views");
+    let like = event("LikeFunction", "/reels/{reel_id}/like");
+    assert_eq!(view["Type"], "HttpApi");
+    assert_eq!(view["Properties"]["Auth"], like["Properties"]["Auth"]);
+}
+
+/// The views aggregator applies Kinesis records with the likes
+/// aggregator's exactly-once core (a checkpoint per stream shard, a
+/// high-water mark moved in the chunk's transaction), so its event source
+/// is set as the likes aggregator's is: from the start of the stream, one
+/// batch per shard at a time, whole batches retried and never bisected
+/// (halves may come newer half first, which the checkpoint would skip),
+/// partial failures reported, a batch given up into a queue of its own
+/// (metadata enough to replay it from the stream, within the record age
+/// that the stream's 24 hours leave room for). Its role reads that stream
+/// only, and lists its shards (the code reads a child shard's parents).
+#[test]
+fn the_views_aggregator_reads_the_views_stream_as_the_likes_aggregator_reads_its_own() {
+    let doc = template_doc();
+    let res = &doc["Resources"];
+    let props = &res["ViewAggregateFunction"]["Properties"];
+    assert_eq!(props["CodeUri"], "functions/aggregate-views");
+    let vars = &props["Environment"]["Variables"];
+    assert!(is_tagged(&vars["VIEWS_TABLE"], "!Ref", "ViewsTable"));
+    assert!(is_tagged(&vars["VIEWS_STREAM"], "!Ref", "ViewsStream"));
+    let ev = kinesis_event("ViewAggregateFunction").expect("a Kinesis event");
+    let p = &ev["Properties"];
+    assert!(
+        is_tagged(&p["Stream"], "!GetAtt", "ViewsStream.Arn"),
+        "{p:?}"
+    );
+    assert_eq!(p["StartingPosition"], "TRIM_HORIZON");
+    assert_eq!(p["BatchSize"], 1000);
+    assert_eq!(p["MaximumBatchingWindowInSeconds"], 1);
+    assert_eq!(p["ParallelizationFactor"], 1);
+    assert_eq!(
+        strings(&p["FunctionResponseTypes"]),
+        ["ReportBatchItemFailures"]
+    );
+    assert_eq!(p["MaximumRetryAttempts"], 10);
+    assert_eq!(p["BisectBatchOnFunctionError"], false);
+    // The same settings as the likes aggregator's DynamoDB event.
+    let likes = res["AggregateFunction"]["Properties"]["Events"]
+        .as_mapping()
+        .unwrap()
+        .values()
+        .find(|e| e["Type"] == "DynamoDB")
+        .expect("the likes aggregator's stream event");
+    for key in [
+        "StartingPosition",
+        "BatchSize",
+        "MaximumBatchingWindowInSeconds",
+        "ParallelizationFactor",
+        "FunctionResponseTypes",
+        "MaximumRetryAttempts",
+        "BisectBatchOnFunctionError",
+    ] {
+        assert_eq!(p[key], likes["Properties"][key], "{key}");
+    }
+    // A record given up is still in the stream (24 hours) to replay.
+    assert!(is_tagged(
+        &p["MaximumRecordAgeInSeconds"],
+        "!Ref",
+        "ViewsMaxRecordAgeSecs"
+    ));
+    let age = &doc["Parameters"]["ViewsMaxRecordAgeSecs"];
+    let retention = res["ViewsStream"]["Properties"]["RetentionPeriodHours"]
+        .as_i64()
+        .unwrap()
+        * 3600;
+    assert!(age["MinValue"].as_i64() >= Some(60), "{age:?}");
+    assert!(age["MaxValue"].as_i64() <= Some(retention), "{age:?}");
+    assert!(age["Default"].as_i64() < Some(retention), "{age:?}");
+    let on_failure = &p["DestinationConfig"]["OnFailure"];
+    assert_eq!(on_failure["Type"], "SQS");
+    assert!(is_tagged(
+        &on_failure["Destination"],
+        "!GetAtt",
+        "ViewsOnFailureQueue.Arn"
+    ));
+    let queue = &res["ViewsOnFailureQueue"];
+    assert_eq!(queue["Type"], "AWS::SQS::Queue");
+    assert_eq!(
+        queue["Properties"]["SqsManagedSseEnabled"],
+        res["AggregateFailures"]["Properties"]["SqsManagedSseEnabled"]
+    );
+    assert_eq!(queue["Properties"]["SqsManagedSseEnabled"], true);
+    // Its role: the stream's reads and shard listing on that stream only,
+    // the queue's SendMessage on that queue only.
+    let mut kinesis = BTreeSet::new();
+    for st in all_statements(&doc, "ViewAggregateFunction") {
+        let actions = strings(&st["Action"]);
+        let resource = &st["Resource"];
+        for a in &actions {
+            if a.starts_with("kinesis:") {
+                assert!(is_tagged(resource, "!GetAtt", "ViewsStream.Arn"), "{st:?}");
+                kinesis.insert(a.clone());
+            } else if a.starts_with("sqs:") {
+                assert_eq!(a, "sqs:SendMessage");
+                assert!(
+                    is_tagged(resource, "!GetAtt", "ViewsOnFailureQueue.Arn"),
+                    "{st:?}"
+                );
+            } else if a.starts_with("dynamodb:") {
+                assert!(is_tagged(resource, "!GetAtt", "ViewsTable.Arn"), "{st:?}");
+            } else {
+                assert!(a.starts_with("xray:"), "{a}: {st:?}");
+            }
+        }
+    }
+    assert_eq!(
+        kinesis,
+        BTreeSet::from(
+            [
+                "kinesis:DescribeStream",
+                "kinesis:DescribeStreamSummary",
+                "kinesis:GetRecords",
+                "kinesis:GetShardIterator",
+                "kinesis:ListShards",
+            ]
+            .map(str::to_owned)
+        )
+    );
+    // Its alarms: lag, given-up batches, the stream refusing views.
+    let alarm = |id: &str| res[id]["Properties"].clone();
+    let lag = alarm("ViewsIteratorAgeAlarm");
+    assert_eq!(lag["Namespace"], "AWS/Lambda");
+    assert_eq!(lag["MetricName"], "IteratorAge");
+    assert!(is_tagged(
+        &lag["Dimensions"][0]["Value"],
+        "!Ref",
+        "ViewAggregateFunction"
+    ));
+    assert_eq!(lag["Statistic"], "Maximum");
+    assert_eq!(lag["Threshold"], 60000);
+    assert_eq!(lag["ComparisonOperator"], "GreaterThanThreshold");
+    assert_eq!(
+        lag["Period"].as_i64().unwrap() * lag["DatapointsToAlarm"].as_i64().unwrap(),
+        300
+    );
+    let failed = alarm("ViewsOnFailureAlarm");
+    assert_eq!(failed["Namespace"], "AWS/SQS");
+    assert_eq!(failed["MetricName"], "ApproximateNumberOfMessagesVisible");
+    assert!(is_tagged(
+        &failed["Dimensions"][0]["Value"],
+        "!GetAtt",
+        "ViewsOnFailureQueue.QueueName"
+    ));
+    let put = alarm("ViewsPutThrottledAlarm");
+    assert_eq!(put["Namespace"], "AWS/Kinesis");
+    assert_eq!(put["MetricName"], "WriteProvisionedThroughputExceeded");
+    assert_eq!(put["Dimensions"][0]["Name"], "StreamName");
+    assert!(is_tagged(
+        &put["Dimensions"][0]["Value"],
+        "!Ref",
+        "ViewsStream"
+    ));
+    assert_eq!(put["Threshold"], 0);
+    assert_eq!(put["ComparisonOperator"], "GreaterThanThreshold");
+}
+
+/// The views stream is encrypted at rest with the AWS managed key, keeps
+/// records 24 hours, and is on demand unless `ViewsStreamMode` says
+/// PROVISIONED, when (and only when) `ViewsStreamShards` sets its shards.
+#[test]
+fn the_views_stream_is_encrypted_and_on_demand_by_default() {
+    let doc = template_doc();
+    let stream = &doc["Resources"]["ViewsStream"];
+    assert_eq!(stream["Type"], "AWS::Kinesis::Stream");
+    assert!(stream["Condition"].is_null(), "views exist in both modes");
+    let p = &stream["Properties"];
+    assert_eq!(p["StreamEncryption"]["EncryptionType"], "KMS");
+    assert_eq!(p["StreamEncryption"]["KeyId"], "alias/aws/kinesis");
+    assert_eq!(p["RetentionPeriodHours"], 24);
+    assert!(is_tagged(
+        &p["StreamModeDetails"]["StreamMode"],
+        "!Ref",
+        "ViewsStreamMode"
+    ));
+    let mode = &doc["Parameters"]["ViewsStreamMode"];
+    assert_eq!(mode["Default"], "ON_DEMAND");
+    assert_eq!(
+        strings(&mode["AllowedValues"]),
+        ["ON_DEMAND", "PROVISIONED"]
+    );
+    let when: serde_yaml::Value = serde_yaml::from_str(
+        "!If [ViewsStreamProvisioned, !Ref ViewsStreamShards, !Ref AWS::NoValue]",
+    )
+    .unwrap();
+    assert_eq!(p["ShardCount"], when);
+    let provisioned: serde_yaml::Value =
+        serde_yaml::from_str("!Equals [!Ref ViewsStreamMode, PROVISIONED]").unwrap();
+    assert_eq!(doc["Conditions"]["ViewsStreamProvisioned"], provisioned);
+    let outputs = &doc["Outputs"];
+    assert!(is_tagged(
+        &outputs["ViewsStreamName"]["Value"],
+        "!Ref",
+        "ViewsStream"
+    ));
+    assert!(is_tagged(
+        &outputs["ViewsTableName"]["Value"],
+        "!Ref",
+        "ViewsTable"
+    ));
+}
+
+/// The views table is one the local stack makes from the template (a
+/// `pk`/`sk` key, TTL on `expires_at`, no index, no stream), kept as the
+/// likes table is, read by the read function and written by the views
+/// aggregator alone, inside transactions only.
+#[test]
+fn the_views_table_is_made_kept_and_written_as_it_should() {
+    let t = template();
+    let views = t.table_for_env("VIEWS_TABLE").expect("VIEWS_TABLE");
+    assert_eq!(views.logical_id, "ViewsTable");
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect()
+    };
+    assert_eq!(views.key_schema, pairs(&[("pk", "HASH"), ("sk", "RANGE")]));
+    assert_eq!(views.attributes, pairs(&[("pk", "S"), ("sk", "S")]));
+    assert_eq!(views.ttl_attribute.as_deref(), Some("expires_at"));
+    assert!(views.indexes.is_empty());
+    assert_eq!(views.stream_view_type, None);
+    let doc = template_doc();
+    let (table, likes) = (
+        &doc["Resources"]["ViewsTable"],
+        &doc["Resources"]["LikesTable"],
+    );
+    for key in ["DeletionPolicy", "UpdateReplacePolicy"] {
+        assert_eq!(table[key], likes[key], "{key}");
+    }
+    for key in [
+        "BillingMode",
+        "DeletionProtectionEnabled",
+        "PointInTimeRecoverySpecification",
+        "SSESpecification",
+    ] {
+        assert_eq!(table["Properties"][key], likes["Properties"][key], "{key}");
+    }
+    let mut readers = BTreeSet::new();
+    for st in dynamodb_statements() {
+        if !st.resources.iter().any(|r| r == "ViewsTable") {
+            continue;
+        }
+        assert_eq!(st.resources, ["ViewsTable"], "{st:?}");
+        let writes: Vec<&String> = st
+            .actions
+            .iter()
+            .filter(|a| {
+                !matches!(
+                    a.as_str(),
+                    "dynamodb:GetItem" | "dynamodb:BatchGetItem" | "dynamodb:Query"
+                )
+            })
+            .collect();
+        if writes.is_empty() {
+            readers.insert(st.function.clone());
+            continue;
+        }
+        assert_eq!(st.function, "ViewAggregateFunction", "{st:?}");
+        assert_eq!(
+            st.enclosing.as_deref(),
+            Some(&["TransactWriteItems".to_owned()][..]),
+            "{st:?}"
+        );
+    }
+    assert_eq!(
+        readers,
+        BTreeSet::from(["ReadFunction", "ViewAggregateFunction"].map(str::to_owned))
+    );
 }
 
 // Every action granted is one its function's code performs: a test that
