@@ -271,7 +271,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             }
             ancestors.push(keys::views_seen_key(&batch.stream_arn, &parent));
         }
-        let planning = Planning {
+        let planning = ViewPlanning {
             aggregator: self,
             shard_id: &batch.shard_id,
             writer: keys::views_writer(&batch.stream_arn, &batch.shard_id),
@@ -367,7 +367,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
 type ItemOf = (ReelId, Option<String>);
 
 /// One batch of one shard, as the core plans it.
-struct Planning<'a, S, L> {
+struct ViewPlanning<'a, S, L> {
     aggregator: &'a ViewAggregator<S, L>,
     shard_id: &'a str,
     writer: String,
@@ -375,7 +375,7 @@ struct Planning<'a, S, L> {
     ancestors: Vec<String>,
 }
 
-impl<S: ViewStore, L: LogStore> Planner for Planning<'_, S, L> {
+impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
     type Record = Part;
     type Chunk = ViewChunk;
     type Write = ViewChunkWrite;

@@ -23,7 +23,7 @@ const UNPROCESSED_ROUNDS: u32 = 8;
 #[derive(Clone, Debug)]
 pub struct DynamoViews {
     client: Client,
-    table: String,
+    views_table: String,
 }
 
 impl DynamoViews {
@@ -32,7 +32,7 @@ impl DynamoViews {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         DynamoViews {
             client,
-            table: table.into(),
+            views_table: table.into(),
         }
     }
 
@@ -57,7 +57,7 @@ impl DynamoViews {
             let mut q = self
                 .client
                 .query()
-                .table_name(&self.table)
+                .table_name(&self.views_table)
                 .key_condition_expression(format!("pk = :pk AND {condition}"))
                 .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
                 .consistent_read(consistent)
@@ -101,7 +101,7 @@ impl ViewStore for DynamoViews {
         let out = self
             .client
             .get_item()
-            .table_name(&self.table)
+            .table_name(&self.views_table)
             .set_key(Some(Self::key(key, keys::VIEWS_SINGLE_SORT)))
             .consistent_read(true)
             .projection_expression("seq")
@@ -156,13 +156,13 @@ impl ViewStore for DynamoViews {
                 let page = self
                     .client
                     .batch_get_item()
-                    .request_items(&self.table, keys_left)
+                    .request_items(&self.views_table, keys_left)
                     .send()
                     .await
                     .map_err(|e| translate("BatchGetItem", e))?;
                 for i in page
                     .responses
-                    .and_then(|mut r| r.remove(&self.table))
+                    .and_then(|mut r| r.remove(&self.views_table))
                     .unwrap_or_default()
                 {
                     if let (Some(pk), Some(item)) = (i.string("pk"), view_item(&i)) {
@@ -171,7 +171,7 @@ impl ViewStore for DynamoViews {
                 }
                 pending = page
                     .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
+                    .and_then(|mut u| u.remove(&self.views_table))
                     .filter(|k| !k.keys.is_empty());
             }
         }
@@ -182,7 +182,7 @@ impl ViewStore for DynamoViews {
         let n = |v: i64| AttributeValue::N(v.to_string());
         let s = |v: &str| AttributeValue::S(v.to_owned());
         let checkpoint = Update::builder()
-            .table_name(&self.table)
+            .table_name(&self.views_table)
             .set_key(Some(Self::key(
                 &write.checkpoint_key,
                 keys::VIEWS_SINGLE_SORT,
@@ -225,7 +225,7 @@ impl ViewStore for DynamoViews {
             TransactWriteItem::builder()
                 .put(
                     Put::builder()
-                        .table_name(&self.table)
+                        .table_name(&self.views_table)
                         .set_item(Some(seen))
                         .build()
                         .map_err(|e| request_build_failed("Put", &e))?,
@@ -238,7 +238,7 @@ impl ViewStore for DynamoViews {
             // writes this item, so the value it read is the value stored.
             let mut expr = String::from("ADD #v :v SET #h = :h, #u = :at");
             let mut update = Update::builder()
-                .table_name(&self.table)
+                .table_name(&self.views_table)
                 .set_key(Some(Self::key(&item.pk, &item.sk)))
                 .expression_attribute_names("#v", "v")
                 .expression_attribute_names("#h", "hll")
