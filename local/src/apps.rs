@@ -40,7 +40,7 @@ impl Apps {
         let mut config = self.current().config.clone();
         config.cache_ttl = ttl;
         let store = DynamoStore::new(self.client.clone(), &config);
-        let app = Arc::new(App::new(config, store));
+        let app = Arc::new(App::new(config, store).with_views_of(&self.current()));
         match self.current.write() {
             Ok(mut g) => *g = app.clone(),
             Err(p) => *p.into_inner() = app.clone(),

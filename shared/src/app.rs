@@ -47,6 +47,9 @@ pub struct Views {
     pub aggregator: Option<ViewAggregator<DynamoViews, KinesisLog>>,
     /// `GET /reels/{reel_id}/views`, `GET /counts` (the table).
     pub reader: Option<ViewReader<DynamoViews>>,
+    /// What they were built from, for another cold start of the same
+    /// instance ([`App::with_views_of`]).
+    setup: Option<(ViewsConfig, Option<Arc<KinesisLog>>)>,
 }
 
 impl App {
@@ -86,6 +89,7 @@ impl App {
             )),
             _ => None,
         };
+        let setup = Some((views.clone(), log.clone()));
         let reader = table.map(|t| {
             ViewReader::new(
                 t,
@@ -99,6 +103,7 @@ impl App {
                 producer,
                 aggregator,
                 reader,
+                setup,
             },
             ..self
         }
@@ -110,6 +115,15 @@ impl App {
         App {
             service: self.service.with_reel_check(check),
             ..self
+        }
+    }
+
+    /// The same, with views as `other` has them (the local stack's new cold
+    /// start of a running instance); the log's client is shared.
+    pub fn with_views_of(self, other: &App) -> Self {
+        match &other.views.setup {
+            Some((views, log)) => self.with_views(views.clone(), log.clone()),
+            None => self,
         }
     }
 

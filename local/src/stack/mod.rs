@@ -200,10 +200,16 @@ impl Stack {
             let c = client_for(&config, &proxy.url, &lookup_opts).await;
             (Some(Arc::new(proxy)), c)
         };
-        let app = Arc::new(App::new(
-            config.clone(),
-            DynamoStore::new(app_client.clone(), &config),
-        ));
+        // Views: the table's reads always; the stream, where one runs.
+        let views_config = likes::views::ViewsConfig::from_lookup(|k| lookup_opts.lookup(k))
+            .map_err(|e| anyhow!("{e}"))?;
+        let app = Arc::new(
+            App::new(
+                config.clone(),
+                DynamoStore::new(app_client.clone(), &config),
+            )
+            .with_views(views_config, None),
+        );
         let apps = Arc::new(crate::apps::Apps::new(app.clone(), app_client));
         let listener = TcpListener::bind((opts.host.as_str(), opts.port))
             .await
