@@ -227,3 +227,19 @@ impl KinesisSource {
         Ok(self.stats.outstanding.load(Ordering::SeqCst) == 0)
     }
 }
+
+/// Whether a test that needs kinesis-mock is to be skipped: Node.js is not
+/// there (said on stderr). Under `CI=true` a missing Node.js fails the
+/// test instead: CI must run them.
+#[cfg(test)]
+pub(crate) fn skip_without_node() -> bool {
+    if node_available() {
+        return false;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true: the Kinesis tests need Node.js 20+ (node on PATH)"
+    );
+    eprintln!("SKIPPED: the Kinesis tests need Node.js 20+ (node on PATH)");
+    true
+}

@@ -3,7 +3,7 @@
 //! test. Without Node.js the tests are skipped with a message, except
 //! under `CI=true`, where a missing emulator is a failure.
 
-use super::emulator::{node_available, package_dir};
+use super::emulator::package_dir;
 use super::*;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
@@ -16,12 +16,7 @@ fn emulator() -> Option<String> {
     static ENDPOINT: OnceLock<Option<String>> = OnceLock::new();
     ENDPOINT
         .get_or_init(|| {
-            if !node_available() {
-                assert!(
-                    std::env::var("CI").as_deref() != Ok("true"),
-                    "CI=true: the Kinesis tests need Node.js 20+ (node on PATH)"
-                );
-                eprintln!("SKIPPED: the Kinesis tests need Node.js 20+ (node on PATH)");
+            if skip_without_node() {
                 return None;
             }
             let dir = package_dir(|k| std::env::var(k).ok()).expect("installing kinesis-mock");
