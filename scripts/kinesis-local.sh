@@ -4,7 +4,7 @@
 # installed in target/kinesis-local, and print the absolute path of its
 # package folder (stdout holds that path only; progress goes to stderr).
 # The local stack runs `node main.js` there (kinesis-mock reads its TLS
-# certificate, server.json, from the working directory), and calls this
+# certificate file from the working directory), and calls this
 # script itself when that folder is missing, so a fresh clone needs only
 # Node.js (20 or newer) and npm.
 #
