@@ -31,6 +31,9 @@ pub struct KinesisSourceDef {
     pub batching_window: Duration,
     /// `MaximumRetryAttempts` (-1: until the records expire).
     pub max_retries: i64,
+    /// `MaximumRecordAgeInSeconds` (none, or -1: until the records
+    /// expire): older records go to `OnFailure` instead of the function.
+    pub max_record_age: Option<Duration>,
     /// `BisectBatchOnFunctionError`.
     pub bisect: bool,
     /// `FunctionResponseTypes` holds `ReportBatchItemFailures`.
@@ -54,6 +57,7 @@ impl Default for KinesisSourceDef {
             batch_size: 1000,
             batching_window: Duration::from_secs(1),
             max_retries: -1,
+            max_record_age: None,
             bisect: false,
             report_failures: true,
             from_oldest: true,
@@ -133,6 +137,9 @@ impl KinesisSourceDef {
         if let Some(n) = int("MaximumRetryAttempts") {
             def.max_retries = n;
         }
+        if let Some(n) = int("MaximumRecordAgeInSeconds") {
+            def.max_record_age = u64::try_from(n).ok().map(Duration::from_secs);
+        }
         if let Some(b) = p.get("BisectBatchOnFunctionError").and_then(Value::as_bool) {
             def.bisect = b;
         }
@@ -188,6 +195,7 @@ mod tests {
                 batch_size: 500,
                 batching_window: Duration::from_secs(2),
                 max_retries: 3,
+                max_record_age: Some(Duration::from_secs(3600)),
                 bisect: true,
                 report_failures: true,
                 from_oldest: true,

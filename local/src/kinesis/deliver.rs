@@ -51,6 +51,7 @@ impl Delivery {
     pub(super) async fn deliver(&self, shard: &str, batch: Vec<KinesisRecord>) {
         let mut queue: VecDeque<(Vec<KinesisRecord>, i64)> = VecDeque::from([(batch, 0)]);
         while let Some((records, retries)) = queue.pop_front() {
+            let records = self.drop_aged(shard, records);
             if records.is_empty() {
                 continue;
             }
@@ -222,14 +223,38 @@ impl Delivery {
         }
     }
 
+    /// `records` without those older than `MaximumRecordAgeInSeconds`
+    /// (by their arrival in the stream), which Lambda sends to the
+    /// `OnFailure` destination instead of to the function.
+    fn drop_aged(&self, shard: &str, records: Vec<KinesisRecord>) -> Vec<KinesisRecord> {
+        let Some(age) = self.def.max_record_age else {
+            return records;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let oldest = now.saturating_sub(age).as_secs_f64();
+        let (aged, young): (Vec<KinesisRecord>, Vec<KinesisRecord>) =
+            records.into_iter().partition(|r| r.arrival < oldest);
+        if !aged.is_empty() {
+            self.discard_because(shard, &aged, "older than MaximumRecordAgeInSeconds");
+        }
+        young
+    }
+
     fn discard(&self, shard: &str, records: &[KinesisRecord]) {
+        self.discard_because(shard, records, "retries exhausted");
+    }
+
+    fn discard_because(&self, shard: &str, records: &[KinesisRecord], why: &str) {
         count(&self.stats.discarded, records.len() as u64);
         tracing::error!(
             shard,
             records = records.len(),
             first = records.first().map(|r| r.sequence.as_str()),
             last = records.last().map(|r| r.sequence.as_str()),
-            "views records sent to the OnFailure destination: retries exhausted"
+            why,
+            "views records sent to the OnFailure destination"
         );
         self.mark_done(shard, records);
     }

@@ -16,7 +16,8 @@
 //! * a function error (or a timeout) delivers the batch again, split in two
 //!   first with `BisectBatchOnFunctionError`; after `MaximumRetryAttempts`
 //!   retries the records go to the `OnFailure` destination (here: the log
-//!   and [`KinesisSourceStats::discarded`]) and the shard moves on;
+//!   and [`KinesisSourceStats::discarded`]) and the shard moves on, as do
+//!   records older than `MaximumRecordAgeInSeconds`;
 //! * faults on demand (`LOCAL_VIEWS_FAULTS`, else `LOCAL_STREAM_FAULTS`):
 //!   the DynamoDB stream source's classes (`crate::streams::faults`, where
 //!   AWS's words for each are): `redeliver`, `lost`, `reorder`,

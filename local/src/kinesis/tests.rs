@@ -410,3 +410,65 @@ fn faults_come_from_either_variable() {
         KinesisSettings::default()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redeliver_lost_and_late_commit_still_hand_every_record_over() {
+    let Some(endpoint) = emulator() else { return };
+    let (client, name) = stream(&endpoint, "atleast", 2).await;
+    put(&client, &name, "r", 200).await;
+    let (handler, log) = recording(|_, _| ok());
+    let settings = KinesisSettings::from_lookup(|k| {
+        (k == "LOCAL_VIEWS_FAULTS")
+            .then(|| "seed=11,redeliver=0.3,lost=0.3,late_commit=0.2".to_owned())
+    })
+    .unwrap();
+    let (stop, stopped) = watch::channel(false);
+    let source = KinesisSource::spawn(client.clone(), def(&name, 25), settings, handler, stopped);
+    wait_done(&source, &client, 200).await;
+    let stats = &source.stats;
+    for (what, counter) in [
+        ("redelivered", &stats.redelivered),
+        ("lost", &stats.lost),
+        ("late_commits", &stats.late_commits),
+    ] {
+        assert!(KinesisSourceStats::get(counter) > 0, "{what}: {stats:?}");
+    }
+    assert_eq!(KinesisSourceStats::get(&stats.discarded), 0);
+    // At least once: every record reached the function (a late commit's
+    // invocation may still be running; its record was handed over again).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = log.lock().unwrap().clone();
+    let mut data: Vec<&str> = log.iter().flatten().map(|r| r.2.as_str()).collect();
+    assert!(data.len() > 200, "some records came more than once");
+    data.sort_unstable();
+    data.dedup();
+    assert_eq!(data.len(), 200);
+    let _ = stop.send(true);
+    source.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_past_their_maximum_age_go_to_on_failure() {
+    let Some(endpoint) = emulator() else { return };
+    let (client, name) = stream(&endpoint, "aged", 1).await;
+    put(&client, &name, "old", 5).await;
+    // Retried forever (-1), but only for a second of the records' age.
+    let (handler, log) = recording(|_, _| Err(anyhow::anyhow!("always")));
+    let aging = KinesisSourceDef {
+        max_record_age: Some(Duration::from_secs(1)),
+        ..def(&name, 100)
+    };
+    let (stop, stopped) = watch::channel(false);
+    let source = KinesisSource::spawn(
+        client.clone(),
+        aging,
+        KinesisSettings::default(),
+        handler,
+        stopped,
+    );
+    wait_done(&source, &client, 5).await;
+    assert_eq!(KinesisSourceStats::get(&source.stats.discarded), 5);
+    assert!(log.lock().unwrap().len() >= 2, "retried until too old");
+    let _ = stop.send(true);
+    source.stop().await;
+}
