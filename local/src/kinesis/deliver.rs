@@ -179,7 +179,13 @@ impl Delivery {
             && failed.is_none();
         match failed {
             // An identifier that is no record of the batch fails it whole.
-            Some(seq) if handed.iter().any(|r| r.sequence == seq) => Invocation::FailedFrom(seq),
+            Some(seq)
+                if handed.iter().any(|r| {
+                    compare_sequences(&r.sequence, &seq) == Some(std::cmp::Ordering::Equal)
+                }) =>
+            {
+                Invocation::FailedFrom(seq)
+            }
             Some(_) => Invocation::Error,
             None if malformed => Invocation::Error,
             None => Invocation::Done,
