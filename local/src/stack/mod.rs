@@ -362,6 +362,19 @@ impl Stack {
         Ok(true)
     }
 
+    /// Whether the views event source has handed every record now in the
+    /// views stream to the function for good (true without one).
+    pub async fn views_drained(&self) -> Result<bool> {
+        match &self.views {
+            Some(Views {
+                source: Some(source),
+                client,
+                ..
+            }) => source.drained(client).await,
+            _ => Ok(true),
+        }
+    }
+
     /// Stops the gateway and the embedded emulator and waits for them.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
