@@ -6,7 +6,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: check-cargo lint one-test serve test demo resize reconcile plan bench lambda-figures benchmarks unit lint-template smoke playground-test sam-local schemathesis fuzz fmt clippy lambda-build sam-build deploy invoke help
+.PHONY: check-cargo lint one-test serve kinesis-local test demo resize reconcile plan bench lambda-figures benchmarks unit lint-template smoke playground-test sam-local schemathesis fuzz fmt clippy lambda-build sam-build deploy invoke help
 
 ## This list: each target with a `##` comment above it, and the comment.
 help:
@@ -74,6 +74,11 @@ lint-template:
 smoke:
 	$(CARGO) build --locked --quiet -p likes-local --bin likes-local
 	scripts/smoke-serve.sh target/debug/likes-local
+
+## The pinned Kinesis emulator (kinesis-mock) in target/kinesis-local, with
+## npm ci; `make serve` and the tests install it themselves on first use.
+kinesis-local:
+	scripts/kinesis-local.sh >/dev/null
 
 ## The playground (the page `make serve` serves at /) in headless Chromium
 ## over WebDriver (apt-get installs chromium and chromium-driver if missing):

@@ -27,11 +27,15 @@
 //!   files are in `local/playground/`.
 //! * [`streams`]: stream mode's event source: Lambda's DynamoDB event
 //!   source mapping for the aggregate function, over the emulator's stream.
+//! * [`kinesis`]: the views stream: the Kinesis emulator (kinesis-mock, a
+//!   Node child process) and Lambda's Kinesis event source mapping for the
+//!   views function.
 
 mod apps;
 pub mod bench;
 pub mod demo;
 mod gateway;
+pub mod kinesis;
 pub mod out;
 pub mod plan;
 mod playground;

@@ -129,6 +129,7 @@ async fn serve() -> Result<()> {
         env: Default::default(),
         inherit_env: true,
         playground: true,
+        views: true,
     };
     let stack = Stack::start(opts)
         .await
@@ -173,6 +174,14 @@ async fn serve() -> Result<()> {
                 "stream (the aggregate function reads the Likes table's stream; counts follow within about a second)",
         }
     );
+    if let Some(v) = &stack.views {
+        outln!(
+            "  views:    Kinesis stream {} ({} shards) on {} (kinesis-mock; LOCAL_VIEWS=off: none); docs/local.md",
+            v.def.stream,
+            v.shards,
+            v.kinesis_endpoint
+        );
+    }
     outln!("  auth:     dev (x-user-id header accepted; admin routes open)");
     outln!(
         "  resize:   curl -X POST -d '{{\"shards\": 20}}' {}/admin/reels/r1/shards  (completed by the schedule)",

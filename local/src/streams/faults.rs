@@ -2,7 +2,9 @@
 //! do under failures and a fault-free local source never does, drawn from
 //! one seeded generator so that a run can be repeated. This file holds the
 //! settings and the changes a fault makes to a batch, as pure functions of
-//! the draws; when each fault is drawn is `deliver`'s business.
+//! the draws; when each fault is drawn is `deliver`'s business. The
+//! Kinesis event source (`crate::kinesis`) draws the same classes, with
+//! the same settings type and dice, crate-visible for it.
 //!
 //! What Lambda documents, and each class stands for:
 //!
@@ -33,19 +35,19 @@ use std::sync::Mutex;
 /// class (0: never), and the seed of their draws.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SourceFaults {
-    pub(super) seed: u64,
+    pub(crate) seed: u64,
     /// A batch that succeeded is delivered once more.
-    pub(super) redeliver: f64,
+    pub(crate) redeliver: f64,
     /// A successful invocation's answer is taken away (a function error).
-    pub(super) lost: f64,
+    pub(crate) lost: f64,
     /// A batch handed over again comes out of stream order.
-    pub(super) reorder: f64,
+    pub(crate) reorder: f64,
     /// One record of a batch comes twice in it.
-    pub(super) duplicate: f64,
+    pub(crate) duplicate: f64,
     /// A successful batch is followed by the window's final invocation.
-    pub(super) final_window: f64,
+    pub(crate) final_window: f64,
     /// An invocation is taken as timed out at once and left running.
-    pub(super) late_commit: f64,
+    pub(crate) late_commit: f64,
 }
 
 /// The classes, as `LOCAL_STREAM_FAULTS` names them.
@@ -85,10 +87,10 @@ impl SourceFaults {
 }
 
 /// The seeded draws of one event source, shared by its virtual shards.
-pub(super) struct Dice(Mutex<fastrand::Rng>);
+pub(crate) struct Dice(Mutex<fastrand::Rng>);
 
 impl Dice {
-    pub(super) fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Dice(Mutex::new(fastrand::Rng::with_seed(seed)))
     }
 
@@ -101,12 +103,12 @@ impl Dice {
 
     /// True with probability `p` (never drawn for 0, so that a run without
     /// a class draws the same as before it existed).
-    pub(super) fn chance(&self, p: f64) -> bool {
+    pub(crate) fn chance(&self, p: f64) -> bool {
         p > 0.0 && self.with(|r| r.f64() < p)
     }
 
     /// A number in `0..n` (0 for `n == 0`).
-    pub(super) fn below(&self, n: usize) -> usize {
+    pub(crate) fn below(&self, n: usize) -> usize {
         if n == 0 {
             0
         } else {
@@ -115,7 +117,7 @@ impl Dice {
     }
 
     /// A number in `0.0..1.0`.
-    pub(super) fn fraction(&self) -> f64 {
+    pub(crate) fn fraction(&self) -> f64 {
         self.with(|r| r.f64())
     }
 
@@ -127,7 +129,7 @@ impl Dice {
 /// `reorder`: the order in which a batch of `n` records is handed over, as
 /// positions in stream order: reversed or shuffled, and never stream order
 /// itself when `n > 1` (a shuffle that changed nothing is reversed).
-pub(super) fn out_of_order(n: usize, dice: &Dice) -> Vec<usize> {
+pub(crate) fn out_of_order(n: usize, dice: &Dice) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     if dice.chance(0.5) {
         dice.shuffle(&mut order);
@@ -141,7 +143,7 @@ pub(super) fn out_of_order(n: usize, dice: &Dice) -> Vec<usize> {
 /// `duplicate`: which record of a batch of `n > 0` comes twice, and where
 /// its copy goes (an insertion position after the record itself, so the
 /// first sighting keeps its place in the batch).
-pub(super) fn duplicate_at(n: usize, dice: &Dice) -> (usize, usize) {
+pub(crate) fn duplicate_at(n: usize, dice: &Dice) -> (usize, usize) {
     let from = dice.below(n);
     let to = from + 1 + dice.below(n - from);
     (from, to)

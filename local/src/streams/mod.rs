@@ -38,7 +38,7 @@
 
 mod deliver;
 mod event;
-mod faults;
+pub(crate) mod faults;
 mod lanes;
 mod mapping;
 #[cfg(test)]

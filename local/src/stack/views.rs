@@ -1,0 +1,213 @@
+//! The views stream of the local stack: kinesis-mock started as a child
+//! process (or `LOCAL_KINESIS_ENDPOINT`, a Kinesis already running), the
+//! stream of `template.yaml`'s `ViewsStream` made with
+//! `LOCAL_VIEWS_SHARDS` shards, and the views function's event source on
+//! it once there is a function to hand the batches to.
+//!
+//! Kept apart from the stack's start-up because it is one concern with
+//! its own process, and because the fault proxy is to stand between the
+//! functions and Kinesis later: [`start`] takes that proxy's URL, and the
+//! source reads through it while [`Views::client`] stays direct.
+
+use super::StackOptions;
+use crate::kinesis::{
+    Handler, KinesisEmulator, KinesisSettings, KinesisSource, KinesisSourceDef, create_stream,
+    kinesis_client,
+};
+use anyhow::{Context, Result};
+use likes::App;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The local shard count of the views stream when neither
+/// `LOCAL_VIEWS_SHARDS` nor the template's `ShardCount` says one (the
+/// template's stream is on-demand, whose shards AWS decides).
+const DEFAULT_SHARDS: u32 = 4;
+/// More shards than kinesis-mock's default limit allows is a typo.
+const MAX_SHARDS: u32 = 50;
+
+/// The views stream, running.
+pub struct Views {
+    /// The emulator's own endpoint (or `LOCAL_KINESIS_ENDPOINT`): what
+    /// tools and tests look at the stream through.
+    pub kinesis_endpoint: String,
+    /// The endpoint the functions and the event source reach Kinesis
+    /// through: the fault proxy's, when one stands in front, else
+    /// [`Views::kinesis_endpoint`].
+    pub source_endpoint: String,
+    /// A client on [`Views::kinesis_endpoint`], never through the proxy.
+    pub client: aws_sdk_kinesis::Client,
+    /// The stream and its mapping's settings, from the template.
+    pub def: KinesisSourceDef,
+    /// Its shards at creation.
+    pub shards: u32,
+    /// The views function's event source, when there is a handler.
+    pub source: Option<KinesisSource>,
+    emulator: Option<KinesisEmulator>,
+}
+
+impl Views {
+    /// Stops the event source, then the emulator (after the stack's stop
+    /// signal was sent).
+    pub async fn stop(self) {
+        if let Some(s) = self.source {
+            s.stop().await;
+        }
+        if let Some(e) = self.emulator {
+            e.stop().await;
+        }
+    }
+}
+
+/// The views function's entry point of `app`, as the event source's
+/// handler: none yet. The views domain (`likes::triggers::
+/// handle_views_event(&app, event, deadline)`) is being written in
+/// `shared/`; when it lands, this returns it, with the deadline
+/// `Instant::now() + def.timeout`.
+pub(super) fn views_handler(_app: &Arc<App>) -> Option<Handler> {
+    None
+}
+
+/// The shard count the stream is made with.
+fn shard_count(opts: &StackOptions, def: &KinesisSourceDef) -> Result<u32> {
+    let Some(v) = opts
+        .lookup("LOCAL_VIEWS_SHARDS")
+        .filter(|v| !v.trim().is_empty())
+    else {
+        return Ok(def.shard_count.unwrap_or(DEFAULT_SHARDS).min(MAX_SHARDS));
+    };
+    let n: u32 = v.trim().parse().context("LOCAL_VIEWS_SHARDS")?;
+    if !(1..=MAX_SHARDS).contains(&n) {
+        anyhow::bail!("LOCAL_VIEWS_SHARDS={n}: 1 to {MAX_SHARDS}");
+    }
+    Ok(n)
+}
+
+/// Starts the views stream for the stack of `opts`: the emulator (unless
+/// `LOCAL_KINESIS_ENDPOINT` names one), the stream, and, with a
+/// `handler`, its event source reading through `proxy` if given.
+pub(super) async fn start(
+    opts: &StackOptions,
+    handler: Option<Handler>,
+    proxy: Option<String>,
+    stopped: watch::Receiver<bool>,
+) -> Result<Views> {
+    let def = KinesisSourceDef::load(&opts.template)?;
+    let shards = shard_count(opts, &def)?;
+    let settings = KinesisSettings::from_lookup(|k| opts.lookup(k))?;
+    let (emulator, kinesis_endpoint) = match opts
+        .lookup("LOCAL_KINESIS_ENDPOINT")
+        .filter(|v| !v.trim().is_empty())
+    {
+        Some(url) => (None, url),
+        None => {
+            let dir = crate::kinesis::package_dir(|k| opts.lookup(k))?;
+            let e = KinesisEmulator::start(&dir)
+                .await
+                .context("starting the Kinesis emulator (LOCAL_VIEWS=off skips it)")?;
+            let url = e.endpoint.clone();
+            (Some(e), url)
+        }
+    };
+    let client = kinesis_client(&kinesis_endpoint);
+    create_stream(&client, &def.stream, shards).await?;
+    let source_endpoint = proxy.unwrap_or_else(|| kinesis_endpoint.clone());
+    let source = handler.map(|h| {
+        KinesisSource::spawn(
+            kinesis_client(&source_endpoint),
+            def.clone(),
+            settings,
+            h,
+            stopped,
+        )
+    });
+    Ok(Views {
+        kinesis_endpoint,
+        source_endpoint,
+        client,
+        def,
+        shards,
+        source,
+        emulator,
+    })
+}
+
+/// Whether the stack of `opts` runs the views stream: `LOCAL_VIEWS`
+/// (`on`/`off`, `1`/`0`), else `default` (on for `make serve`, off for
+/// the integration tests' isolated stacks, which need no Node.js).
+pub(super) fn enabled(opts: &StackOptions, default: bool) -> Result<bool> {
+    match opts.lookup("LOCAL_VIEWS").as_deref().map(str::trim) {
+        None | Some("") => Ok(default),
+        Some("on" | "1" | "true") => Ok(true),
+        Some("off" | "0" | "false") => Ok(false),
+        Some(other) => anyhow::bail!("LOCAL_VIEWS={other}: on or off"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Stack;
+    use super::*;
+    use std::path::PathBuf;
+
+    fn opts(env: &[(&str, &str)]) -> StackOptions {
+        let mut o = StackOptions::isolated(PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../template.yaml"
+        )));
+        o.env = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        o
+    }
+
+    #[test]
+    fn switch_and_shard_count() {
+        let def = KinesisSourceDef::default();
+        assert!(!enabled(&opts(&[]), false).unwrap());
+        assert!(enabled(&opts(&[]), true).unwrap());
+        assert!(enabled(&opts(&[("LOCAL_VIEWS", "on")]), false).unwrap());
+        assert!(!enabled(&opts(&[("LOCAL_VIEWS", "off")]), true).unwrap());
+        assert!(enabled(&opts(&[("LOCAL_VIEWS", "maybe")]), true).is_err());
+        assert_eq!(shard_count(&opts(&[]), &def).unwrap(), 4);
+        let provisioned = KinesisSourceDef {
+            shard_count: Some(2),
+            ..def.clone()
+        };
+        assert_eq!(shard_count(&opts(&[]), &provisioned).unwrap(), 2);
+        let three = opts(&[("LOCAL_VIEWS_SHARDS", "3")]);
+        assert_eq!(shard_count(&three, &provisioned).unwrap(), 3);
+        for bad in ["0", "51", "x"] {
+            assert!(shard_count(&opts(&[("LOCAL_VIEWS_SHARDS", bad)]), &def).is_err());
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_stack_starts_the_stream_and_stops_the_emulator() {
+        if crate::kinesis::skip_without_node() {
+            return;
+        }
+        let stack = Stack::start(opts(&[("LOCAL_VIEWS", "on"), ("LOCAL_VIEWS_SHARDS", "3")]))
+            .await
+            .unwrap();
+        let views = stack.views.as_ref().expect("LOCAL_VIEWS=on");
+        assert_eq!(
+            views.source_endpoint, views.kinesis_endpoint,
+            "no proxy yet"
+        );
+        assert!(views.kinesis_endpoint.starts_with("http://127.0.0.1:"));
+        let shards = views
+            .client
+            .list_shards()
+            .stream_name(&views.def.stream)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(shards.shards().len(), 3);
+        let endpoint = views.kinesis_endpoint.clone();
+        stack.shutdown().await;
+        let gone = kinesis_client(&endpoint).list_streams().send().await;
+        assert!(gone.is_err(), "the emulator stops with the stack");
+    }
+}
