@@ -17,7 +17,7 @@ mod sdk;
 mod tables;
 mod views;
 
-pub use sdk::{client_for, streams_client_for};
+pub use sdk::{client_for, kinesis_client_for, streams_client_for};
 pub use views::Views;
 
 use crate::gateway::Gateway;
@@ -27,6 +27,7 @@ use aws_sdk_dynamodb::Client;
 use faultproxy::{Faults, Proxy};
 use likes::App;
 use likes::store::dynamodb::DynamoStore;
+use likes::store::kinesis::KinesisLog;
 use likes::{AuthMode, Config, Counting};
 use schedule::{SCHEDULED_TIMEOUT, seconds, spawn_schedule};
 use sdk::sdk_error;
@@ -142,6 +143,9 @@ pub struct Stack {
     pub streams_client: aws_sdk_dynamodbstreams::Client,
     /// The views stream, when started ([`StackOptions::views`]).
     pub views: Option<Views>,
+    /// The fault proxy between the functions and Kinesis (with `FAULTS`
+    /// and a views stream).
+    pub kinesis_proxy: Option<Arc<Proxy>>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -204,6 +208,9 @@ impl Stack {
         // proxy; the tables were made, and tests look at them, directly.
         let faults = lookup_opts.lookup("FAULTS").unwrap_or_default();
         let faults = Faults::parse(&faults).map_err(|e| anyhow!("FAULTS: {e}"))?;
+        // Its Kinesis classes act in a proxy of their own in front of the
+        // views stream; its DynamoDB classes leave Kinesis alone.
+        let kinesis_faults = faults.clone();
         let (proxy, app_client) = if faults.is_passthrough() && !opts.playground {
             (None, client.clone())
         } else {
@@ -211,26 +218,52 @@ impl Stack {
             let c = client_for(&config, &proxy.url, &lookup_opts).await;
             (Some(Arc::new(proxy)), c)
         };
-        // Views: the table's reads always; the stream, where one runs.
+        // Views: the table's reads always; the stream, where one runs, with
+        // the fault proxy in front of it too under FAULTS.
         let views_config = likes::views::ViewsConfig::from_lookup(|k| lookup_opts.lookup(k))
             .map_err(|e| anyhow!("{e}"))?;
+        let mut views = if views::enabled(&lookup_opts, opts.views)? {
+            Some(views::start(&lookup_opts).await?)
+        } else {
+            None
+        };
+        let kinesis_proxy = match &views {
+            Some(v) if !kinesis_faults.is_passthrough() => Some(Arc::new(
+                Proxy::start(
+                    &format!("{}:0", opts.host),
+                    &v.kinesis_endpoint,
+                    kinesis_faults,
+                )
+                .await?,
+            )),
+            _ => None,
+        };
+        let log = match &views {
+            Some(v) => {
+                let endpoint = kinesis_proxy
+                    .as_ref()
+                    .map_or(v.kinesis_endpoint.clone(), |p| p.url.clone());
+                let client = kinesis_client_for(&config, &endpoint, &lookup_opts).await;
+                Some(Arc::new(KinesisLog::new(client, v.def.stream.clone())))
+            }
+            None => None,
+        };
         let app = Arc::new(
             App::new(
                 config.clone(),
                 DynamoStore::new(app_client.clone(), &config),
             )
-            .with_views(views_config, None),
+            .with_views(views_config, log),
         );
         let apps = Arc::new(crate::apps::Apps::new(app.clone(), app_client));
-        let views = if views::enabled(&lookup_opts, opts.views)? {
-            // The fault proxy does not speak Kinesis yet: once it does, its
-            // URL goes here and the event source reads through it.
-            let kinesis_proxy: Option<String> = None;
-            let handler = views::views_handler(&app);
-            Some(views::start(&lookup_opts, handler, kinesis_proxy, stopped.clone()).await?)
-        } else {
-            None
-        };
+        if let Some(v) = &mut views {
+            let handler = views::views_handler(&app, v.def.timeout);
+            v.spawn_source(
+                handler,
+                kinesis_proxy.as_ref().map(|p| p.url.clone()),
+                stopped.clone(),
+            );
+        }
         let listener = TcpListener::bind((opts.host.as_str(), opts.port))
             .await
             .with_context(|| format!("binding {}:{}", opts.host, opts.port))?;
@@ -351,6 +384,7 @@ impl Stack {
             streams,
             streams_client,
             views,
+            kinesis_proxy,
             stop,
             tasks,
         })
@@ -385,6 +419,9 @@ impl Stack {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         if let Some(p) = &self.proxy {
+            p.stop();
+        }
+        if let Some(p) = &self.kinesis_proxy {
             p.stop();
         }
         if let Some(v) = self.views {

@@ -45,6 +45,21 @@ pub async fn streams_client_for(
 }
 
 /// The SDK configuration of the local clients.
+/// A Kinesis client on `endpoint` with the functions' SDK settings (the
+/// views log's; `KinesisLog::from_env` is its Lambda twin).
+pub async fn kinesis_client_for(
+    config: &Config,
+    endpoint: &str,
+    opts: &StackOptions,
+) -> aws_sdk_kinesis::Client {
+    let sdk = sdk_for(config, opts).await;
+    aws_sdk_kinesis::Client::from_conf(
+        aws_sdk_kinesis::config::Builder::from(&sdk)
+            .endpoint_url(endpoint)
+            .build(),
+    )
+}
+
 async fn sdk_for(config: &Config, opts: &StackOptions) -> aws_config::SdkConfig {
     let mut loader = sdk_config_loader(config);
     if !uses_real_credentials(opts) {

@@ -1,13 +1,13 @@
 //! The views stream of the local stack: kinesis-mock started as a child
 //! process (or `LOCAL_KINESIS_ENDPOINT`, a Kinesis already running), the
 //! stream of `template.yaml`'s `ViewsStream` made with
-//! `LOCAL_VIEWS_SHARDS` shards, and the views function's event source on
-//! it once there is a function to hand the batches to.
+//! `LOCAL_VIEWS_SHARDS` shards, and the views aggregator's event source on
+//! it.
 //!
 //! Kept apart from the stack's start-up because it is one concern with
-//! its own process, and because the fault proxy is to stand between the
-//! functions and Kinesis later: [`start`] takes that proxy's URL, and the
-//! source reads through it while [`Views::client`] stays direct.
+//! its own process. With `FAULTS`, the fault proxy stands between the
+//! functions (and the source) and Kinesis, while [`Views::client`] stays
+//! direct.
 
 use super::StackOptions;
 use crate::kinesis::{
@@ -41,8 +41,10 @@ pub struct Views {
     pub def: KinesisSourceDef,
     /// Its shards at creation.
     pub shards: u32,
-    /// The views function's event source, when there is a handler.
+    /// The views function's event source, once started.
     pub source: Option<KinesisSource>,
+    /// The event source's own settings (`LOCAL_VIEWS_FAULTS`, ...).
+    settings: KinesisSettings,
     emulator: Option<KinesisEmulator>,
 }
 
@@ -59,13 +61,21 @@ impl Views {
     }
 }
 
-/// The views function's entry point of `app`, as the event source's
-/// handler: none yet. The views domain (`likes::triggers::
-/// handle_views_event(&app, event, deadline)`) is being written in
-/// `shared/`; when it lands, this returns it, with the deadline
-/// `Instant::now() + def.timeout`.
-pub(super) fn views_handler(_app: &Arc<App>) -> Option<Handler> {
-    None
+/// The views aggregator's entry point of `app`
+/// (`likes::triggers::handle_views_event`, what the `aggregate-views`
+/// binary's `main` calls), as the event source's handler, with Lambda's
+/// deadline of `timeout` (the function's `Timeout`) from each invocation.
+pub(super) fn views_handler(app: &Arc<App>, timeout: std::time::Duration) -> Handler {
+    let app = app.clone();
+    Arc::new(move |event| {
+        let app = app.clone();
+        Box::pin(async move {
+            let deadline = Some(std::time::Instant::now() + timeout);
+            likes::triggers::handle_views_event(&app, event, deadline)
+                .await
+                .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))
+        })
+    })
 }
 
 /// The shard count the stream is made with.
@@ -84,14 +94,10 @@ fn shard_count(opts: &StackOptions, def: &KinesisSourceDef) -> Result<u32> {
 }
 
 /// Starts the views stream for the stack of `opts`: the emulator (unless
-/// `LOCAL_KINESIS_ENDPOINT` names one), the stream, and, with a
-/// `handler`, its event source reading through `proxy` if given.
-pub(super) async fn start(
-    opts: &StackOptions,
-    handler: Option<Handler>,
-    proxy: Option<String>,
-    stopped: watch::Receiver<bool>,
-) -> Result<Views> {
+/// `LOCAL_KINESIS_ENDPOINT` names one) and the stream; its event source
+/// starts once the function it hands batches to is built
+/// ([`Views::spawn_source`]).
+pub(super) async fn start(opts: &StackOptions) -> Result<Views> {
     let def = KinesisSourceDef::load(&opts.template)?;
     let shards = shard_count(opts, &def)?;
     let settings = KinesisSettings::from_lookup(|k| opts.lookup(k))?;
@@ -111,25 +117,38 @@ pub(super) async fn start(
     };
     let client = kinesis_client(&kinesis_endpoint);
     create_stream(&client, &def.stream, shards).await?;
-    let source_endpoint = proxy.unwrap_or_else(|| kinesis_endpoint.clone());
-    let source = handler.map(|h| {
-        KinesisSource::spawn(
-            kinesis_client(&source_endpoint),
-            def.clone(),
-            settings,
-            h,
-            stopped,
-        )
-    });
     Ok(Views {
+        source_endpoint: kinesis_endpoint.clone(),
         kinesis_endpoint,
-        source_endpoint,
         client,
         def,
         shards,
-        source,
+        settings,
+        source: None,
         emulator,
     })
+}
+
+impl Views {
+    /// Starts the event source, handing batches to `handler`, reading
+    /// through `proxy` (the fault proxy in front of Kinesis) if given.
+    pub(super) fn spawn_source(
+        &mut self,
+        handler: Handler,
+        proxy: Option<String>,
+        stopped: watch::Receiver<bool>,
+    ) {
+        if let Some(p) = proxy {
+            self.source_endpoint = p;
+        }
+        self.source = Some(KinesisSource::spawn(
+            kinesis_client(&self.source_endpoint),
+            self.def.clone(),
+            self.settings.clone(),
+            handler,
+            stopped,
+        ));
+    }
 }
 
 /// Whether the stack of `opts` runs the views stream: `LOCAL_VIEWS`
@@ -194,8 +213,9 @@ mod tests {
         let views = stack.views.as_ref().expect("LOCAL_VIEWS=on");
         assert_eq!(
             views.source_endpoint, views.kinesis_endpoint,
-            "no proxy yet"
+            "no proxy without FAULTS"
         );
+        assert!(views.source.is_some(), "the aggregator's source runs");
         assert!(views.kinesis_endpoint.starts_with("http://127.0.0.1:"));
         let shards = views
             .client
