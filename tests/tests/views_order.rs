@@ -184,8 +184,8 @@ async fn a_record_the_producer_put_twice_counts_once_even_across_a_split() {
     v.deliver(&event(
         "shardId-000000000001",
         &[
-            view(1, 77, "u1", &[a.clone()], NOON),
-            view(2, 77, "u1", &[a.clone()], NOON),
+            view(1, 77, "u1", std::slice::from_ref(&a), NOON),
+            view(2, 77, "u1", std::slice::from_ref(&a), NOON),
         ],
     ))
     .await;
@@ -193,21 +193,21 @@ async fn a_record_the_producer_put_twice_counts_once_even_across_a_split() {
     // The copy in a later batch of the same shard.
     v.deliver(&event(
         "shardId-000000000001",
-        &[view(3, 77, "u1", &[a.clone()], NOON)],
+        &[view(3, 77, "u1", std::slice::from_ref(&a), NOON)],
     ))
     .await;
     assert_eq!(v.views(&a).await, 1);
     // A new event of the same viewer counts.
     v.deliver(&event(
         "shardId-000000000001",
-        &[view(4, 78, "u1", &[a.clone()], NOON)],
+        &[view(4, 78, "u1", std::slice::from_ref(&a), NOON)],
     ))
     .await;
     assert_eq!(v.views(&a).await, 2);
     // The copy on a child of that shard after a split.
     v.deliver(&event(
         "shardId-000000000005",
-        &[view(9, 77, "u1", &[a.clone()], NOON)],
+        &[view(9, 77, "u1", std::slice::from_ref(&a), NOON)],
     ))
     .await;
     assert_eq!(v.views(&a).await, 2);
@@ -215,7 +215,7 @@ async fn a_record_the_producer_put_twice_counts_once_even_across_a_split() {
     let later = NOON + 600_000;
     v.deliver(&event(
         "shardId-000000000005",
-        &[view(10, 77, "u1", &[a.clone()], later)],
+        &[view(10, 77, "u1", std::slice::from_ref(&a), later)],
     ))
     .await;
     assert_eq!(v.views(&a).await, 3);
@@ -255,7 +255,7 @@ async fn unique_viewers_are_estimated_within_the_stated_error() {
                         n,
                         round * VIEWERS + i,
                         &format!("viewer-{i}"),
-                        &[r.clone()],
+                        std::slice::from_ref(&r),
                         NOON,
                     )
                 })
@@ -286,11 +286,17 @@ async fn a_utc_day_boundary_splits_the_daily_figures() {
     v.deliver(&event(
         "shardId-000000000001",
         &[
-            view(1, 1, "a", &[r.clone()], before),
-            view(2, 2, "b", &[r.clone()], before),
-            view(3, 3, "a", &[r.clone()], midnight),
+            view(1, 1, "a", std::slice::from_ref(&r), before),
+            view(2, 2, "b", std::slice::from_ref(&r), before),
+            view(3, 3, "a", std::slice::from_ref(&r), midnight),
             // Eight days before: all time, not the last seven days.
-            view(4, 4, "c", &[r.clone()], midnight - 8 * 86_400_000),
+            view(
+                4,
+                4,
+                "c",
+                std::slice::from_ref(&r),
+                midnight - 8 * 86_400_000,
+            ),
         ],
     ))
     .await;
