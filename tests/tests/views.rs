@@ -1,0 +1,276 @@
+//! Views end to end, exactly once under faults: `POST /views` through the
+//! view function onto the views stream (kinesis-mock, 4 shards), the local
+//! Kinesis event source handing batches to the views aggregator, the sums
+//! read back with `GET /reels/{reel_id}/views` and `GET /counts`.
+//!
+//! Faults, all at once:
+//!
+//! * in front of Kinesis (the fault proxy's `kinesis_*` classes): throttled
+//!   puts and reads, answers lost after the records went in (the producer
+//!   puts them again: one event id, two records), single records of a
+//!   `PutRecords` refused;
+//! * in front of DynamoDB: throttles, lost answers, 500s, unprocessed keys,
+//!   latency, on the aggregator's transactions and reads and the readers';
+//! * the event source's own (`LOCAL_VIEWS_FAULTS`): batches delivered
+//!   again, reordered, with duplicates, invocations whose answer is lost,
+//!   and a timed-out invocation's transaction landing after its retry;
+//! * a shard split in the middle of the run (children after their parent).
+//!
+//! Clients retry a 429/503 with their `Idempotency-Key`, as the API asks.
+//! Proves: every answer is 202, 429 or 503 (never a 500), and once the
+//! stream is drained each reel's views equal the sum of the counts its
+//! acknowledged batches carried; unique viewers are within the stated
+//! error of the distinct viewers acknowledged.
+
+mod common;
+
+use common::TestStack;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const ENV: &[(&str, &str)] = &[
+    ("LOCAL_VIEWS", "on"),
+    ("LOCAL_VIEWS_SHARDS", "4"),
+    (
+        "FAULTS",
+        "seed=20261202,all=0.05,stall_ms=1200,max_latency_ms=20,\
+         kinesis_throttle=0.1,kinesis_lost=0.1,kinesis_partial=0.2",
+    ),
+    (
+        "LOCAL_VIEWS_FAULTS",
+        "seed=11,redeliver=0.2,lost=0.2,reorder=0.3,duplicate=0.3,late_commit=0.1",
+    ),
+    ("DDB_ATTEMPT_TIMEOUT_MS", "800"),
+    ("DDB_OPERATION_TIMEOUT_MS", "3000"),
+    ("CACHE_TTL_MS", "0"),
+    ("LOCAL_SCHEDULE_SECS", "0"),
+    ("METRICS", "memory"),
+];
+
+const REELS: [&str; 3] = ["viral", "r1", "r2"];
+const CLIENTS: usize = 12;
+const BATCHES_PER_CLIENT: usize = 40;
+
+/// What one client was acknowledged: views per reel, and its viewers.
+#[derive(Default)]
+struct Acked {
+    views: BTreeMap<String, u64>,
+    viewers: BTreeMap<String, BTreeSet<String>>,
+    answers: BTreeMap<u16, u64>,
+}
+
+/// Sends one batch until it is acknowledged (retrying 429/503 with its key).
+async fn send(t: &TestStack, viewer: &str, key: &str, body: &Value, acked: &Mutex<Acked>) {
+    for _ in 0..30 {
+        let r = t
+            .http
+            .post(t.url("/views"))
+            .header("x-user-id", viewer)
+            .header("idempotency-key", key)
+            .json(body)
+            .send()
+            .await
+            .expect("the gateway answers");
+        let status = r.status().as_u16();
+        *acked.lock().unwrap().answers.entry(status).or_default() += 1;
+        match status {
+            202 => {
+                let b: Value = r.json().await.unwrap();
+                let mut a = acked.lock().unwrap();
+                let mut total = 0;
+                for e in body["views"].as_array().unwrap() {
+                    let reel = e["reel_id"].as_str().unwrap().to_owned();
+                    let n = e["count"].as_u64().unwrap();
+                    total += n;
+                    *a.views.entry(reel.clone()).or_default() += n;
+                    a.viewers.entry(reel).or_default().insert(viewer.to_owned());
+                }
+                assert_eq!(b["accepted"].as_u64(), Some(total), "{b}");
+                return;
+            }
+            429 | 503 => {
+                assert!(r.headers().contains_key("retry-after"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("POST /views answered {other}: {}", r.text().await.unwrap()),
+        }
+    }
+    panic!("a batch was never acknowledged in 30 attempts");
+}
+
+/// A reel's figures, retried through the read path's own faults.
+async fn figures(t: &TestStack, reel: &str) -> Value {
+    for _ in 0..50 {
+        let r = t
+            .http
+            .get(t.url(&format!("/reels/{reel}/views")))
+            .send()
+            .await
+            .unwrap();
+        match r.status().as_u16() {
+            200 => return r.json().await.unwrap(),
+            429 | 503 => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => panic!("GET views answered {other}: {}", r.text().await.unwrap()),
+        }
+    }
+    panic!("GET /reels/{reel}/views never answered 200");
+}
+
+/// Splits the views stream's first shard in two (children after parent).
+async fn split_a_shard(t: &TestStack) {
+    let views = t.stack.views.as_ref().unwrap();
+    let shards = views
+        .client
+        .list_shards()
+        .stream_name(&views.def.stream)
+        .send()
+        .await
+        .unwrap();
+    let first = &shards.shards()[0];
+    let range = first.hash_key_range().unwrap();
+    let (lo, hi): (u128, u128) = (
+        range.starting_hash_key().parse().unwrap(),
+        range.ending_hash_key().parse().unwrap(),
+    );
+    views
+        .client
+        .split_shard()
+        .stream_name(&views.def.stream)
+        .shard_to_split(first.shard_id())
+        .new_starting_hash_key((lo + (hi - lo) / 2).to_string())
+        .send()
+        .await
+        .expect("SplitShard");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_view_counts_once_under_every_fault_and_a_split() {
+    let t = TestStack::start(ENV).await;
+    let acked = Mutex::new(Acked::default());
+    let started = Instant::now();
+    let clients = futures::stream::iter(0..CLIENTS)
+        .map(|c| {
+            let (t, acked) = (&t, &acked);
+            async move {
+                for b in 0..BATCHES_PER_CLIENT {
+                    if c == 0 && b == BATCHES_PER_CLIENT / 2 {
+                        split_a_shard(t).await;
+                    }
+                    let viewer = format!("viewer-{}", fastrand::u32(0..400));
+                    let mut views =
+                        vec![json!({"reel_id": "viral", "count": fastrand::u64(1..=20)})];
+                    if b % 3 == 0 {
+                        let other = REELS[1 + b % 2];
+                        views.push(json!({"reel_id": other, "count": fastrand::u64(1..=5)}));
+                    }
+                    let key = format!("c{c}-b{b}");
+                    send(t, &viewer, &key, &json!({ "views": views }), acked).await;
+                }
+            }
+        })
+        .buffer_unordered(CLIENTS)
+        .collect::<Vec<_>>();
+    clients.await;
+    let sent = started.elapsed();
+    // Drained: every record in the stream handed over for good.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !t.stack.views_drained().await.expect("reading the stream") {
+        assert!(
+            Instant::now() < deadline,
+            "the views stream was not drained"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let a = acked.lock().unwrap();
+    eprintln!("answers {:?}, sent in {sent:.1?}", a.answers);
+    assert!(!a.answers.contains_key(&500));
+    for reel in REELS {
+        let f = figures(&t, reel).await;
+        let want = a.views.get(reel).copied().unwrap_or(0);
+        assert_eq!(f["views"].as_u64(), Some(want), "{reel}: {f}");
+        assert_eq!(f["views_7d"].as_u64(), Some(want), "{reel}: {f}");
+        let distinct = a.viewers.get(reel).map_or(0, BTreeSet::len) as f64;
+        let est = f["unique_viewers"].as_f64().unwrap();
+        assert!(
+            (est - distinct).abs()
+                <= (3.0 * likes::views::sketch::RELATIVE_STANDARD_ERROR * distinct).max(2.0),
+            "{reel}: {est} unique viewers estimated, {distinct} acknowledged"
+        );
+    }
+    // The feed's answer agrees.
+    let r = t
+        .http
+        .get(t.url("/counts?reel_ids=viral,r1,r2"))
+        .send()
+        .await
+        .unwrap();
+    if r.status() == 200 {
+        let b: Value = r.json().await.unwrap();
+        if b.get("unavailable").is_none() {
+            assert_eq!(
+                b["counts"]["viral"]["views"].as_u64(),
+                a.views.get("viral").copied()
+            );
+        }
+    }
+    // Every fault class happened.
+    let k = t
+        .stack
+        .kinesis_proxy
+        .as_ref()
+        .expect("FAULTS: a Kinesis proxy")
+        .stats();
+    for class in ["kinesis_throttle", "kinesis_partial"] {
+        assert!(k.injected_of(class) > 0, "no {class}");
+    }
+    let lost = [
+        "kinesis_lost_dropped",
+        "kinesis_lost_stalled",
+        "kinesis_lost_500",
+    ]
+    .iter()
+    .map(|c| k.injected_of(c))
+    .sum::<u64>();
+    assert!(lost > 0, "no lost Kinesis answer");
+    let d = t.stack.proxy.as_ref().unwrap().stats();
+    assert!(d.failures_injected > 0, "no DynamoDB fault");
+    let source = &t
+        .stack
+        .views
+        .as_ref()
+        .unwrap()
+        .source
+        .as_ref()
+        .unwrap()
+        .stats;
+    for (name, n) in [
+        ("redelivered", &source.redelivered),
+        ("reordered", &source.reordered),
+        ("duplicated", &source.duplicated),
+        ("lost", &source.lost),
+    ] {
+        assert!(
+            n.load(Ordering::Relaxed) > 0,
+            "the event source never {name}"
+        );
+    }
+    assert_eq!(
+        source.discarded.load(Ordering::Relaxed),
+        0,
+        "records went to OnFailure"
+    );
+    let children = source
+        .shards
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, parent)| parent.is_some())
+        .count();
+    assert!(children >= 2, "the split's children were read");
+    drop(a);
+    t.stop().await;
+}
