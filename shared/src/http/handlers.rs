@@ -15,6 +15,9 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
+/// Reels whose views one `GET /counts` reads at once.
+const VIEW_READS_IN_FLIGHT: usize = 8;
+
 /// Most reels `GET /admin/reels` lists.
 const ADMIN_LIST_MAX: usize = 1000;
 
@@ -268,11 +271,15 @@ async fn execute(
         }
         Command::LikesAndViews { reels } => {
             let reader = app.views.reader.as_ref().ok_or_else(views_off)?;
-            // Likes as `GET /likes` sums them; views reel by reel, a few at
-            // a time (each is two queries, cached).
+            // Likes as `GET /likes` sums them; views reel by reel, at most
+            // VIEW_READS_IN_FLIGHT at a time (each is two queries, cached),
+            // so a feed of 100 reels is no burst of 200 queries.
+            use futures::StreamExt;
             let (likes, views) = tokio::join!(
                 app.service.counts(&reels),
-                futures::future::join_all(reels.iter().map(|r| reader.counts(r)))
+                futures::stream::iter(reels.iter().map(|r| reader.counts(r)))
+                    .buffered(VIEW_READS_IN_FLIGHT)
+                    .collect::<Vec<_>>()
             );
             let likes = likes?;
             let mut map = serde_json::Map::with_capacity(reels.len());
