@@ -274,13 +274,16 @@ async fn execute(
             // Likes as `GET /likes` sums them; views reel by reel, at most
             // VIEW_READS_IN_FLIGHT at a time (each is two queries, cached),
             // so a feed of 100 reels is no burst of 200 queries.
-            use futures::StreamExt;
-            let (likes, views) = tokio::join!(
-                app.service.counts(&reels),
-                futures::stream::iter(reels.iter().map(|r| reader.counts(r)))
-                    .buffered(VIEW_READS_IN_FLIGHT)
-                    .collect::<Vec<_>>()
-            );
+            let views_of = async {
+                let mut out = Vec::with_capacity(reels.len());
+                for group in reels.chunks(VIEW_READS_IN_FLIGHT) {
+                    out.extend(
+                        futures::future::join_all(group.iter().map(|r| reader.counts(r))).await,
+                    );
+                }
+                out
+            };
+            let (likes, views) = tokio::join!(app.service.counts(&reels), views_of);
             let likes = likes?;
             let mut map = serde_json::Map::with_capacity(reels.len());
             let mut age_ms = 0u64;
