@@ -561,6 +561,9 @@ const SHARDS: (&str, &str) = ("GET", "/admin/reels/{reel_id}/shards");
 const RESIZE: (&str, &str) = ("POST", "/admin/reels/{reel_id}/shards");
 const RESIZED: (&str, &str) = ("GET", "/admin/reels");
 const ERASE: (&str, &str) = ("DELETE", "/admin/users/{user_id}/likes");
+const VIEWS: (&str, &str) = ("POST", "/views");
+const REEL_VIEWS: (&str, &str) = ("GET", "/reels/{reel_id}/views");
+const FEED: (&str, &str) = ("GET", "/counts");
 
 /// A payload-2.0 event built from a sample in `events/`, edited.
 fn event_from(name: &str, edit: impl FnOnce(&mut Value)) -> lambda_http::Request {
@@ -577,9 +580,13 @@ async fn real_answers_match_the_document() {
         ("CACHE_TTL_MS", "0"),
         ("SETTINGS_TTL_MS", "0"),
         ("LOCAL_SCHEDULE_SECS", "0"),
+        // The views routes need the views stream (kinesis-mock).
+        ("LOCAL_VIEWS", "on"),
     ])
     .await;
     let long = "a".repeat(65);
+    let batch = |entries: &str| format!(r#"{{"views": [{entries}]}}"#);
+    let hundred_and_one = vec![r#"{"reel_id": "r1", "count": 1}"#; 101].join(",");
     let max = "b".repeat(64);
     let distinct: Vec<String> = (0..101).map(|i| format!("r{i}")).collect();
     let same = vec!["dup"; 150].join(",");
@@ -693,6 +700,54 @@ async fn real_answers_match_the_document() {
         case(RESIZED, "/admin/reels", 413)
             .body(big.clone())
             .code("payload_too_large"),
+        // Views.
+        case(VIEWS, "/views", 202).body(batch(r#"{"reel_id": "r1", "count": 3}"#)),
+        case(VIEWS, "/views", 202)
+            .header("idempotency-key", "v-1")
+            .body(batch(
+                r#"{"reel_id": "r1", "count": 1}, {"reel_id": "r2", "count": 1000}"#,
+            )),
+        case(VIEWS, "/views", 400).code("invalid_body"),
+        case(VIEWS, "/views", 400)
+            .body(r#"{"views": [{"reel_id": "r1"}]}"#)
+            .code("invalid_body"),
+        case(VIEWS, "/views", 400)
+            .body(batch(""))
+            .code("invalid_views"),
+        case(VIEWS, "/views", 400)
+            .body(batch(&hundred_and_one))
+            .code("invalid_views"),
+        case(VIEWS, "/views", 400)
+            .body(batch(r#"{"reel_id": "r1", "count": 0}"#))
+            .code("invalid_count"),
+        case(VIEWS, "/views", 400)
+            .body(batch(r#"{"reel_id": "r#1", "count": 1}"#))
+            .code("invalid_reel_id"),
+        case(VIEWS, "/views", 400)
+            .header("idempotency-key", "has space")
+            .body(batch(r#"{"reel_id": "r1", "count": 1}"#))
+            .code("invalid_idempotency_key"),
+        case(VIEWS, "/views", 401)
+            .anonymous()
+            .body(batch(r#"{"reel_id": "r1", "count": 1}"#))
+            .code("unauthorized"),
+        case(VIEWS, "/views", 413)
+            .body(vec![b' '; 17 * 1024])
+            .code("payload_too_large"),
+        case(REEL_VIEWS, "/reels/r1/views", 200).anonymous(),
+        case(REEL_VIEWS, "/reels/r%23/views", 400).code("invalid_reel_id"),
+        case(REEL_VIEWS, "/reels/r1/views", 413)
+            .body(big.clone())
+            .code("payload_too_large"),
+        case(FEED, "/counts?reel_ids=r1,r2", 200).anonymous(),
+        case(FEED, "/counts", 400).code("missing_reel_ids"),
+        case(FEED, "/counts?reel_ids=a,,b", 400).code("invalid_reel_id"),
+        case(
+            FEED,
+            format!("/counts?reel_ids={}", distinct.join(",")),
+            400,
+        )
+        .code("too_many_reel_ids"),
         case(ERASE, "/admin/users/u1/likes", 200),
         case(ERASE, "/admin/users/a%09b/likes", 400).code("invalid_user_id"),
         case(ERASE, "/admin/users/u1/likes", 413)
