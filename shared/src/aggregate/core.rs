@@ -3,12 +3,12 @@
 //! differ in what a record says and what a chunk writes; the core does not:
 //!
 //! * a batch arrives ordered by sequence number, each record once
-//!   ([`Sequenced`]; the sources' parsers sort and de-duplicate);
+//!   (`Sequenced`; the sources' parsers sort and de-duplicate);
 //! * the stream shard's checkpoint is read; records at or below it are
 //!   skipped;
 //! * the rest is cut into chunks of consecutive records, each applied by one
 //!   transaction that also moves the checkpoint from the value read to the
-//!   chunk's last record (the [`Planner`]'s write, conditioned so);
+//!   chunk's last record (the `Planner`'s write, conditioned so);
 //! * a chunk refused because the checkpoint moved meanwhile is planned
 //!   again from the checkpoint now; a conflict, a throttle or a settings
 //!   change is retried with bounded, jittered backoff, counted in

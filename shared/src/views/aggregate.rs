@@ -30,184 +30,30 @@
 //!
 //! A record may name 100 reels: two items each would overflow a
 //! transaction (100 items). Records are cut into parts of at most
-//! [`PART_REELS`] reels, each with a sequence number of its own (the
+//! [`PART_REELS`](super::chunk::PART_REELS) reels, each with a sequence number of its own (the
 //! record's × 100 + the part), so a record applied in two transactions is
 //! still applied exactly once; Lambda is handed back the record's own
 //! number.
 
 use super::ViewsConfig;
-use super::record::{self, KinesisEvent, LogRecord, ViewRecord};
+use super::chunk::{ItemOf, Part, ViewChunk, cut, parts, record_seq};
+use super::record::{self, KinesisEvent};
 use super::sketch::Sketch;
 use crate::aggregate::BatchOutcome;
-use crate::aggregate::core::{self, CutChunk, Planner, Sequenced};
+use crate::aggregate::core::{self, CutChunk, Planner};
 use crate::aggregate::records::SequenceNumber;
 use crate::error::Error;
-use crate::keys::{self, ReelId};
+use crate::keys;
 use crate::retry::Backoff;
 use crate::store::{ChunkResult, LogStore, ViewChunkWrite, ViewItemWrite, ViewStore};
 use crate::token::RequestToken;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Reels one part of a record carries (see the module notes): two items
-/// each, plus the checkpoint and the seen item, stay within a transaction.
-pub const PART_REELS: usize = 40;
-
-/// Items one chunk's transaction may write.
-const MAX_ITEMS: usize = keys::MAX_TRANSACT_ITEMS as usize;
 
 /// How far back of the last seen item known a seen partition is read
 /// again: arrival times on one shard may step back by this much.
 const ARRIVAL_SKEW_MS: i64 = 10_000;
-
-/// Records one chunk may apply: bounds its seen item (8 bytes a record).
-const MAX_CHUNK_RECORDS: usize = 2_000;
-
-/// One part of one record (see the module notes).
-#[derive(Clone, Debug)]
-pub struct Part {
-    /// The record's sequence number × 100 + the part.
-    seq: SequenceNumber,
-    /// When Kinesis accepted the record (Unix ms).
-    arrival_ms: i64,
-    /// The event id of this part: its record's, mixed with the part.
-    id: Option<u64>,
-    /// The viewer.
-    viewer: String,
-    /// The UTC day it counts in.
-    day: String,
-    /// Views by reel.
-    views: Vec<(ReelId, u32)>,
-}
-
-impl Sequenced for Part {
-    fn seq(&self) -> &SequenceNumber {
-        &self.seq
-    }
-}
-
-/// The parts of the records, in order.
-fn parts(records: &[LogRecord]) -> Vec<Part> {
-    let mut out = Vec::with_capacity(records.len());
-    for r in records {
-        let base = r.seq.as_reported();
-        let Some(body) = &r.body else {
-            // Unreadable data: applied as nothing (it moves the checkpoint).
-            out.extend(part_seq(base, 0).map(|seq| Part {
-                seq,
-                arrival_ms: r.arrival_ms,
-                id: None,
-                viewer: String::new(),
-                day: String::new(),
-                views: Vec::new(),
-            }));
-            continue;
-        };
-        let ViewRecord {
-            id,
-            viewer,
-            at_ms,
-            views,
-        } = body;
-        for (i, group) in views.chunks(PART_REELS).enumerate() {
-            let Some(seq) = part_seq(base, i) else {
-                continue;
-            };
-            out.push(Part {
-                seq,
-                arrival_ms: r.arrival_ms,
-                id: Some(mix(*id, i as u64)),
-                viewer: viewer.clone(),
-                day: keys::utc_day(*at_ms),
-                views: group.to_vec(),
-            });
-        }
-    }
-    out
-}
-
-fn part_seq(base: &str, part: usize) -> Option<SequenceNumber> {
-    SequenceNumber::parse_kinesis(&format!("{base}{part:02}"))
-        .or_else(|| SequenceNumber::parse(&format!("{base}{part:02}")))
-}
-
-/// The record sequence number behind a part's (Lambda's `itemIdentifier`).
-fn record_seq(part_seq: &str) -> String {
-    let trimmed = &part_seq[..part_seq.len().saturating_sub(2)];
-    if trimmed.is_empty() {
-        "0".into()
-    } else {
-        trimmed.to_owned()
-    }
-}
-
-/// A part's event id: the record's for its first part, a distinct mix for
-/// the others (a record's parts are not copies of each other).
-fn mix(id: u64, part: u64) -> u64 {
-    if part == 0 {
-        return id;
-    }
-    let mut z = id ^ part.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Consecutive parts applied by one transaction.
-#[derive(Clone, Debug)]
-pub struct ViewChunk {
-    parts: Vec<Part>,
-}
-
-impl CutChunk for ViewChunk {
-    fn first(&self) -> &SequenceNumber {
-        &self.parts[0].seq
-    }
-    fn last(&self) -> &SequenceNumber {
-        &self.parts[self.parts.len() - 1].seq
-    }
-    fn records(&self) -> usize {
-        self.parts.len()
-    }
-    fn newest_ms(&self) -> Option<i64> {
-        self.parts.iter().map(|p| p.arrival_ms).max()
-    }
-}
-
-/// Cuts parts into chunks whose transactions stay within DynamoDB's item
-/// limit; depends only on the parts, so a redelivery cuts alike.
-fn cut(parts: &[Part]) -> Vec<ViewChunk> {
-    let mut out: Vec<ViewChunk> = Vec::new();
-    let mut items: BTreeSet<ItemOf> = BTreeSet::new();
-    for p in parts {
-        let new: Vec<ItemOf> = p
-            .views
-            .iter()
-            .flat_map(|(r, _)| [(r.clone(), None), (r.clone(), Some(p.day.clone()))])
-            .filter(|k| !items.contains(k))
-            .collect();
-        let fits = out.last().is_some_and(|c| {
-            c.parts.len() < MAX_CHUNK_RECORDS && 2 + items.len() + new.len() <= MAX_ITEMS
-        });
-        if fits {
-            items.extend(new);
-            if let Some(c) = out.last_mut() {
-                c.parts.push(p.clone());
-            }
-        } else {
-            items = p
-                .views
-                .iter()
-                .flat_map(|(r, _)| [(r.clone(), None), (r.clone(), Some(p.day.clone()))])
-                .collect();
-            out.push(ViewChunk {
-                parts: vec![p.clone()],
-            });
-        }
-    }
-    out
-}
 
 /// A seen partition's items as this instance knows them: every item with
 /// a sort key from `read_from` up to `known_to`.
@@ -362,9 +208,6 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         Ok(out)
     }
 }
-
-/// A view item of a reel: all time (`None`) or of a UTC day.
-type ItemOf = (ReelId, Option<String>);
 
 /// One batch of one shard, as the core plans it.
 struct ViewPlanning<'a, S, L> {
@@ -562,55 +405,4 @@ fn token(write: &ViewChunkWrite) -> RequestToken {
             &body,
         ],
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn log_record(seq: &str, id: u64, reels: usize) -> LogRecord {
-        LogRecord {
-            seq: SequenceNumber::parse_kinesis(seq).unwrap(),
-            arrival_ms: 1_000,
-            body: Some(ViewRecord {
-                id,
-                viewer: "u".into(),
-                at_ms: 1_700_000_000_000,
-                views: (0..reels)
-                    .map(|i| (ReelId::parse(&format!("r{i}")).unwrap(), 1))
-                    .collect(),
-            }),
-        }
-    }
-
-    #[test]
-    fn a_record_of_100_reels_is_applied_in_parts_that_fit_a_transaction() {
-        let ps = parts(&[log_record("7", 1, 100), log_record("8", 2, 1)]);
-        let seqs: Vec<&str> = ps.iter().map(|p| p.seq.as_reported()).collect();
-        assert_eq!(seqs, ["700", "701", "702", "800"]);
-        assert_eq!(ps[0].id, Some(1));
-        assert_ne!(ps[1].id, Some(1));
-        assert_ne!(ps[1].id, ps[2].id);
-        let chunks = cut(&ps);
-        for c in &chunks {
-            let reels: BTreeSet<&ReelId> = c
-                .parts
-                .iter()
-                .flat_map(|p| p.views.iter().map(|(r, _)| r))
-                .collect();
-            assert!(2 + 2 * reels.len() <= MAX_ITEMS, "{}", reels.len());
-        }
-        assert_eq!(chunks.iter().map(|c| c.parts.len()).sum::<usize>(), 4);
-        assert_eq!(record_seq("701"), "7");
-        assert_eq!(record_seq("00"), "0");
-    }
-
-    #[test]
-    fn unreadable_records_take_a_part_that_counts_nothing() {
-        let mut r = log_record("9", 1, 1);
-        r.body = None;
-        let ps = parts(&[r]);
-        assert_eq!(ps.len(), 1);
-        assert!(ps[0].views.is_empty() && ps[0].id.is_none());
-    }
 }

@@ -26,13 +26,15 @@
 //! * `accept`: the request body's checks, event ids, the producer's put
 //!   with its bounded retries.
 //! * `record`: the log record's format and Lambda's Kinesis event, ordered.
-//! * `aggregate`: the consumer: parts, chunks, seen event ids.
+//! * `aggregate`: the consumer: its plans, the seen event ids.
+//! * `chunk`: records cut into parts and chunks.
 //! * `sketch`: the HLL sketches and why `lg_k = 12`.
 //! * `read`: the sums, cached.
 
 pub mod accept;
 #[cfg(feature = "dynamodb")]
 pub mod aggregate;
+pub mod chunk;
 #[cfg(feature = "dynamodb")]
 pub mod read;
 pub mod record;
