@@ -79,7 +79,9 @@ impl App {
             .table
             .as_ref()
             .map(|t| DynamoViews::new(self.service.store().client().clone(), t.clone()));
-        let producer = log.clone().map(|l| Producer::new(l, &self.config));
+        let producer = log
+            .clone()
+            .map(|l| Producer::new(l, &self.config, views.viewer));
         let aggregator = match (&table, &log) {
             (Some(t), Some(l)) => Some(ViewAggregator::new(
                 t.clone(),

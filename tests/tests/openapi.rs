@@ -724,6 +724,9 @@ async fn real_answers_match_the_document() {
             .body(batch(r#"{"reel_id": "r#1", "count": 1}"#))
             .code("invalid_reel_id"),
         case(VIEWS, "/views", 400)
+            .body(batch(&[r#"{"reel_id": "r1", "count": 1000}"#; 7].join(",")))
+            .code("too_many_views"),
+        case(VIEWS, "/views", 400)
             .header("idempotency-key", "has space")
             .body(batch(r#"{"reel_id": "r1", "count": 1}"#))
             .code("invalid_idempotency_key"),

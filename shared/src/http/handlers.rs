@@ -245,6 +245,8 @@ async fn execute(
             idempotency_key,
         } => {
             let producer = app.views.producer.as_ref().ok_or_else(views_off)?;
+            let total: u64 = views.iter().map(|(_, n)| u64::from(*n)).sum();
+            producer.admit(&viewer, total).await?;
             let record = crate::views::record::ViewRecord {
                 id: crate::views::accept::event_id(&viewer, idempotency_key.as_deref()),
                 viewer: viewer.as_str().to_owned(),

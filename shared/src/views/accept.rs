@@ -78,21 +78,35 @@ pub struct Producer<L> {
     /// Records put again (refused ones, or all of a call whose answer was
     /// lost), since the instance started.
     retries: AtomicU64,
+    /// What one viewer may put.
+    limits: super::limits::ViewerLimits,
 }
 
 impl<L: LogStore> Producer<L> {
-    /// A producer over `log`, retrying as `config` says (`RETRY_*`).
-    pub fn new(log: std::sync::Arc<L>, config: &crate::Config) -> Self {
+    /// A producer over `log`, retrying as `config` says (`RETRY_*`), each
+    /// viewer within `bounds`.
+    pub fn new(
+        log: std::sync::Arc<L>,
+        config: &crate::Config,
+        bounds: super::limits::ViewerBounds,
+    ) -> Self {
         Producer {
             log,
             backoff: Backoff::from_config(config),
             retries: AtomicU64::new(0),
+            limits: super::limits::ViewerLimits::new(bounds),
         }
     }
 
     /// Records put again so far (the `ViewPutRetries` metric's source).
     pub fn retries(&self) -> u64 {
         self.retries.load(Ordering::Relaxed)
+    }
+
+    /// Admits a batch of `views` from `viewer` within its bounds (before
+    /// anything is put; see [`super::limits`]).
+    pub async fn admit(&self, viewer: &UserId, views: u64) -> Result<(), Error> {
+        self.limits.admit(viewer, views).await
     }
 
     /// Puts `record` in the log, partitioned by its viewer, and returns the

@@ -28,6 +28,7 @@
 //! * `record`: the log record's format and Lambda's Kinesis event, ordered.
 //! * `aggregate`: the consumer: its plans, the seen event ids.
 //! * `chunk`: records cut into parts and chunks.
+//! * `limits`: what one viewer may make the view function put.
 //! * `sketch`: the HLL sketches and why `lg_k = 12`.
 //! * `read`: the sums, cached.
 
@@ -35,6 +36,7 @@ pub mod accept;
 #[cfg(feature = "dynamodb")]
 pub mod aggregate;
 pub mod chunk;
+pub mod limits;
 #[cfg(feature = "dynamodb")]
 pub mod read;
 pub mod record;
@@ -66,6 +68,8 @@ pub struct ViewsConfig {
     pub dedup_window: Duration,
     /// `VIEWS_DAY_TTL_DAYS` (default 35): how long a day item is kept.
     pub day_ttl: Duration,
+    /// What one viewer may put (`VIEWER_*`, see [`limits`]).
+    pub viewer: limits::ViewerBounds,
     /// What days are counted by.
     pub clock: Clock,
 }
@@ -77,6 +81,7 @@ impl std::fmt::Debug for ViewsConfig {
             .field("stream", &self.stream)
             .field("dedup_window", &self.dedup_window)
             .field("day_ttl", &self.day_ttl)
+            .field("viewer", &self.viewer)
             .finish_non_exhaustive()
     }
 }
@@ -104,6 +109,11 @@ impl ViewsConfig {
             stream: text("VIEWS_STREAM"),
             dedup_window: Duration::from_secs(num("VIEWS_DEDUP_SECS", 300, 3_600)?),
             day_ttl: Duration::from_secs(86_400 * num("VIEWS_DAY_TTL_DAYS", 35, 3_650)?),
+            viewer: limits::ViewerBounds {
+                batches_per_sec: num("VIEWER_BATCHES_PER_SEC", 1, 1_000)? as f64,
+                batch_burst: num("VIEWER_BATCH_BURST", 10, 10_000)? as f64,
+                views_per_min: num("VIEWER_VIEWS_PER_MIN", 6_000, 10_000_000)? as f64,
+            },
             clock: system_clock(),
         })
     }
