@@ -211,9 +211,13 @@ pub async fn handle_views_event(
     let event: crate::views::record::KinesisEvent = serde_json::from_value(event)
         .map_err(|e| Error::internal("unreadable Kinesis event", e))?;
     let records = event.records.len() as u64;
+    let views_before = aggregator.views_applied();
     let result = aggregator.handle(&event, deadline).await;
     let m = app.config.metrics.record("aggregate-views");
-    m.count("ViewBatches", 1);
+    m.count("ViewBatches", 1).count(
+        "ViewsApplied",
+        aggregator.views_applied().saturating_sub(views_before),
+    );
     match &result {
         Ok(out) => {
             m.count("ViewRecordsApplied", out.applied as u64)

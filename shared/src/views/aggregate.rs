@@ -76,6 +76,8 @@ pub struct ViewAggregator<S, L> {
     backoff: Backoff,
     config: ViewsConfig,
     seen: Mutex<HashMap<String, SeenCache>>,
+    /// Views counted by this instance (the `ViewsApplied` metric's source).
+    views_applied: std::sync::atomic::AtomicU64,
 }
 
 impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
@@ -88,7 +90,15 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             backoff: Backoff::from_config(retries),
             config,
             seen: Mutex::default(),
+            views_applied: Default::default(),
         }
+    }
+
+    /// Views this instance counted so far (copies of a record left out):
+    /// what `ViewsAccepted` of the view function should add up to.
+    pub fn views_applied(&self) -> u64 {
+        self.views_applied
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Applies one batch (see [`crate::aggregate::Aggregator::handle`]).
@@ -341,6 +351,16 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
     }
 
     fn applied(&self, _key: &str, write: &ViewChunkWrite) {
+        // Views counted: each once, on its reel's all-time item.
+        let views: u64 = write
+            .items
+            .iter()
+            .filter(|i| i.day.is_none())
+            .map(|i| i.views)
+            .sum();
+        self.aggregator
+            .views_applied
+            .fetch_add(views, std::sync::atomic::Ordering::Relaxed);
         if let Ok(mut seen) = self.aggregator.seen.lock() {
             // Only a partition read before is extended: one never read
             // is read whole when first asked for.
