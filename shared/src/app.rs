@@ -134,11 +134,12 @@ impl App {
     pub async fn from_env() -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let config = Config::from_env()?;
         let views = ViewsConfig::from_lookup(|n| std::env::var(n).ok())?;
-        let store = DynamoStore::from_env(&config).await;
-        let log = match &views.stream {
-            Some(s) => Some(Arc::new(KinesisLog::from_env(&config, s.clone()).await)),
-            None => None,
-        };
+        let sdk = DynamoStore::sdk_from_env(&config).await;
+        let store = DynamoStore::from_sdk(&sdk, &config);
+        let log = views
+            .stream
+            .as_ref()
+            .map(|s| Arc::new(KinesisLog::from_sdk(&sdk, s.clone())));
         Ok(App::new(config, store).with_views(views, log))
     }
 }

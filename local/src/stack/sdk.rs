@@ -46,7 +46,7 @@ pub async fn streams_client_for(
 
 /// The SDK configuration of the local clients.
 /// A Kinesis client on `endpoint` with the functions' SDK settings (the
-/// views log's; `KinesisLog::from_env` is its Lambda twin).
+/// views log's; `KinesisLog::from_sdk` is its Lambda twin).
 pub async fn kinesis_client_for(
     config: &Config,
     endpoint: &str,

@@ -3,7 +3,6 @@
 //! ([`super::dynamodb`]'s `translate`).
 
 use super::dynamodb::translate;
-use crate::config::Config;
 use crate::error::Error;
 use crate::store::{LogPut, LogPutResult, LogStore};
 use aws_sdk_kinesis::Client;
@@ -33,12 +32,12 @@ impl KinesisLog {
         }
     }
 
-    /// The client for a function instance: the same bounded retries and
-    /// timeouts as the DynamoDB client's ([`super::dynamodb::sdk_config_loader`]);
-    /// `AWS_ENDPOINT_URL_KINESIS` points it at a local emulator.
-    pub async fn from_env(config: &Config, stream: impl Into<String>) -> Self {
-        let sdk = super::dynamodb::sdk_config_loader(config).load().await;
-        let mut builder = aws_sdk_kinesis::config::Builder::from(&sdk);
+    /// The log of a function instance, its client built from the SDK
+    /// configuration the DynamoDB client was built from (one load per cold
+    /// start: the same HTTPS client, credentials, bounded retries and
+    /// timeouts); `AWS_ENDPOINT_URL_KINESIS` points it at a local emulator.
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, stream: impl Into<String>) -> Self {
+        let mut builder = aws_sdk_kinesis::config::Builder::from(sdk);
         // As for DynamoDB: an empty endpoint variable (sam local) means
         // "not set", and the SDK panics on an empty URL.
         let vars = ["AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL"].map(|k| std::env::var(k).ok());

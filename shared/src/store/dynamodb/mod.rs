@@ -88,8 +88,19 @@ pub struct StoreStats {
 impl DynamoStore {
     /// Builds the SDK client from the environment (once per cold start).
     pub async fn from_env(config: &Config) -> Self {
-        let sdk = sdk::instance_config_loader(config).load().await;
-        Self::new(client(&sdk, config), config)
+        Self::from_sdk(&Self::sdk_from_env(config).await, config)
+    }
+
+    /// The SDK configuration a function instance builds its clients from
+    /// (see [`sdk_config_loader`]): loaded once per cold start and shared
+    /// by the DynamoDB and Kinesis clients.
+    pub async fn sdk_from_env(config: &Config) -> aws_config::SdkConfig {
+        sdk::instance_config_loader(config).load().await
+    }
+
+    /// A store whose client is built from `sdk`.
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, config: &Config) -> Self {
+        Self::new(client(sdk, config), config)
     }
 
     /// A store over `client` and the tables `config` names (tests pass a
