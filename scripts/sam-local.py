@@ -1,31 +1,42 @@
 """Every sample event of events/ through `sam local invoke`, checked: what
 each function answered and what it changed in the tables. Run by
-scripts/sam-local.sh (which builds the bootstraps, starts Docker and the
-local DynamoDB), with the Python of target/sam-venv (SAM's own, for its
-YAML reader and boto3):
+scripts/sam-local.sh (which builds the bootstraps, starts Docker, the
+local DynamoDB and a Kinesis emulator), with the Python of target/sam-venv
+(SAM's own, for its YAML reader and boto3):
 
-    python scripts/sam-local.py --endpoint URL --image NAME --bin DIR --out DIR
+    python scripts/sam-local.py --endpoint URL --kinesis-endpoint URL \
+        --image NAME --bin DIR --out DIR --home DIR
 
 1. A SAM build directory like the one `sam build` makes (.aws-sam/build):
    OUT/build/<Function>/bootstrap, a link to the host build of the
    function's package (CodeUri functions/<package>), and OUT/build/template.yaml,
-   template.yaml with each CodeUri pointing there.
+   template.yaml with each CodeUri pointing there, and AWS_ENDPOINT_URL_KINESIS
+   declared on the functions that reach the views stream (SAM passes a
+   function only the variables its template declares; the deployed template
+   needs none: the SDK finds Kinesis itself).
 2. Each event goes to the function whose trigger it is, read from the
    template: an HTTP event to the function with its routeKey, a stream
-   batch to the DynamoDB stream consumer, EventBridge's scheduled event to
+   batch to the DynamoDB stream consumer, a Kinesis batch to the views
+   stream's consumer, EventBridge's scheduled event to
    the function scheduled without an input, a {"mode": ...} to the one
    whose schedule passes such an input. Every file in events/ has a step
    below and every function gets at least one event, or this fails.
 3. Each step is one `sam local invoke` (through scripts/sam-host-network.py:
    containers on the host network), judged by the JSON SAM printed (never
    by its exit status: SAM exits 0 after a container that never answered),
-   then by the tables, read directly with boto3.
+   then by the tables and the views stream, read directly with boto3.
+   The views stream (VIEWS_STREAM, the name the local stack gives the
+   template's ViewsStream) is made here, with one shard, on the Kinesis
+   emulator: POST /views puts its record there, and the views
+   aggregator's ListShards (its shard's parents) reads it.
 
 Prints one line per invoke with its time, and `sam-local: N passed, M
 failed`; exits non-zero if any step failed.
 """
 
 import argparse
+import base64
+import datetime
 import json
 import os
 import platform
@@ -43,6 +54,11 @@ ROOT = Path(__file__).resolve().parent.parent
 REGION = "us-east-1"
 COUNTERS = "CountersTable"
 LIKES = "LikesTable"
+VIEWS = "ViewsTable"
+# The views stream: the template's ViewsStream has no Name, so the local
+# stack names it by its logical id (local/src/kinesis/def.rs), as here.
+STREAM = "ViewsStream"
+STREAM_ARN = f"arn:aws:kinesis:{REGION}:000000000000:stream/{STREAM}"
 INVOKE_TIMEOUT_SECS = 180
 
 
@@ -108,6 +124,74 @@ class Tables:
 
     def like_rows(self):
         return len(self.scan(LIKES))
+
+    def view_items(self, reel, prefix):
+        """The reel's view items whose sort key starts with `prefix` (all#:
+        one per writer for all time; d#: one per writer and UTC day)."""
+        return [
+            i
+            for i in self.scan(VIEWS)
+            if i["pk"]["S"] == f"v#{reel}" and i["sk"]["S"].startswith(prefix)
+        ]
+
+    def views(self, reel):
+        """The reel's stored all-time views: its writers' all# items' v."""
+        return sum(int(i.get("v", {"N": "0"})["N"]) for i in self.view_items(reel, "all#"))
+
+
+class Stream:
+    """The views stream on the Kinesis emulator, read directly."""
+
+    def __init__(self, endpoint):
+        self.kinesis = boto3.client(
+            "kinesis",
+            endpoint_url=endpoint,
+            region_name=REGION,
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+        )
+
+    def create(self, within=60):
+        """Makes the stream (one shard) once the emulator answers, and
+        waits until it is ACTIVE."""
+        t0 = time.monotonic()
+        while True:
+            try:
+                self.kinesis.list_streams()
+                break
+            except Exception as e:  # not answering yet (it starts in about 3 s)
+                if time.monotonic() - t0 > within:
+                    raise Failed(f"the Kinesis emulator did not answer within {within} s: {e}")
+                time.sleep(0.2)
+        try:
+            self.kinesis.create_stream(
+                StreamName=STREAM, ShardCount=1, StreamModeDetails={"StreamMode": "PROVISIONED"}
+            )
+        except self.kinesis.exceptions.ResourceInUseException:
+            pass
+        while True:
+            d = self.kinesis.describe_stream_summary(StreamName=STREAM)["StreamDescriptionSummary"]
+            if d["StreamStatus"] == "ACTIVE":
+                eq(d["StreamARN"], STREAM_ARN, "the stream's ARN (events/aggregate-views.json names it)")
+                return
+            if time.monotonic() - t0 > within:
+                raise Failed(f"{STREAM} not ACTIVE within {within} s: {d}")
+            time.sleep(0.1)
+
+    def records(self):
+        """Every record of every shard, from the start (decoded JSON)."""
+        out = []
+        for shard in self.kinesis.list_shards(StreamName=STREAM)["Shards"]:
+            it = self.kinesis.get_shard_iterator(
+                StreamName=STREAM, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+            while it:
+                page = self.kinesis.get_records(ShardIterator=it, Limit=1000)
+                out += [json.loads(r["Data"]) for r in page["Records"]]
+                if not page["Records"] or page.get("MillisBehindLatest", 0) == 0:
+                    break
+                it = page.get("NextShardIterator")
+        return out
 
 
 # ---- What each event must do, in order -----------------------------------------
@@ -261,6 +345,97 @@ def aggregate_again(out, db):
     eq(db.count("r1"), 0, "r1's shards")
 
 
+def view(out, db):
+    # user-42's 2 views of r1: answered once the record is in the stream.
+    s, body, _ = http(out)
+    eq((s, body), (202, {"accepted": 2}), "answer")
+    recs = db.stream.records()
+    eq(len(recs), 1, f"records in {STREAM}")
+    r = recs[0]
+    eq((r["f"], r["viewer"], r["views"]), (1, "user-42", [["r1", 2]]), "the record (format, viewer, views)")
+    check(re.fullmatch(r"[0-9a-f]{16}", r["id"]), f"event id {r['id']!r}")
+    check(abs(r["at"] / 1000 - time.time()) < 600, f"at {r['at']}: not now")
+    # Not applied here: only the views aggregator writes view items.
+    eq(db.scan(VIEWS), [], "view items before the aggregator ran")
+
+
+def utc_day(ms):
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).date()
+
+
+def batch_views():
+    """What events/aggregate-views.json carries, per reel: views, viewers,
+    and the views and viewers within the _7d window (today, UTC, and the
+    six days before) as of now (its records are of a fixed day)."""
+    event = json.loads((ROOT / "events" / "aggregate-views.json").read_text())
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    out = {}
+    for rec in event["Records"]:
+        body = json.loads(base64.b64decode(rec["kinesis"]["data"]))
+        recent = 0 <= (today - utc_day(body["at"])).days < 7
+        for reel, n in body["views"]:
+            o = out.setdefault(reel, {"views": 0, "viewers": set(), "views_7d": 0, "viewers_7d": set()})
+            o["views"] += n
+            o["viewers"].add(body["viewer"])
+            if recent:
+                o["views_7d"] += n
+                o["viewers_7d"].add(body["viewer"])
+    return out
+
+
+def aggregate_views(out, db):
+    # Three records of one shard (fan-1 twice, fan-2 once): each reel's
+    # all-time item of that shard holds their views; checkpoint and seen
+    # item in the same transactions.
+    eq(out, {"batchItemFailures": []}, "answer")
+    want = batch_views()
+    check(set(want) == {"r1", "r2"}, f"reels of the event: {sorted(want)}")
+    for reel, w in want.items():
+        eq(len(db.view_items(reel, "all#")), 1, f"{reel}'s all-time items (one shard)")
+        eq(db.views(reel), w["views"], f"{reel}'s stored views")
+        eq(sum(int(i["v"]["N"]) for i in db.view_items(reel, "d#")), w["views"], f"{reel}'s day items' views")
+    eq(len([i for i in db.scan(VIEWS) if i["pk"]["S"].startswith("ck#")]), 1, "checkpoints")
+
+
+def aggregate_views_again(out, db):
+    # Delivered again, to a new container (its seen ids not in memory):
+    # every record is at or below the checkpoint; nothing doubles.
+    eq(out, {"batchItemFailures": []}, "answer")
+    for reel, w in batch_views().items():
+        eq(db.views(reel), w["views"], f"{reel}'s stored views after the redelivery")
+        eq(sum(int(i["v"]["N"]) for i in db.view_items(reel, "d#")), w["views"], f"{reel}'s day items' views")
+
+
+def view_figures(body, w, what):
+    have = {k: body[k] for k in ("views", "unique_viewers", "views_7d", "unique_viewers_7d")}
+    want = {
+        "views": w["views"],
+        "unique_viewers": len(w["viewers"]),
+        "views_7d": w["views_7d"],
+        "unique_viewers_7d": len(w["viewers_7d"]),
+    }
+    eq(have, want, what)
+
+
+def reel_views(out, db):
+    s, body, _ = http(out)
+    eq((s, body["reel_id"]), (200, "r1"), "status, reel_id")
+    view_figures(body, batch_views()["r1"], "r1's views")
+    check(isinstance(body["age_ms"], int), f"age_ms {body.get('age_ms')!r}")
+
+
+def counts(out, db):
+    s, body, _ = http(out)
+    eq((s, sorted(body["counts"])), (200, ["r1", "r2"]), "status, reels")
+    want = batch_views()
+    for reel in ("r1", "r2"):
+        c = body["counts"][reel]
+        # r1's likes: +1 and -1 (aggregate.json); r2: none.
+        eq(c["likes"], 0, f"{reel}'s likes")
+        view_figures(c, want[reel], f"{reel}'s views")
+    check(isinstance(body["age_ms"], int), f"age_ms {body.get('age_ms')!r}")
+
+
 # (event file, check, prepare): run in this order, on one pair of tables.
 STEPS = [
     ("healthz.json", healthz, None),
@@ -280,6 +455,11 @@ STEPS = [
     ("reconcile.json", reconcile, None),
     ("aggregate.json", aggregate, None),
     ("aggregate.json", aggregate_again, None),
+    ("views.json", view, None),
+    ("aggregate-views.json", aggregate_views, None),
+    ("aggregate-views.json", aggregate_views_again, None),
+    ("reel-views.json", reel_views, None),
+    ("counts.json", counts, None),
 ]
 
 # ---- The template: functions, their triggers, the build directory -----------
@@ -301,7 +481,8 @@ def function_for(event, fns):
                     yield lid, ev.get("Properties") or {}
 
     if "Records" in event:
-        return [lid for lid, _ in triggers("DynamoDB")]
+        kinesis = (event["Records"] or [{}])[0].get("eventSource") == "aws:kinesis"
+        return [lid for lid, _ in triggers("Kinesis" if kinesis else "DynamoDB")]
     if "requestContext" in event:
         key = event["routeKey"]
         return [
@@ -333,6 +514,11 @@ def build_dir(template, bin_dir, out):
             bootstrap.write_bytes(binary.read_bytes())
             bootstrap.chmod(0o755)
         r["Properties"]["CodeUri"] = lid
+        variables = ((r["Properties"].get("Environment") or {}).get("Variables")) or {}
+        if "VIEWS_STREAM" in variables:
+            # Declared, so that the env-vars file can set it (the deployed
+            # function reaches Kinesis itself).
+            variables["AWS_ENDPOINT_URL_KINESIS"] = ""
     (build / "template.yaml").write_text(yaml_dump(template))
     return build / "template.yaml"
 
@@ -370,12 +556,14 @@ def sam_env(home):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--endpoint", required=True, help="the local DynamoDB (http://127.0.0.1:PORT)")
+    ap.add_argument("--kinesis-endpoint", required=True, help="the Kinesis emulator (http://127.0.0.1:PORT)")
     ap.add_argument("--image", required=True, help="the invoke base image (--invoke-image)")
     ap.add_argument("--bin", required=True, type=Path, help="where the functions' host builds are")
     ap.add_argument("--out", required=True, type=Path, help="build directory and logs")
     ap.add_argument("--home", required=True, type=Path, help="SAM's HOME (its config dir)")
     args = ap.parse_args()
-    check(re.match(r"^http://127\.0\.0\.1:\d+$", args.endpoint), f"--endpoint {args.endpoint}: loopback only")
+    for url in (args.endpoint, args.kinesis_endpoint):
+        check(re.match(r"^http://127\.0\.0\.1:\d+$", url), f"endpoint {url}: loopback only")
 
     text = (ROOT / "template.yaml").read_text()
     fns = functions(yaml_parse(text))
@@ -402,6 +590,10 @@ def main():
         "LIKES_TABLE": LIKES,
         "SHARD_KEY": secrets.token_hex(32),
         "COUNTING": "transactional",
+        # Where a function declares them (views: read, view, aggregate-views).
+        "VIEWS_TABLE": VIEWS,
+        "VIEWS_STREAM": STREAM,
+        "AWS_ENDPOINT_URL_KINESIS": args.kinesis_endpoint,
     }
     env_vars = {"Parameters": common}
     for lid, r in fns.items():
@@ -414,6 +606,14 @@ def main():
     logs = args.out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     db = Tables(args.endpoint)
+    check(VIEWS in db.ddb.list_tables()["TableNames"], f"no {VIEWS} on the local DynamoDB")
+    db.stream = Stream(args.kinesis_endpoint)
+    t0 = time.monotonic()
+    try:
+        db.stream.create()
+    except Failed as e:
+        sys.exit(f"sam-local: FAILED: the views stream: {e}")
+    print(f"sam-local: Kinesis stream {STREAM} ready ({time.monotonic() - t0:.1f} s)", flush=True)
     env = sam_env(args.home)
     passed = failed = 0
     started = time.monotonic()
@@ -467,14 +667,14 @@ def main():
             step(out, db)
         except (Failed, KeyError, TypeError, ValueError) as e:
             failed += 1
-            print(f"FAIL {fn:18} {name:24} {took:5.1f} s  {type(e).__name__}: {e}", flush=True)
+            print(f"FAIL {fn:21} {name:24} {took:5.1f} s  {type(e).__name__}: {e}", flush=True)
             print(f"     printed: {stdout.strip()[:600]}", flush=True)
             tail = "\n".join("     | " + line for line in stderr.strip().splitlines()[-25:])
             print(f"     SAM's last lines (all in {log.relative_to(ROOT) if log.is_relative_to(ROOT) else log}):\n{tail}")
             continue
         passed += 1
         body = out.get("body", out) if isinstance(out, dict) else out
-        print(f"ok   {fn:18} {name:24} {took:5.1f} s  {str(body)[:90]}", flush=True)
+        print(f"ok   {fn:21} {name:24} {took:5.1f} s  {str(body)[:90]}", flush=True)
     print(f"{len(STEPS)} invokes in {time.monotonic() - started:.0f} s")
     print(f"sam-local: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make sam-local`: every function under `sam local invoke` (the Lambda
 # Runtime Interface Emulator, in Docker), with every sample event of
-# events/, against a local DynamoDB; each answer and what it changed in the
-# tables checked by scripts/sam-local.py (its docstring says what runs).
+# events/, against a local DynamoDB and a local Kinesis; each answer and
+# what it changed in the tables and the views stream checked by
+# scripts/sam-local.py (its docstring says what runs).
 #
 # Phases (each timed):
 #   1. Docker. With DOCKER_HOST set, that daemon (Linux: containers on the
@@ -13,7 +14,14 @@
 #      so every connection stays on 127.0.0.1. It is stopped (by its pid)
 #      and what it leaves mounted is unmounted when this script ends.
 #   2. The functions' bootstraps: a debug host build of their packages
-#      (x86_64 here; the template's Architecture parameter says so to SAM).
+#      (x86_64 here; the template's Architecture parameter says so to SAM),
+#      in CARGO_TARGET_DIR if set.
+#   2'. The Kinesis emulator for the views stream: kinesis-mock
+#      (scripts/kinesis-local.sh; Node.js), in memory, on a free port,
+#      started while the rest gets ready; sam-local.py makes the stream.
+#      Its own, not the one `likes-local serve` would start: that one's
+#      event source would feed the views aggregator in-process, behind the
+#      invokes' backs (so serve runs with LOCAL_VIEWS=off).
 #   3. The pinned SAM CLI (scripts/sam-cli.sh).
 #   4. The invoke image: no registry is reachable, so SAM's base image is
 #      made from this host's own files (/bin/sh, mv and chmod for the
@@ -22,11 +30,13 @@
 #      content; SAM adds its bundled emulator on top (--invoke-image,
 #      --skip-pull-image).
 #   5. The local DynamoDB: `likes-local serve` on free loopback ports, its
-#      tables made from template.yaml, no schedules.
+#      tables made from template.yaml (ViewsTable too), no schedules, no
+#      views stream of its own.
 #   6. scripts/sam-local.py: the invokes and their checks.
 #
-# No Docker: fails under CI=true; elsewhere prints why and exits 0
-# (skipped). On a laptop with an ordinary Docker see docs/deploying.md.
+# No Docker (or no Node.js for the emulator): fails under CI=true;
+# elsewhere prints why and exits 0 (skipped). On a laptop with an
+# ordinary Docker see docs/deploying.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
@@ -53,6 +63,7 @@ unavailable() {
 # ---- Cleanup: everything this script started, by pid -------------------------
 dockerd_pid=""
 serve_pid=""
+kinesis_pid=""
 dockerd_root=$out/docker
 exec_root=$dockerd_root/run
 cleanup() {
@@ -60,6 +71,9 @@ cleanup() {
   set +e
   if [[ -n $serve_pid ]]; then
     kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
+  fi
+  if [[ -n $kinesis_pid ]]; then
+    kill -TERM "$kinesis_pid" 2>/dev/null && wait "$kinesis_pid" 2>/dev/null
   fi
   if [[ -n $dockerd_pid ]]; then
     # SAM removes its containers; any left (an interrupted invoke) go first.
@@ -139,6 +153,25 @@ bin=${CARGO_TARGET_DIR:-$root/target}/debug
 case $bin in /*) ;; *) bin=$root/$bin ;; esac
 phase "bootstraps built (${packages[*]})"
 
+# ---- 2'. The Kinesis emulator (answers some 3 s later) ---------------------------------
+command -v node >/dev/null || unavailable "no Node.js (node) for the Kinesis emulator"
+kinesis_dir=$(scripts/kinesis-local.sh 2>"$out/logs/kinesis-install.log") \
+  || { cat "$out/logs/kinesis-install.log" >&2; unavailable "scripts/kinesis-local.sh failed (log above)"; }
+read -r kinesis_port kinesis_tls < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
+# As local/src/kinesis/emulator.rs starts it: in memory, quiet, quick.
+(cd "$kinesis_dir" && exec env -i PATH="$PATH" HOME="$HOME" \
+  KINESIS_MOCK_PLAIN_PORT="$kinesis_port" KINESIS_MOCK_TLS_PORT="$kinesis_tls" \
+  SHOULD_PERSIST_DATA=false LOAD_DATA_IF_EXISTS=false LOG_LEVEL=WARN ROOT_LOG_LEVEL=ERROR \
+  CREATE_STREAM_DURATION=100ms SPLIT_SHARD_DURATION=100ms MERGE_SHARDS_DURATION=100ms \
+  node main.js) >"$out/logs/kinesis.log" 2>&1 </dev/null &
+kinesis_pid=$!
+kinesis=http://127.0.0.1:$kinesis_port
+echo "sam-local: kinesis-mock (pid $kinesis_pid) starting on $kinesis, log in target/sam-local/logs/kinesis.log"
+
 # ---- 3. SAM CLI ---------------------------------------------------------------------
 sam=$(scripts/sam-cli.sh)
 python=$(dirname "$sam")/python
@@ -200,7 +233,8 @@ phase "invoke image $image ($(($(stat -c %s "$out/base.tar") / 1024 / 1024)) MB)
 # ---- 5. The local DynamoDB -----------------------------------------------------------
 serve_log=$out/logs/serve.log
 env -i PATH="$PATH" HOME="$HOME" PORT=0 DYNAMODB_PORT=0 HOST=127.0.0.1 DYNAMODB_HOST=127.0.0.1 \
-  LOCAL_SCHEDULE_SECS=0 COUNTERS_TABLE=CountersTable LIKES_TABLE=LikesTable COUNTING=transactional \
+  LOCAL_SCHEDULE_SECS=0 COUNTERS_TABLE=CountersTable LIKES_TABLE=LikesTable VIEWS_TABLE=ViewsTable \
+  LOCAL_VIEWS=off COUNTING=transactional \
   "$bin/likes-local" serve >"$serve_log" 2>&1 &
 serve_pid=$!
 endpoint=""
@@ -213,10 +247,13 @@ done
 grep -q '^ready: ' "$serve_log" && [[ -n $endpoint ]] \
   || { cat "$serve_log" >&2; echo "sam-local: the local stack did not start" >&2; exit 1; }
 phase "local DynamoDB at $endpoint"
+kill -0 "$kinesis_pid" 2>/dev/null \
+  || { cat "$out/logs/kinesis.log" >&2; echo "sam-local: kinesis-mock exited (log above)" >&2; exit 1; }
 
 # ---- 6. The invokes ------------------------------------------------------------------
 rc=0
-"$python" scripts/sam-local.py --endpoint "$endpoint" --image "$image" --bin "$bin" \
+"$python" scripts/sam-local.py --endpoint "$endpoint" --kinesis-endpoint "$kinesis" \
+  --image "$image" --bin "$bin" \
   --out "$out" --home "$home" || rc=$?
 phase "invokes"
 echo "sam-local: $((SECONDS - t_all)) s in all; logs in target/sam-local/logs/"

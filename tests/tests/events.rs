@@ -5,7 +5,8 @@
 //! authorization outside dev mode, the reshard function's entry point tells
 //! HTTP events from the schedule (never sleeping past its deadline), the
 //! reconcile events (start, resume, dry run) run the job and a bad mode is
-//! refused, and an unreachable DynamoDB answers 503 quickly.
+//! refused, an unreachable DynamoDB answers 503 quickly, and the views
+//! samples: the Kinesis batch applied once, read back by the views routes.
 
 mod common;
 
@@ -14,9 +15,15 @@ use lambda_http::Body;
 use likes::App;
 use likes::http::{Function, handle};
 use likes::store::dynamodb::DynamoStore;
+use likes::store::dynamodb::DynamoViews;
+use likes::store::{LogPut, LogPutResult, LogStore};
 use likes::triggers::{handle_reconcile_event, handle_reshard_event};
+use likes::views::ViewsConfig;
+use likes::views::aggregate::ViewAggregator;
+use likes::views::record::KinesisEvent;
 use likes::{AuthMode, Config};
 use serde_json::Value;
+use std::sync::Arc;
 
 fn event(name: &str) -> lambda_http::Request {
     let path = repo_root().join("events").join(name);
@@ -356,6 +363,100 @@ async fn the_stream_batch_event_is_applied_once() {
         likes::triggers::handle_aggregate_event(&t.stack.app, no_shard, None)
             .await
             .is_err()
+    );
+    t.stop().await;
+}
+
+/// A views log with no shard parents (the sample batch's shard has none),
+/// where nothing is put.
+struct NoParents;
+
+impl LogStore for NoParents {
+    async fn put(&self, _: &[LogPut]) -> Result<Vec<LogPutResult>, likes::Error> {
+        Err(likes::Error::Internal)
+    }
+    async fn parents(&self, _: &str, _: &str) -> Result<Vec<String>, likes::Error> {
+        Ok(Vec::new())
+    }
+}
+
+/// The views samples: `aggregate-views.json` (Lambda's Kinesis event, three
+/// records of one shard: fan-1 twice, fan-2 once) applied once however
+/// often it is delivered, then read back through the read function's
+/// handler with `reel-views.json` and `counts.json`, on the clock of the
+/// batch's day; `views.json` carries the documented `POST /views` body.
+/// (`make sam-local` runs them in the Lambda container, with Kinesis.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_views_samples_are_applied_once_and_read_back() {
+    let t = TestStack::start(&[("LOCAL_SCHEDULE_SECS", "0")]).await;
+    let mut views = ViewsConfig::from_lookup(|_| None).unwrap();
+    views.table = Some("ViewsTable".into());
+    // 2026-12-01T12:00:00Z: the batch's records are of that morning.
+    views.clock = Arc::new(|| 1_796_155_200_000);
+    let aggregator = ViewAggregator::new(
+        DynamoViews::new(t.stack.client.clone(), "ViewsTable"),
+        Arc::new(NoParents),
+        &t.stack.config,
+        views.clone(),
+    );
+    let text = std::fs::read_to_string(repo_root().join("events/aggregate-views.json")).unwrap();
+    let batch: KinesisEvent = serde_json::from_str(&text).unwrap();
+    let out = aggregator.handle(&batch, None).await.unwrap();
+    assert_eq!(
+        (out.applied, out.failed_from.as_deref()),
+        (3, None),
+        "{out:?}"
+    );
+    // Delivered again: every record is at or below the checkpoint.
+    let out = aggregator.handle(&batch, None).await.unwrap();
+    assert_eq!(
+        (out.applied, out.failed_from.as_deref()),
+        (0, None),
+        "{out:?}"
+    );
+
+    let app = jwt_app(&t).with_views(views, None);
+    let (s, b) = call(&app, Function::Read, event("reel-views.json")).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        [
+            &b["reel_id"],
+            &b["views"],
+            &b["unique_viewers"],
+            &b["views_7d"],
+            &b["unique_viewers_7d"]
+        ],
+        [
+            &Value::from("r1"),
+            &6.into(),
+            &2.into(),
+            &6.into(),
+            &2.into()
+        ],
+        "{b}"
+    );
+    let (s, b) = call(&app, Function::Read, event("counts.json")).await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(
+        b["counts"],
+        serde_json::json!({
+            "r1": {"likes": 0, "views": 6, "unique_viewers": 2, "views_7d": 6, "unique_viewers_7d": 2},
+            "r2": {"likes": 0, "views": 1, "unique_viewers": 1, "views_7d": 1, "unique_viewers_7d": 1},
+        })
+    );
+
+    let req = event("views.json");
+    let body = match req.body() {
+        Body::Text(t) => t.as_bytes().to_vec(),
+        other => panic!("views.json: unexpected body {other:?}"),
+    };
+    let parsed = likes::views::accept::parse_batch(&body).unwrap();
+    assert_eq!(
+        parsed
+            .iter()
+            .map(|(r, n)| (r.as_str(), *n))
+            .collect::<Vec<_>>(),
+        [("r1", 2)]
     );
     t.stop().await;
 }
