@@ -66,7 +66,7 @@ echo "CARGO_TARGET_DIR=target/bench-release" >>"$COMMANDS"
 build_start=$(now)
 if [ "$SKIP_BUILD" != 1 ]; then
   # The functions, exactly as the workspace builds them.
-  run cargo build --release --locked -p like -p read -p reshard -p reconcile -p aggregate
+  run cargo build --release --locked -p like -p read -p reshard -p reconcile -p aggregate -p view -p aggregate-views
   # The local stack, only for its embedded DynamoDB (dynoxide) and tables.
   run cargo build --release --locked -p likes-local
   # The baselines: own workspaces, same release profile, lock seeded from
@@ -76,7 +76,7 @@ if [ "$SKIP_BUILD" != 1 ]; then
   run cargo bench --locked --manifest-path bench/lambda/overhead/Cargo.toml --no-run
 fi
 build_end=$(now)
-for b in like read reshard reconcile aggregate hello hello-http likes-local; do
+for b in like read reshard reconcile aggregate view aggregate-views hello hello-http likes-local; do
   [ -x "$BIN/$b" ] || { echo "lambda-figures: $BIN/$b missing (run without SKIP_BUILD)" >&2; exit 1; }
 done
 
@@ -110,7 +110,10 @@ DYNAMODB=$(sed -n 's/^ *DynamoDB: *\(http:[^ ]*\).*/\1/p' "$LOCAL_OUT")
 TABLES=$(sed -n 's/^ *tables: *//p' "$LOCAL_OUT")
 COUNTERS_TABLE=${TABLES%%,*}
 LIKES_TABLE=$(echo "${TABLES#*,}" | tr -d ' ')
-[ -n "$DYNAMODB" ] && [ -n "$COUNTERS_TABLE" ] && [ -n "$LIKES_TABLE" ] ||
+# The views stream (kinesis-mock) the stack started: the view functions'
+# first requests put on it and list its shards.
+KINESIS=$(sed -n 's/^ *views: .* on \(http:[^ ]*\) .*/\1/p' "$LOCAL_OUT")
+[ -n "$DYNAMODB" ] && [ -n "$COUNTERS_TABLE" ] && [ -n "$LIKES_TABLE" ] && [ -n "$KINESIS" ] ||
   { cat "$LOCAL_OUT" >&2; echo "lambda-figures: could not read the local stack's endpoint and tables" >&2; exit 1; }
 echo "DynamoDB: $DYNAMODB ($COUNTERS_TABLE, $LIKES_TABLE)" >&2
 
@@ -163,6 +166,15 @@ fi
 cold reshard reshard events/reshard-schedule.json 256
 cold reconcile reconcile events/reconcile-dry-run.json 1024
 cold aggregate aggregate events/aggregate.json 256
+# Views: a batch put on the local stream (a fresh viewer each run), and
+# the aggregator applying a sample batch (checkpoint and seen-id reads,
+# parents listed, one chunk; later runs find it applied).
+cold view view events/views.json 256 --expect-status 202 \
+  --vary requestContext.authorizer.jwt.claims.sub \
+  --env VIEWS_STREAM=ViewsStream --env AWS_ENDPOINT_URL_KINESIS="$KINESIS"
+cold aggregate-views aggregate-views events/aggregate-views.json 256 \
+  --env VIEWS_STREAM=ViewsStream --env VIEWS_TABLE=ViewsTable \
+  --env AWS_ENDPOINT_URL_KINESIS="$KINESIS"
 cleanup
 LOCAL_PID=
 

@@ -36,6 +36,8 @@ FUNCTIONS = [
     ("reshard", "reshard", "events/reshard-schedule.json", "scheduled run (EventBridge event)"),
     ("reconcile", "reconcile", "events/reconcile-dry-run.json", "dry-run start ({\"mode\":\"start\",\"dry_run\":true})"),
     ("aggregate", "aggregate", "events/aggregate.json", "stream mode: one stream batch (checkpoint read, settings read, one chunk transaction)"),
+    ("view", "view", "events/views.json", "POST /views (a fresh viewer's batch put on the views stream: one PutRecords)"),
+    ("aggregate-views", "aggregate-views", "events/aggregate-views.json", "one views-stream batch (checkpoint and seen-id reads, shards listed, one chunk transaction; applied once)"),
 ]
 BASELINES = [
     ("hello", "hello", "events/read.json", "lambda_runtime hello-world: event as serde_json::Value, JSON answer"),
@@ -155,7 +157,7 @@ def assemble(args):
     WORK = args.work
 
     sizes = {}
-    for name in ["hello", "hello-http", "like", "read", "reshard", "reconcile", "aggregate"]:
+    for name in ["hello", "hello-http", "like", "read", "reshard", "reconcile", "aggregate", "view", "aggregate-views"]:
         p = os.path.join(args.bin_dir, name)
         sizes[name] = os.path.getsize(p) if os.path.exists(p) else None
 
