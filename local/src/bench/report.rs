@@ -4,7 +4,7 @@
 //! it is, so its format is that file's.
 
 use super::variant::{CONFLICT_HOLD_MS, SCALE_FROM, SCALE_TO, STREAM_SHARDS, Variant};
-use super::views::{VIEWS_PER_REQUEST, VIEWS_SHARDS, ViewsResult};
+use super::views::{VIEWS_PER_REQUEST, VIEWS_SHARDS, ViewsResult, WARMUP};
 use super::{BACKGROUND_REELS, BenchOptions, RunResult};
 use std::collections::BTreeMap;
 
@@ -190,7 +190,7 @@ fn scale_table(rs: &[RunResult]) -> String {
 /// (the cost target, ≤ 0.05 write units per view, is shown next to them).
 pub(super) fn views_table(opts: &BenchOptions, rs: &[ViewsResult]) -> String {
     type Get = fn(&ViewsResult) -> f64;
-    let rows: [(&str, Get, usize); 22] = [
+    let rows: [(&str, Get, usize); 23] = [
         ("requests/s accepted (202)", |r| r.requests_per_sec, 0),
         ("views/s accepted", |r| r.views_per_sec, 0),
         ("accepted % (202 of all answers)", |r| r.accepted_pct, 2),
@@ -227,6 +227,11 @@ pub(super) fn views_table(opts: &BenchOptions, rs: &[ViewsResult]) -> String {
             |r| r.records_per_invocation,
             1,
         ),
+        (
+            "records put again by the producer",
+            |r| r.producer_retries as f64,
+            0,
+        ),
         ("batches delivered again", |r| r.batches_retried as f64, 0),
         (
             "records sent to OnFailure",
@@ -248,8 +253,11 @@ pub(super) fn views_table(opts: &BenchOptions, rs: &[ViewsResult]) -> String {
     ];
     let (lo, hi) = VIEWS_PER_REQUEST;
     let mut out = format!(
-        "\n`views`: one viral reel's views through `POST /views` → Kinesis ({VIEWS_SHARDS} shards) → the views aggregator → the views table; {} closed-loop workers for {:.0} s, each request {lo}–{hi} views from one of {} viewers, with an `Idempotency-Key` (refused ones sent again after the load). Medians, with min–max over the runs.\n\n| metric | views |\n| --- | --- |\n",
-        opts.views_workers, opts.seconds, opts.views_viewers
+        "\n`views`: one viral reel's views through `POST /views` → Kinesis ({VIEWS_SHARDS} shards) → the views aggregator → the views table; {} closed-loop workers for {:.0} s, each request {lo}–{hi} views from one of {} viewers, with an `Idempotency-Key` (refused ones sent again after the load), after a {}-second warm-up on another reel. Medians, with min–max over the runs.\n\n| metric | views |\n| --- | --- |\n",
+        opts.views_workers,
+        opts.seconds,
+        opts.views_viewers,
+        WARMUP.as_secs()
     );
     for (name, get, prec) in rows {
         out.push_str(&format!("| {name} | {} |\n", cell(rs, get, prec)));

@@ -140,8 +140,14 @@ pub struct ViewsResult {
     pub batches_retried: u64,
     /// Records sent to `OnFailure` (lost views).
     pub records_discarded: u64,
-    /// Kinesis requests the producer sent through the proxy, by operation.
+    /// Kinesis requests through the proxy (the producer's and the event
+    /// source's), by operation.
     pub kinesis_requests: BTreeMap<String, u64>,
+    /// Records put in the stream (the proxy forwarded): above the requests
+    /// accepted by the producer's retries of answers it did not get.
+    pub records_put: u64,
+    /// Records the producer put again (refused, or the answer lost).
+    pub producer_retries: u64,
 }
 
 /// One request as its worker saw it.
@@ -198,9 +204,9 @@ struct Client {
 }
 
 impl Client {
-    /// One viewer's batch: `count` views of the viral reel.
-    async fn post(&self, user: &str, count: u32, key: &str) -> Option<u16> {
-        let body = format!(r#"{{"views":[{{"reel_id":"{VIRAL}","count":{count}}}]}}"#);
+    /// One viewer's batch: `count` views of `reel`.
+    async fn post(&self, reel: &str, user: &str, count: u32, key: &str) -> Option<u16> {
+        let body = format!(r#"{{"views":[{{"reel_id":"{reel}","count":{count}}}]}}"#);
         self.http
             .post(format!("{}/views", self.base))
             .header("x-user-id", user)
@@ -246,6 +252,44 @@ async fn measure(opts: &BenchOptions, run: u32, stack: &Stack, table: &str) -> R
         base: stack.base_url.clone(),
     });
     let prefix = format!("r{run}");
+    // The warm-up: kinesis-mock (Node) answers its first puts in seconds;
+    // another reel's views, drained before anything is counted.
+    let warm = Load {
+        client: client.clone(),
+        workers: opts.views_workers,
+        viewers: opts.views_viewers,
+        reel: WARMUP_REEL,
+        keys: format!("{prefix}w"),
+        users: prefix.clone(),
+        seed: u64::from(run) << 40,
+    };
+    let warmup = warm.run(Instant::now(), Instant::now() + WARMUP).await?;
+    drain(stack).await?;
+    crate::errln!(
+        "  views: warm-up done ({} requests, {} answered 202)",
+        warmup.len(),
+        warmup.iter().filter(|s| s.ok()).count()
+    );
+    // Chunks applied so far are the warm-up's.
+    let warm_chunks: HashSet<(String, String)> = scan(&stack.client, table)
+        .await?
+        .iter()
+        .filter_map(|i| Some((s_attr(i, "pk")?, s_attr(i, "sk")?)))
+        .collect();
+    let producer_retries = || stack.app.views.producer.as_ref().map_or(0, |p| p.retries());
+    let retries_before = producer_retries();
+    let source = views.source.as_ref().context("the views source runs")?;
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::SeqCst);
+    let source_counts = || {
+        let st = &source.stats;
+        [
+            n(&st.invocations),
+            n(&st.delivered),
+            n(&st.retries),
+            n(&st.discarded),
+        ]
+    };
+    let source_before = source_counts();
     proxy.reset_stats();
     if let Some(k) = &stack.kinesis_proxy {
         k.reset_stats();
@@ -259,39 +303,15 @@ async fn measure(opts: &BenchOptions, run: u32, stack: &Stack, table: &str) -> R
         t0,
     ));
     // The load.
-    let deadline = t0 + Duration::from_secs_f64(opts.seconds);
-    let workers: Vec<_> = (0..opts.views_workers)
-        .map(|w| {
-            let (client, prefix) = (client.clone(), prefix.clone());
-            let viewers = opts.views_viewers;
-            tokio::spawn(async move {
-                let mut rng = fastrand::Rng::with_seed(u64::from(run) << 32 | u64::from(w));
-                let mut out = Vec::new();
-                let mut i = 0u64;
-                while Instant::now() < deadline {
-                    let viewer = rng.u32(0..viewers);
-                    let count = rng.u32(VIEWS_PER_REQUEST.0..=VIEWS_PER_REQUEST.1);
-                    let key = format!("{prefix}-{w}-{i}");
-                    let sent = Instant::now();
-                    let status = client.post(&user(&prefix, viewer), count, &key).await;
-                    out.push(Sample {
-                        key,
-                        viewer,
-                        count,
-                        at: t0.elapsed(),
-                        status,
-                        latency: sent.elapsed(),
-                    });
-                    i += 1;
-                }
-                out
-            })
-        })
-        .collect();
-    let mut samples = Vec::new();
-    for w in workers {
-        samples.extend(w.await.context("a load worker")?);
-    }
+    let load = Load {
+        reel: VIRAL,
+        keys: prefix.clone(),
+        seed: u64::from(run) << 40 | 1 << 32,
+        ..warm
+    };
+    let samples = load
+        .run(t0, t0 + Duration::from_secs_f64(opts.seconds))
+        .await?;
     let load_seconds = t0.elapsed().as_secs_f64();
     crate::errln!("  views: load done ({} requests); draining", samples.len());
     // The drain, with the poller still on: the last requests' freshness.
@@ -305,18 +325,21 @@ async fn measure(opts: &BenchOptions, run: u32, stack: &Stack, table: &str) -> R
     let failed: Vec<&Sample> = samples.iter().filter(|s| !s.ok()).collect();
     let settled = retry(&client, &prefix, &failed).await;
     drain(stack).await?;
-    let source = views.source.as_ref().context("the views source runs")?;
+    let source_after = source_counts();
+    let [invocations, delivered, batches_retried, records_discarded]: [u64; 4] =
+        std::array::from_fn(|i| source_after[i] - source_before[i]);
     let stats = proxy.stats();
     let loads = proxy.key_loads();
-    let kinesis_requests = stack
-        .kinesis_proxy
+    let kinesis = stack.kinesis_proxy.as_ref().map(|k| k.stats());
+    let kinesis_requests = kinesis
         .as_ref()
-        .map(|k| k.stats().requests)
+        .map(|k| k.requests.clone())
         .unwrap_or_default();
+    let records_put = kinesis.as_ref().map_or(0, |k| k.kinesis.records_forwarded);
     let shards = shard_ids(&views.client, &views.def.stream).await?;
     let arn = crate::kinesis::stream_arn(&views.def.stream);
     let items = scan(&stack.client, table).await?;
-    let sized = sized_units(&items, &arn, &shards);
+    let sized = sized_units(&items, &arn, &shards, &warm_chunks);
     let stored_views = stored_sum(&stack.client, table).await?;
     let (read_views, unique_viewers_estimate) = read_back(&client).await?;
 
@@ -357,8 +380,6 @@ async fn measure(opts: &BenchOptions, run: u32, stack: &Stack, table: &str) -> R
         .find(|l| l.partition == viral_key)
         .map_or(0.0, |l| l.max_write_units_per_sec);
     let per_view = |u: f64| u / accepted_views.max(1) as f64;
-    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::SeqCst);
-    let invocations = n(&source.stats.invocations);
     let mut records = sized.records_per_chunk.clone();
     records.sort_by(f64::total_cmp);
     let chunks = records.len() as u64;
@@ -406,11 +427,78 @@ async fn measure(opts: &BenchOptions, run: u32, stack: &Stack, table: &str) -> R
         seen_item_bytes_max: sized.seen_bytes_max,
         view_item_bytes_max: sized.view_bytes_max,
         invocations,
-        records_per_invocation: n(&source.stats.delivered) as f64 / invocations.max(1) as f64,
-        batches_retried: n(&source.stats.retries),
-        records_discarded: n(&source.stats.discarded),
+        records_per_invocation: delivered as f64 / invocations.max(1) as f64,
+        batches_retried,
+        records_discarded,
         kinesis_requests,
+        records_put,
+        producer_retries: producer_retries() - retries_before,
     })
+}
+
+/// A reel of the warm-up's own.
+const WARMUP_REEL: &str = "warmup";
+/// How long the warm-up runs.
+pub(super) const WARMUP: Duration = Duration::from_secs(3);
+
+/// A closed-loop load on one reel.
+struct Load {
+    client: Arc<Client>,
+    workers: u32,
+    viewers: u32,
+    reel: &'static str,
+    /// What the `Idempotency-Key`s start with.
+    keys: String,
+    /// What the user ids start with.
+    users: String,
+    /// The workers' random draws, worker by worker from here.
+    seed: u64,
+}
+
+impl Load {
+    /// Runs the workers from `t0` (their answers' times are since then)
+    /// until `deadline`; every request's sample.
+    async fn run(&self, t0: Instant, deadline: Instant) -> Result<Vec<Sample>> {
+        let workers: Vec<_> = (0..self.workers)
+            .map(|w| {
+                let client = self.client.clone();
+                let (viewers, reel) = (self.viewers, self.reel);
+                let (keys, users) = (self.keys.clone(), self.users.clone());
+                let mut rng = fastrand::Rng::with_seed(self.seed + u64::from(w));
+                tokio::spawn(async move {
+                    let mut out = Vec::new();
+                    let mut i = 0u64;
+                    while Instant::now() < deadline {
+                        let viewer = rng.u32(0..viewers);
+                        let count = rng.u32(VIEWS_PER_REQUEST.0..=VIEWS_PER_REQUEST.1);
+                        let key = format!("{keys}-{w}-{i}");
+                        let sent = Instant::now();
+                        let status = client.post(reel, &user(&users, viewer), count, &key).await;
+                        out.push(Sample {
+                            key,
+                            viewer,
+                            count,
+                            at: t0.elapsed(),
+                            status,
+                            latency: sent.elapsed(),
+                        });
+                        i += 1;
+                    }
+                    out
+                })
+            })
+            .collect();
+        let mut samples = Vec::new();
+        for w in workers {
+            samples.extend(w.await.context("a load worker")?);
+        }
+        Ok(samples)
+    }
+}
+
+/// The string attribute `k` of `item`.
+fn s_attr(item: &Item, k: &str) -> Option<String> {
+    item.get(k).and_then(|v| v.as_s().ok()).cloned()
 }
 
 /// The viral reel's partition in the views table.
@@ -439,7 +527,11 @@ async fn retry(client: &Client, prefix: &str, failed: &[&Sample]) -> Vec<Sample>
     for chunk in failed.chunks(16) {
         let done = futures::future::join_all(chunk.iter().map(|s| async move {
             for attempt in 0..50u64 {
-                if client.post(&user(prefix, s.viewer), s.count, &s.key).await == Some(202) {
+                if client
+                    .post(VIRAL, &user(prefix, s.viewer), s.count, &s.key)
+                    .await
+                    == Some(202)
+                {
                     return Some((*s).clone());
                 }
                 tokio::time::sleep(Duration::from_millis(20 * attempt.min(10))).await;
@@ -579,10 +671,16 @@ struct Sized {
 /// shard's (its writer's) all-time item and day item of the viral reel;
 /// an update is charged the larger of the item before and after, so the
 /// items' final sizes are taken (an upper bound while the sketches were
-/// still sparse). `shards` are the stream's shard ids, `arn` its ARN.
-fn sized_units(items: &[Item], arn: &str, shards: &[String]) -> Sized {
+/// still sparse). `shards` are the stream's shard ids, `arn` its ARN;
+/// the seen items in `before` (`pk`, `sk`: the warm-up's) are left out.
+fn sized_units(
+    items: &[Item],
+    arn: &str,
+    shards: &[String],
+    before: &HashSet<(String, String)>,
+) -> Sized {
     let units = |bytes: usize| 2.0 * bytes.max(1).div_ceil(1024) as f64;
-    let s = |i: &Item, k: &str| i.get(k).and_then(|v| v.as_s().ok()).cloned();
+    let s = s_attr;
     let mut out = Sized::default();
     let viral = viral_pk();
     for shard in shards {
@@ -597,6 +695,9 @@ fn sized_units(items: &[Item], arn: &str, shards: &[String]) -> Sized {
             };
             let bytes = item_bytes(i);
             if pk == seen_key {
+                if before.contains(&(pk, sk)) {
+                    continue;
+                }
                 chunks += 1;
                 out.units += units(bytes);
                 out.seen_bytes_max = out.seen_bytes_max.max(bytes as u64);
@@ -729,6 +830,8 @@ pub(super) fn test_views_result() -> ViewsResult {
         batches_retried: 0,
         records_discarded: 0,
         kinesis_requests: BTreeMap::new(),
+        records_put: 1000,
+        producer_retries: 0,
     }
 }
 
@@ -796,9 +899,11 @@ mod tests {
             ])
         };
         let items = vec![
-            // 2 chunks: 200 records (1.6 KB: 2 KB, 4 units), 10 (2 units).
+            // 2 chunks: 200 records (1.6 KB: 2 KB, 4 units), 10 (2 units);
+            // one of the warm-up's, not counted.
             seen(200, "a"),
             seen(10, "b"),
+            seen(50, "0"),
             item(&[
                 ("pk", s(&likes::keys::views_checkpoint_key(arn, shard))),
                 ("sk", s("-")),
@@ -815,7 +920,8 @@ mod tests {
                 ("hll", AttributeValue::B(Blob::new(vec![0u8; 5000]))),
             ]),
         ];
-        let got = sized_units(&items, arn, &[shard.to_owned()]);
+        let before = HashSet::from([(likes::keys::views_seen_key(arn, shard), "0".to_owned())]);
+        let got = sized_units(&items, arn, &[shard.to_owned()], &before);
         // Seen items 4 + 2; per chunk: checkpoint 2, view item (3 KB) 6.
         assert_eq!(got.units, 6.0 + 2.0 * 8.0);
         assert_eq!(got.records_per_chunk, vec![200.0, 10.0]);
