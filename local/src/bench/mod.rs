@@ -20,7 +20,12 @@
 //!    halfway through, offered at `BENCH_STREAM_SCALE_RATE`; with how many
 //!    of the aggregator's transactions conflicted (all, and on the viral
 //!    reel's shards), the batches handed back
-//!    and the records sent to `OnFailure` (`scale.rs`).
+//!    and the records sent to `OnFailure` (`scale.rs`);
+//! 7. `views`: not likes but views, through the views pipeline (`POST
+//!    /views` → Kinesis → the views aggregator → the views table), one
+//!    viral reel closed-loop at the rate this machine sustains, with its
+//!    freshness, write units per view, unique-viewer error and exactness
+//!    (`views.rs`, its own figures and table).
 //!
 //! The bench also draws, per variant, the likes accepted and refused each
 //! second and the viral reel's shard count over time (`BENCH_SVG`).
@@ -43,6 +48,7 @@
 //!   stream mode's freshness;
 //! * `units.rs`: write units by whose likes they served;
 //! * `scale.rs`: `stream-scale`'s resize and its figures;
+//! * `views.rs`: the `views` variant, run and measured on its own;
 //! * `store.rs`: pre-sizing, and the stored count read back;
 //! * `report.rs`: the Markdown table; `svg.rs`: the onset chart.
 //! * [`ratio`]: a second benchmark, `likes-local bench ratio`: the like
@@ -59,9 +65,11 @@ mod store;
 mod svg;
 mod units;
 mod variant;
+mod views;
 mod watch;
 
 pub use variant::Variant;
+pub use views::ViewsResult;
 
 use anyhow::{Result, anyhow};
 use serde::Serialize;
@@ -95,6 +103,11 @@ pub struct BenchOptions {
     pub fixed_shards: u32,
     /// Repetitions of every variant (`BENCH_RUNS`); medians are reported.
     pub runs: u32,
+    /// Closed-loop workers of the `views` variant (`BENCH_VIEWS_WORKERS`).
+    pub views_workers: u32,
+    /// Distinct viewers the `views` variant draws from
+    /// (`BENCH_VIEWS_VIEWERS`).
+    pub views_viewers: u32,
     /// Variants to run (`BENCH_VARIANTS`, comma-separated names).
     pub variants: Vec<Variant>,
     /// On-demand price, dollars per million write request units
@@ -161,6 +174,8 @@ impl BenchOptions {
             write_cap,
             fixed_shards,
             runs: num("BENCH_RUNS", 3.0)? as u32,
+            views_workers: num("BENCH_VIEWS_WORKERS", 16.0)? as u32,
+            views_viewers: num("BENCH_VIEWS_VIEWERS", 200_000.0)? as u32,
             variants,
             wru_price: num("BENCH_WRU_PRICE", 0.625)?,
             rru_price: num("BENCH_RRU_PRICE", 0.125)?,
@@ -193,6 +208,8 @@ impl BenchOptions {
             ("BENCH_WRITE_CAP", self.write_cap.to_string()),
             ("BENCH_SHARDS", self.fixed_shards.to_string()),
             ("BENCH_RUNS", self.runs.to_string()),
+            ("BENCH_VIEWS_WORKERS", self.views_workers.to_string()),
+            ("BENCH_VIEWS_VIEWERS", self.views_viewers.to_string()),
             ("BENCH_VARIANTS", variants.join(",")),
             ("BENCH_WRU_PRICE", self.wru_price.to_string()),
             ("BENCH_RRU_PRICE", self.rru_price.to_string()),
@@ -319,9 +336,30 @@ const BACKGROUND_REELS: usize = 9;
 pub async fn run(opts: BenchOptions) -> Result<String> {
     // Keyed by name, so the table's columns and the JSON are in name order.
     let mut results: BTreeMap<String, Vec<RunResult>> = BTreeMap::new();
+    // The views variant's runs: figures of their own.
+    let mut views: Vec<ViewsResult> = Vec::new();
     for run in 0..opts.runs {
         for &v in &opts.variants {
             crate::errln!("bench: run {}/{} variant {v}", run + 1, opts.runs);
+            if v.is_views() {
+                let r = views::run_views(&opts, run).await?;
+                crate::errln!(
+                    "  accepted {:.0} requests/s, {:.0} views/s ({:.1}% 202), freshness p50 {:.0} ms p99 {:.0} ms, {:.4} WCU/view (proxy) {:.4} (sized), unique {} vs {} ({:+.2}%), exact {}",
+                    r.requests_per_sec,
+                    r.views_per_sec,
+                    r.accepted_pct,
+                    r.freshness_p50_ms,
+                    r.freshness_p99_ms,
+                    r.wcu_per_view_proxy,
+                    r.wcu_per_view_sized,
+                    r.unique_viewers_estimate,
+                    r.unique_viewers_true,
+                    r.unique_viewers_error_pct,
+                    r.exact
+                );
+                views.push(r);
+                continue;
+            }
             let r = measure::run_variant(&opts, v, run).await?;
             crate::errln!(
                 "  accepted {:.1}/s of {:.0}/s, refused {:.1}%, p99 {:.0} ms, busiest key {:.0} WCU/s (cap {:.0}), shards {}, exact {}",
@@ -337,7 +375,14 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
             results.entry(v.as_str().to_owned()).or_default().push(r);
         }
     }
-    let table = report::markdown(&opts, &results);
+    let mut table = if results.is_empty() {
+        String::new()
+    } else {
+        report::markdown(&opts, &results)
+    };
+    if !views.is_empty() {
+        table.push_str(&report::views_table(&opts, &views));
+    }
     if let Some(dir) = opts.svg.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -345,12 +390,22 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     if let Some(dir) = opts.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
+    // Keyed by variant as the others, the views runs with their own fields.
+    let mut runs = serde_json::to_value(&results)?;
+    if !views.is_empty()
+        && let Some(map) = runs.as_object_mut()
+    {
+        map.insert(
+            Variant::Views.as_str().to_owned(),
+            serde_json::to_value(&views)?,
+        );
+    }
     std::fs::write(
         &opts.out,
         serde_json::to_string_pretty(&json!({
             "options": opts,
             "settings": opts.settings(),
-            "runs": results,
+            "runs": runs,
         }))?,
     )?;
     Ok(table)
@@ -370,6 +425,8 @@ fn test_options() -> BenchOptions {
         write_cap: 30.0,
         fixed_shards: 10,
         runs: 3,
+        views_workers: 16,
+        views_viewers: 200_000,
         variants: Variant::ALL.to_vec(),
         wru_price: 0.625,
         rru_price: 0.125,
@@ -444,6 +501,8 @@ mod tests {
                 "BENCH_WRITE_CAP",
                 "BENCH_SHARDS",
                 "BENCH_RUNS",
+                "BENCH_VIEWS_WORKERS",
+                "BENCH_VIEWS_VIEWERS",
                 "BENCH_VARIANTS",
                 "BENCH_WRU_PRICE",
                 "BENCH_RRU_PRICE",
@@ -456,7 +515,8 @@ mod tests {
         assert_eq!(get("BENCH_WRU_PRICE"), "0.625");
         assert_eq!(
             get("BENCH_VARIANTS"),
-            "naive,fixed,fixed-nocache,auto,stream,stream-scale"
+            "naive,fixed,fixed-nocache,auto,stream,stream-scale,views"
         );
+        assert_eq!(get("BENCH_VIEWS_VIEWERS"), "200000");
     }
 }

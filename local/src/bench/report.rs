@@ -4,6 +4,7 @@
 //! it is, so its format is that file's.
 
 use super::variant::{CONFLICT_HOLD_MS, SCALE_FROM, SCALE_TO, STREAM_SHARDS, Variant};
+use super::views::{VIEWS_PER_REQUEST, VIEWS_SHARDS, ViewsResult, WARMUP};
 use super::{BACKGROUND_REELS, BenchOptions, RunResult};
 use std::collections::BTreeMap;
 
@@ -115,7 +116,7 @@ pub(super) fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunRe
 
 /// One cell: the median of `get` over `rs` with its min–max if they
 /// differ, or — if any run has no such figure (NaN).
-fn cell(rs: &[RunResult], get: fn(&RunResult) -> f64, prec: usize) -> String {
+fn cell<T>(rs: &[T], get: fn(&T) -> f64, prec: usize) -> String {
     let vals: Vec<f64> = rs.iter().map(get).collect();
     let (lo, hi) = vals
         .iter()
@@ -185,6 +186,93 @@ fn scale_table(rs: &[RunResult]) -> String {
     out
 }
 
+/// The `views` variant's table (its runs `rs`): figures, not a verdict
+/// (the cost target, ≤ 0.05 write units per view, is shown next to them).
+pub(super) fn views_table(opts: &BenchOptions, rs: &[ViewsResult]) -> String {
+    type Get = fn(&ViewsResult) -> f64;
+    let rows: [(&str, Get, usize); 23] = [
+        ("requests/s accepted (202)", |r| r.requests_per_sec, 0),
+        ("views/s accepted", |r| r.views_per_sec, 0),
+        ("accepted % (202 of all answers)", |r| r.accepted_pct, 2),
+        ("latency p50 ms (202)", |r| r.latency_p50_ms, 1),
+        ("latency p99 ms (202)", |r| r.latency_p99_ms, 1),
+        (
+            "freshness p50 ms (202 → in the table)",
+            |r| r.freshness_p50_ms,
+            0,
+        ),
+        ("freshness p99 ms", |r| r.freshness_p99_ms, 0),
+        ("drain s (after the load)", |r| r.drain_seconds, 1),
+        (
+            "WCU per view, sized (2 per KB per item)",
+            |r| r.wcu_per_view_sized,
+            4,
+        ),
+        (
+            "WCU per view, as the proxy counts",
+            |r| r.wcu_per_view_proxy,
+            4,
+        ),
+        ("WCU per chunk, sized", |r| r.wcu_sized_per_chunk, 1),
+        (
+            "viral partition WCU/s, most (proxy)",
+            |r| r.viral_key_max_wcu_per_sec,
+            0,
+        ),
+        ("chunks applied", |r| r.chunks as f64, 0),
+        ("records per chunk, mean", |r| r.records_per_chunk_mean, 1),
+        ("records per chunk, max", |r| r.records_per_chunk_max, 0),
+        (
+            "records per invocation, mean",
+            |r| r.records_per_invocation,
+            1,
+        ),
+        (
+            "records put again by the producer",
+            |r| r.producer_retries as f64,
+            0,
+        ),
+        ("batches delivered again", |r| r.batches_retried as f64, 0),
+        (
+            "records sent to OnFailure",
+            |r| r.records_discarded as f64,
+            0,
+        ),
+        ("unique viewers, true", |r| r.unique_viewers_true as f64, 0),
+        (
+            "unique viewers, estimate",
+            |r| r.unique_viewers_estimate as f64,
+            0,
+        ),
+        ("unique viewers, error %", |r| r.unique_viewers_error_pct, 2),
+        (
+            "stored − accepted views, after the drain",
+            |r| r.stored_views as f64 - r.accepted_views as f64,
+            0,
+        ),
+    ];
+    let (lo, hi) = VIEWS_PER_REQUEST;
+    let mut out = format!(
+        "\n`views`: one viral reel's views through `POST /views` → Kinesis ({VIEWS_SHARDS} shards) → the views aggregator → the views table; {} closed-loop workers for {:.0} s, each request {lo}–{hi} views from one of {} viewers, with an `Idempotency-Key` (refused ones sent again after the load), after a {}-second warm-up on another reel. Medians, with min–max over the runs.\n\n| metric | views |\n| --- | --- |\n",
+        opts.views_workers,
+        opts.seconds,
+        opts.views_viewers,
+        WARMUP.as_secs()
+    );
+    for (name, get, prec) in rows {
+        out.push_str(&format!("| {name} | {} |\n", cell(rs, get, prec)));
+    }
+    let exact = rs.iter().all(|r| r.exact);
+    let cheap = rs.iter().all(|r| r.wcu_per_view_sized <= 0.05);
+    let yes = |b: bool| if b { "yes" } else { "NO" };
+    out.push_str(&format!(
+        "\nEvery run exact (table = accepted = read views): {}. At most 0.05 write units per view (sized) in every run: {}.\n",
+        yes(exact),
+        yes(cheap)
+    ));
+    out
+}
+
 /// The median of `v` (the mean of the middle two for an even count), 0 if
 /// empty.
 pub(super) fn median(mut v: Vec<f64>) -> f64 {
@@ -245,6 +333,20 @@ mod tests {
         }
         // Without the variant, no such table.
         assert!(!table(Vec::new()).contains("conflicted"));
+    }
+
+    #[test]
+    fn views_have_their_own_table() {
+        let r = ViewsResult {
+            views_per_sec: 4000.0,
+            wcu_per_view_sized: 0.02,
+            exact: true,
+            ..crate::bench::views::test_views_result()
+        };
+        let t = views_table(&test_options(), &[r.clone(), r]);
+        assert!(t.contains("| views/s accepted | 4000 |"), "{t}");
+        assert!(t.contains("exact (table = accepted = read views): yes"));
+        assert!(t.contains("per view (sized) in every run: yes"));
     }
 
     #[test]

@@ -32,6 +32,11 @@ pub enum Variant {
     /// aggregator's transactions of different stream shards get in each
     /// other's way.
     StreamScale,
+    /// Views, not likes: one viral reel's views through the views pipeline
+    /// (`POST /views` → Kinesis → the views aggregator), closed-loop at the
+    /// rate the machine sustains (`views.rs`, which runs and reports it on
+    /// its own: none of the likes' figures apply).
+    Views,
 }
 
 /// `stream-scale`'s stream shards (`LOCAL_STREAM_SHARDS`): a viral reel's
@@ -56,13 +61,14 @@ pub(super) const SCALE_TO: u32 = 64;
 
 impl Variant {
     /// Every variant, in the order `BENCH_VARIANTS` runs them by default.
-    pub const ALL: [Variant; 6] = [
+    pub const ALL: [Variant; 7] = [
         Variant::Naive,
         Variant::Fixed,
         Variant::FixedNocache,
         Variant::Auto,
         Variant::Stream,
         Variant::StreamScale,
+        Variant::Views,
     ];
 
     /// The name in `BENCH_VARIANTS`, the table's columns and the JSON.
@@ -74,6 +80,7 @@ impl Variant {
             Variant::Auto => "auto",
             Variant::Stream => "stream",
             Variant::StreamScale => "stream-scale",
+            Variant::Views => "views",
         }
     }
 
@@ -87,6 +94,11 @@ impl Variant {
         self == Variant::Naive
     }
 
+    /// The views variant, run by `views.rs` rather than `measure.rs`.
+    pub(super) fn is_views(self) -> bool {
+        self == Variant::Views
+    }
+
     /// Stream mode: likes write their row only; the counts catch up later.
     pub(super) fn is_stream(self) -> bool {
         matches!(self, Variant::Stream | Variant::StreamScale)
@@ -98,7 +110,7 @@ impl Variant {
         match self {
             Variant::Fixed | Variant::FixedNocache => Some(opts.fixed_shards),
             Variant::StreamScale => Some(SCALE_FROM),
-            Variant::Naive | Variant::Auto | Variant::Stream => None,
+            Variant::Naive | Variant::Auto | Variant::Stream | Variant::Views => None,
         }
     }
 
@@ -109,7 +121,11 @@ impl Variant {
         match self {
             Variant::Stream => 1,
             Variant::StreamScale => SCALE_TO,
-            Variant::Naive | Variant::Fixed | Variant::FixedNocache | Variant::Auto => 0,
+            Variant::Naive
+            | Variant::Fixed
+            | Variant::FixedNocache
+            | Variant::Auto
+            | Variant::Views => 0,
         }
     }
 
@@ -119,6 +135,8 @@ impl Variant {
         match self {
             Variant::Stream => opts.stream_rate,
             Variant::StreamScale => opts.stream_scale_rate,
+            // Closed loop: no rate is offered.
+            Variant::Views => f64::NAN,
             Variant::Naive | Variant::Fixed | Variant::FixedNocache | Variant::Auto => {
                 opts.viral_rate
             }
@@ -135,6 +153,9 @@ impl Variant {
     /// The stack's environment for this variant: the capacity cap and
     /// everything scaled with it, then the variant's own switches.
     pub(super) fn stack_env(self, opts: &BenchOptions) -> Vec<(String, String)> {
+        if self.is_views() {
+            return super::views::stack_env();
+        }
         let cap = opts.write_cap;
         let mut faults = format!("seed=1,write_cap={cap}");
         if self == Variant::StreamScale {
@@ -162,9 +183,11 @@ impl Variant {
             Variant::Auto => ("on", "2000"),
             Variant::FixedNocache => ("off", "0"),
             // stream-scale's one resize is the bench's, not the policy's.
-            Variant::Naive | Variant::Fixed | Variant::Stream | Variant::StreamScale => {
-                ("off", "2000")
-            }
+            Variant::Naive
+            | Variant::Fixed
+            | Variant::Stream
+            | Variant::StreamScale
+            | Variant::Views => ("off", "2000"),
         };
         if self.is_stream() {
             env.push(("COUNTING".into(), "stream".into()));
@@ -246,6 +269,15 @@ mod tests {
         );
         assert_eq!(Variant::Fixed.presized_shards(&test_options()), Some(10));
         assert_eq!(Variant::Stream.presized_shards(&test_options()), None);
+        // The views variant: its own stack, the views stream on.
+        let env: std::collections::HashMap<String, String> = Variant::Views
+            .stack_env(&test_options())
+            .into_iter()
+            .collect();
+        assert_eq!(env.get("LOCAL_VIEWS").map(String::as_str), Some("on"));
+        assert_eq!(env.get("LOCAL_VIEWS_SHARDS").map(String::as_str), Some("4"));
+        assert_eq!(env.get("CACHE_TTL_MS").map(String::as_str), Some("0"));
+        assert!(!env.contains_key("COUNTING"));
     }
 
     #[test]
@@ -259,7 +291,8 @@ mod tests {
                 "fixed-nocache",
                 "auto",
                 "stream",
-                "stream-scale"
+                "stream-scale",
+                "views"
             ]
         );
     }

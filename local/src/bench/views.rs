@@ -1,0 +1,930 @@
+//! The `views` variant: one viral reel's views through the views pipeline
+//! (`POST /views` → the Kinesis stream → the views aggregator → the views
+//! table), at the highest rate this machine sustains.
+//!
+//! The load is closed-loop, unlike the likes variants': `BENCH_VIEWS_WORKERS`
+//! workers each send a request, wait for its answer and send the next, for
+//! `BENCH_SECONDS`. Each request is one viewer's batch (a client sending a
+//! few seconds of watching at once): [`VIEWS_PER_REQUEST`] views of the viral
+//! reel, from a viewer drawn at random from `BENCH_VIEWS_VIEWERS`, so that
+//! unique viewers is a figure worth estimating. Every request carries an
+//! `Idempotency-Key`; a request not answered `202` is sent again after the
+//! load with its key, so that every view is counted exactly once in the end.
+//!
+//! What it measures:
+//!
+//! * requests and views accepted a second, the share answered `202`, and
+//!   the answers' latency;
+//! * freshness: from a request's `202` to the viral reel's views summed in
+//!   the table (its writers' all-time items, read consistently every
+//!   [`POLL`]) reaching the views accepted up to that answer ([`freshness`]);
+//! * DynamoDB write units per view, two ways: as the fault proxy counted
+//!   them on the views table's keys (it charges a transactional update 2
+//!   units whatever the item's size), and from the items' sizes as
+//!   DynamoDB would charge them ([`sized_units`]): 2 units per started KB
+//!   of every item of every chunk's transaction;
+//! * the chunks the aggregator applied (one seen item each: their records)
+//!   and the batches the event source handed it;
+//! * the unique-viewer estimate (`GET /reels/viral/views`, uncached)
+//!   against the true distinct count, and exactness after the drain.
+
+use super::load::percentile;
+use super::store::Item;
+use super::variant::Variant;
+use super::{BenchOptions, VIRAL};
+use crate::stack::{Stack, StackOptions};
+use anyhow::{Context, Result, anyhow};
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Shards of the views stream (`LOCAL_VIEWS_SHARDS`).
+pub(super) const VIEWS_SHARDS: u32 = 4;
+/// Views of the viral reel in one request, drawn uniformly in this range.
+pub(super) const VIEWS_PER_REQUEST: (u32, u32) = (10, 20);
+/// How often the table's sum is read for freshness.
+const POLL: Duration = Duration::from_millis(100);
+/// How long the drain may take.
+const DRAIN_LIMIT: Duration = Duration::from_secs(300);
+
+/// One run of the `views` variant.
+#[derive(Clone, Debug, Serialize)]
+pub struct ViewsResult {
+    /// Always `views`.
+    pub variant: Variant,
+    /// Closed-loop workers (`BENCH_VIEWS_WORKERS`).
+    pub workers: u32,
+    /// The viewer population (`BENCH_VIEWS_VIEWERS`).
+    pub viewers: u32,
+    /// Shards of the views stream.
+    pub stream_shards: u32,
+    /// Seconds from the start of the load to its last answer.
+    pub load_seconds: f64,
+    /// Requests sent during the load.
+    pub requests: u64,
+    /// ... answered `202`.
+    pub accepted_requests: u64,
+    /// `202`s, % of the requests.
+    pub accepted_pct: f64,
+    /// The answers by status (`error`: no answer at all).
+    pub answers: BTreeMap<String, u64>,
+    /// Requests accepted a second, over the load.
+    pub requests_per_sec: f64,
+    /// Views accepted a second, over the load.
+    pub views_per_sec: f64,
+    /// Latency of the `202`s, median, ms.
+    pub latency_p50_ms: f64,
+    /// ... 99th percentile.
+    pub latency_p99_ms: f64,
+    /// From a `202` to the table's sum holding the views accepted up to
+    /// it, median, ms.
+    pub freshness_p50_ms: f64,
+    /// ... 99th percentile.
+    pub freshness_p99_ms: f64,
+    /// Seconds from the load's end to the stream drained.
+    pub drain_seconds: f64,
+    /// Requests sent again after the load until answered `202`.
+    pub retried_requests: u64,
+    /// ... of which never answered `202` (exactness is then unclear).
+    pub unsettled_requests: u64,
+    /// Views answered `202`, retries included.
+    pub accepted_views: u64,
+    /// The viral reel's views summed in the table after the drain.
+    pub stored_views: u64,
+    /// ... as `GET /reels/viral/views` answers (uncached).
+    pub read_views: u64,
+    /// `stored_views == accepted_views == read_views`.
+    pub exact: bool,
+    /// Distinct viewers of the accepted requests.
+    pub unique_viewers_true: u64,
+    /// `unique_viewers` of `GET /reels/viral/views`.
+    pub unique_viewers_estimate: u64,
+    /// (estimate − true) ÷ true, %.
+    pub unique_viewers_error_pct: f64,
+    /// Write units the fault proxy counted on the views table.
+    pub wcu_proxy: f64,
+    /// ... per accepted view.
+    pub wcu_per_view_proxy: f64,
+    /// Write units from the items' sizes (see [`sized_units`]).
+    pub wcu_sized: f64,
+    /// ... per accepted view.
+    pub wcu_per_view_sized: f64,
+    /// ... per chunk.
+    pub wcu_sized_per_chunk: f64,
+    /// The viral reel's partition: the most write units in one second
+    /// (the proxy's count).
+    pub viral_key_max_wcu_per_sec: f64,
+    /// Transactions the aggregator sent (`TransactWriteItems` the proxy
+    /// received, every attempt).
+    pub transactions: u64,
+    /// Chunks applied (seen items written).
+    pub chunks: u64,
+    /// Records per chunk: mean.
+    pub records_per_chunk_mean: f64,
+    /// ... median.
+    pub records_per_chunk_p50: f64,
+    /// ... most.
+    pub records_per_chunk_max: f64,
+    /// The largest seen item, bytes.
+    pub seen_item_bytes_max: u64,
+    /// The largest view item of the viral reel (sketch and all), bytes.
+    pub view_item_bytes_max: u64,
+    /// Invocations of the aggregator by the event source.
+    pub invocations: u64,
+    /// Records handed to it per invocation, mean.
+    pub records_per_invocation: f64,
+    /// Batches delivered again.
+    pub batches_retried: u64,
+    /// Records sent to `OnFailure` (lost views).
+    pub records_discarded: u64,
+    /// Kinesis requests through the proxy (the producer's and the event
+    /// source's), by operation.
+    pub kinesis_requests: BTreeMap<String, u64>,
+    /// Records put in the stream (the proxy forwarded): above the requests
+    /// accepted by the producer's retries of answers it did not get.
+    pub records_put: u64,
+    /// Records the producer put again (refused, or the answer lost).
+    pub producer_retries: u64,
+}
+
+/// One request as its worker saw it.
+#[derive(Clone, Debug)]
+struct Sample {
+    /// The worker and its request number: the `Idempotency-Key`.
+    key: String,
+    /// The viewer's number in the population.
+    viewer: u32,
+    /// Views of the viral reel it carried.
+    count: u32,
+    /// When its answer came, since the load started.
+    at: Duration,
+    /// Its status, or `None` without an answer.
+    status: Option<u16>,
+    /// From sending it to its answer.
+    latency: Duration,
+}
+
+impl Sample {
+    fn ok(&self) -> bool {
+        self.status == Some(202)
+    }
+}
+
+/// The stack's environment: the views stream on with [`VIEWS_SHARDS`]
+/// shards, the fault proxy in front of DynamoDB (and Kinesis) with
+/// DynamoDB's own cap of 1,000 write units per key a second (views write
+/// per chunk, not per view, so no scaled-down cap is reached), the read
+/// cache off so that the figures read back are the table's, and no
+/// scheduled functions (the likes' resharder has nothing to do here).
+pub(super) fn stack_env() -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("FAULTS".into(), "seed=1,write_cap=1000".into()),
+        ("LOCAL_VIEWS".into(), "on".into()),
+        ("LOCAL_VIEWS_SHARDS".into(), VIEWS_SHARDS.to_string()),
+        ("CACHE_TTL_MS".into(), "0".into()),
+        ("LOCAL_SCHEDULE_SECS".into(), "0".into()),
+    ];
+    // Where kinesis-mock is (an isolated stack does not read the process
+    // environment): installed elsewhere, or already running.
+    for k in ["LOCAL_KINESIS_DIR", "LOCAL_KINESIS_ENDPOINT"] {
+        if let Ok(v) = std::env::var(k) {
+            env.push((k.into(), v));
+        }
+    }
+    env
+}
+
+/// The HTTP side of the load.
+struct Client {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Client {
+    /// One viewer's batch: `count` views of `reel`.
+    async fn post(&self, reel: &str, user: &str, count: u32, key: &str) -> Option<u16> {
+        let body = format!(r#"{{"views":[{{"reel_id":"{reel}","count":{count}}}]}}"#);
+        self.http
+            .post(format!("{}/views", self.base))
+            .header("x-user-id", user)
+            .header("idempotency-key", key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .ok()
+            .map(|r| r.status().as_u16())
+    }
+}
+
+/// The user id of viewer `n` of run `prefix`.
+fn user(prefix: &str, n: u32) -> String {
+    format!("{prefix}u{n}")
+}
+
+/// Runs the `views` variant once (`run` names its viewers and keys).
+pub(super) async fn run_views(opts: &BenchOptions, run: u32) -> Result<ViewsResult> {
+    let mut so = StackOptions::isolated(opts.template.clone());
+    so.views = true;
+    so.env.extend(stack_env());
+    let template = crate::template::Template::load(&opts.template)?;
+    let table = template
+        .table_env
+        .get("VIEWS_TABLE")
+        .cloned()
+        .context("the template wires no VIEWS_TABLE")?;
+    let stack = Stack::start(so).await.context("starting the stack")?;
+    let result = measure(opts, run, &stack, &table).await;
+    stack.shutdown().await;
+    result
+}
+
+async fn measure(opts: &BenchOptions, run: u32, stack: &Stack, table: &str) -> Result<ViewsResult> {
+    let proxy = stack.proxy.clone().context("the stack has a proxy")?;
+    let views = stack.views.as_ref().context("the views stream runs")?;
+    let client = Arc::new(Client {
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(1024)
+            .build()?,
+        base: stack.base_url.clone(),
+    });
+    let prefix = format!("r{run}");
+    // The warm-up: kinesis-mock (Node) answers its first puts in seconds;
+    // another reel's views, drained before anything is counted.
+    let warm = Load {
+        client: client.clone(),
+        workers: opts.views_workers,
+        viewers: opts.views_viewers,
+        reel: WARMUP_REEL,
+        keys: format!("{prefix}w"),
+        users: prefix.clone(),
+        seed: u64::from(run) << 40,
+    };
+    let warmup = warm.run(Instant::now(), Instant::now() + WARMUP).await?;
+    drain(stack).await?;
+    crate::errln!(
+        "  views: warm-up done ({} requests, {} answered 202)",
+        warmup.len(),
+        warmup.iter().filter(|s| s.ok()).count()
+    );
+    // Chunks applied so far are the warm-up's.
+    let warm_chunks: HashSet<(String, String)> = scan(&stack.client, table)
+        .await?
+        .iter()
+        .filter_map(|i| Some((s_attr(i, "pk")?, s_attr(i, "sk")?)))
+        .collect();
+    let producer_retries = || stack.app.views.producer.as_ref().map_or(0, |p| p.retries());
+    let retries_before = producer_retries();
+    let source = views.source.as_ref().context("the views source runs")?;
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::SeqCst);
+    let source_counts = || {
+        let st = &source.stats;
+        [
+            n(&st.invocations),
+            n(&st.delivered),
+            n(&st.retries),
+            n(&st.discarded),
+        ]
+    };
+    let source_before = source_counts();
+    proxy.reset_stats();
+    if let Some(k) = &stack.kinesis_proxy {
+        k.reset_stats();
+    }
+    let t0 = Instant::now();
+    let watching = Arc::new(AtomicBool::new(true));
+    let poller = tokio::spawn(poll_sums(
+        stack.client.clone(),
+        table.to_owned(),
+        watching.clone(),
+        t0,
+    ));
+    // The load.
+    let load = Load {
+        reel: VIRAL,
+        keys: prefix.clone(),
+        seed: u64::from(run) << 40 | 1 << 32,
+        ..warm
+    };
+    let samples = load
+        .run(t0, t0 + Duration::from_secs_f64(opts.seconds))
+        .await?;
+    let load_seconds = t0.elapsed().as_secs_f64();
+    crate::errln!("  views: load done ({} requests); draining", samples.len());
+    // The drain, with the poller still on: the last requests' freshness.
+    let drain_start = Instant::now();
+    drain(stack).await?;
+    let drain_seconds = drain_start.elapsed().as_secs_f64();
+    watching.store(false, Ordering::Relaxed);
+    let sums = poller.await.context("the poller")?;
+    // The requests not answered 202, again with their keys, then drained
+    // again: every view counted once in the end.
+    let failed: Vec<&Sample> = samples.iter().filter(|s| !s.ok()).collect();
+    let settled = retry(&client, &prefix, &failed).await;
+    drain(stack).await?;
+    let source_after = source_counts();
+    let [invocations, delivered, batches_retried, records_discarded]: [u64; 4] =
+        std::array::from_fn(|i| source_after[i] - source_before[i]);
+    let stats = proxy.stats();
+    let loads = proxy.key_loads();
+    let kinesis = stack.kinesis_proxy.as_ref().map(|k| k.stats());
+    let kinesis_requests = kinesis
+        .as_ref()
+        .map(|k| k.requests.clone())
+        .unwrap_or_default();
+    let records_put = kinesis.as_ref().map_or(0, |k| k.kinesis.records_forwarded);
+    let shards = shard_ids(&views.client, &views.def.stream).await?;
+    let arn = crate::kinesis::stream_arn(&views.def.stream);
+    let items = scan(&stack.client, table).await?;
+    let sized = sized_units(&items, &arn, &shards, &warm_chunks);
+    let stored_views = stored_sum(&stack.client, table).await?;
+    let (read_views, unique_viewers_estimate) = read_back(&client).await?;
+
+    // The figures.
+    let ok: Vec<&Sample> = samples.iter().filter(|s| s.ok()).collect();
+    let mut answers: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &samples {
+        let k = s.status.map_or("error".to_owned(), |c| c.to_string());
+        *answers.entry(k).or_default() += 1;
+    }
+    let load_views: u64 = ok.iter().map(|s| u64::from(s.count)).sum();
+    let accepted_views = load_views + settled.iter().map(|s| u64::from(s.count)).sum::<u64>();
+    let distinct: HashSet<u32> = ok
+        .iter()
+        .map(|s| s.viewer)
+        .chain(settled.iter().map(|s| s.viewer))
+        .collect();
+    let unique_true = distinct.len() as u64;
+    let mut lat: Vec<f64> = ok
+        .iter()
+        .map(|s| s.latency.as_secs_f64() * 1000.0)
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let acks: Vec<(f64, u64)> = ok
+        .iter()
+        .map(|s| (s.at.as_secs_f64(), u64::from(s.count)))
+        .collect();
+    let (freshness_p50_ms, freshness_p99_ms) = freshness(&acks, &sums);
+    let table_prefix = format!("{table}/");
+    let wcu_proxy: f64 = loads
+        .iter()
+        .filter(|l| l.partition.starts_with(&table_prefix))
+        .map(|l| l.write_units)
+        .sum();
+    let viral_key = format!("{table}/{}", viral_pk());
+    let viral_key_max = loads
+        .iter()
+        .find(|l| l.partition == viral_key)
+        .map_or(0.0, |l| l.max_write_units_per_sec);
+    let per_view = |u: f64| u / accepted_views.max(1) as f64;
+    let mut records = sized.records_per_chunk.clone();
+    records.sort_by(f64::total_cmp);
+    let chunks = records.len() as u64;
+    Ok(ViewsResult {
+        variant: Variant::Views,
+        workers: opts.views_workers,
+        viewers: opts.views_viewers,
+        stream_shards: VIEWS_SHARDS,
+        load_seconds,
+        requests: samples.len() as u64,
+        accepted_requests: ok.len() as u64,
+        accepted_pct: 100.0 * ok.len() as f64 / samples.len().max(1) as f64,
+        answers,
+        requests_per_sec: ok.len() as f64 / load_seconds,
+        views_per_sec: load_views as f64 / load_seconds,
+        latency_p50_ms: percentile(&lat, 0.5),
+        latency_p99_ms: percentile(&lat, 0.99),
+        freshness_p50_ms,
+        freshness_p99_ms,
+        drain_seconds,
+        retried_requests: failed.len() as u64,
+        unsettled_requests: (failed.len() - settled.len()) as u64,
+        accepted_views,
+        stored_views,
+        read_views,
+        exact: stored_views == accepted_views && read_views == accepted_views,
+        unique_viewers_true: unique_true,
+        unique_viewers_estimate,
+        unique_viewers_error_pct: error_pct(unique_viewers_estimate, unique_true),
+        wcu_proxy,
+        wcu_per_view_proxy: per_view(wcu_proxy),
+        wcu_sized: sized.units,
+        wcu_per_view_sized: per_view(sized.units),
+        wcu_sized_per_chunk: sized.units / chunks.max(1) as f64,
+        viral_key_max_wcu_per_sec: viral_key_max,
+        transactions: stats
+            .requests
+            .get("TransactWriteItems")
+            .copied()
+            .unwrap_or(0),
+        chunks,
+        records_per_chunk_mean: records.iter().sum::<f64>() / chunks.max(1) as f64,
+        records_per_chunk_p50: percentile(&records, 0.5),
+        records_per_chunk_max: records.last().copied().unwrap_or(0.0),
+        seen_item_bytes_max: sized.seen_bytes_max,
+        view_item_bytes_max: sized.view_bytes_max,
+        invocations,
+        records_per_invocation: delivered as f64 / invocations.max(1) as f64,
+        batches_retried,
+        records_discarded,
+        kinesis_requests,
+        records_put,
+        producer_retries: producer_retries() - retries_before,
+    })
+}
+
+/// A reel of the warm-up's own.
+const WARMUP_REEL: &str = "warmup";
+/// How long the warm-up runs.
+pub(super) const WARMUP: Duration = Duration::from_secs(3);
+
+/// A closed-loop load on one reel.
+struct Load {
+    client: Arc<Client>,
+    workers: u32,
+    viewers: u32,
+    reel: &'static str,
+    /// What the `Idempotency-Key`s start with.
+    keys: String,
+    /// What the user ids start with.
+    users: String,
+    /// The workers' random draws, worker by worker from here.
+    seed: u64,
+}
+
+impl Load {
+    /// Runs the workers from `t0` (their answers' times are since then)
+    /// until `deadline`; every request's sample.
+    async fn run(&self, t0: Instant, deadline: Instant) -> Result<Vec<Sample>> {
+        let workers: Vec<_> = (0..self.workers)
+            .map(|w| {
+                let client = self.client.clone();
+                let (viewers, reel) = (self.viewers, self.reel);
+                let (keys, users) = (self.keys.clone(), self.users.clone());
+                let mut rng = fastrand::Rng::with_seed(self.seed + u64::from(w));
+                tokio::spawn(async move {
+                    let mut out = Vec::new();
+                    let mut i = 0u64;
+                    while Instant::now() < deadline {
+                        let viewer = rng.u32(0..viewers);
+                        let count = rng.u32(VIEWS_PER_REQUEST.0..=VIEWS_PER_REQUEST.1);
+                        let key = format!("{keys}-{w}-{i}");
+                        let sent = Instant::now();
+                        let status = client.post(reel, &user(&users, viewer), count, &key).await;
+                        out.push(Sample {
+                            key,
+                            viewer,
+                            count,
+                            at: t0.elapsed(),
+                            status,
+                            latency: sent.elapsed(),
+                        });
+                        i += 1;
+                    }
+                    out
+                })
+            })
+            .collect();
+        let mut samples = Vec::new();
+        for w in workers {
+            samples.extend(w.await.context("a load worker")?);
+        }
+        Ok(samples)
+    }
+}
+
+/// The string attribute `k` of `item`.
+fn s_attr(item: &Item, k: &str) -> Option<String> {
+    item.get(k).and_then(|v| v.as_s().ok()).cloned()
+}
+
+/// The viral reel's partition in the views table.
+fn viral_pk() -> String {
+    likes::keys::views_reel_key(&likes::keys::ReelId::parse(VIRAL).expect("a valid id"))
+}
+
+/// Waits for the views stream to be drained, up to [`DRAIN_LIMIT`].
+async fn drain(stack: &Stack) -> Result<()> {
+    let start = Instant::now();
+    while !stack.views_drained().await? {
+        if start.elapsed() > DRAIN_LIMIT {
+            return Err(anyhow!(
+                "the views stream was not drained within {DRAIN_LIMIT:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Sends `failed` again with their keys, 16 at a time, up to 50 attempts
+/// each; answers the ones that got a `202`.
+async fn retry(client: &Client, prefix: &str, failed: &[&Sample]) -> Vec<Sample> {
+    let mut settled = Vec::new();
+    for chunk in failed.chunks(16) {
+        let done = futures::future::join_all(chunk.iter().map(|s| async move {
+            for attempt in 0..50u64 {
+                if client
+                    .post(VIRAL, &user(prefix, s.viewer), s.count, &s.key)
+                    .await
+                    == Some(202)
+                {
+                    return Some((*s).clone());
+                }
+                tokio::time::sleep(Duration::from_millis(20 * attempt.min(10))).await;
+            }
+            None
+        }))
+        .await;
+        settled.extend(done.into_iter().flatten());
+    }
+    settled
+}
+
+/// Polls the viral reel's summed views every [`POLL`] until `watching` is
+/// cleared: `(seconds since t0, views)`; failed reads are left out.
+async fn poll_sums(
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+    watching: Arc<AtomicBool>,
+    t0: Instant,
+) -> Vec<(f64, u64)> {
+    let mut out = Vec::new();
+    while watching.load(Ordering::Relaxed) {
+        if let Ok(n) = stored_sum(&client, &table).await {
+            out.push((t0.elapsed().as_secs_f64(), n));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    out
+}
+
+/// The viral reel's views: its writers' all-time items summed, read
+/// consistently (what the reader sums, without its cache).
+async fn stored_sum(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<u64> {
+    let mut sum = 0u64;
+    let mut start: Option<Item> = None;
+    loop {
+        let out = client
+            .query()
+            .table_name(table)
+            .key_condition_expression("pk = :p AND begins_with(sk, :a)")
+            .expression_attribute_values(":p", AttributeValue::S(viral_pk()))
+            .expression_attribute_values(
+                ":a",
+                AttributeValue::S(likes::keys::VIEWS_ALL_PREFIX.into()),
+            )
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .context("querying the viral reel's view items")?;
+        sum += out
+            .items()
+            .iter()
+            .filter_map(|i| i.get("v")?.as_n().ok()?.parse::<u64>().ok())
+            .sum::<u64>();
+        match out.last_evaluated_key() {
+            Some(k) if !k.is_empty() => start = Some(k.clone()),
+            _ => return Ok(sum),
+        }
+    }
+}
+
+/// `GET /reels/viral/views` (the stack's cache is off): views and the
+/// unique-viewer estimate.
+async fn read_back(client: &Client) -> Result<(u64, u64)> {
+    let r = client
+        .http
+        .get(format!("{}/reels/{VIRAL}/views", client.base))
+        .header("x-user-id", "bench-reader")
+        .send()
+        .await
+        .context("GET /reels/viral/views")?;
+    let status = r.status();
+    let body: serde_json::Value = r.json().await.context("its body")?;
+    let num = |k: &str| body.get(k).and_then(serde_json::Value::as_u64);
+    match (num("views"), num("unique_viewers")) {
+        (Some(v), Some(u)) if status.as_u16() == 200 => Ok((v, u)),
+        _ => Err(anyhow!("GET /reels/viral/views answered {status}: {body}")),
+    }
+}
+
+/// The ids of every shard of `stream`, open or closed.
+async fn shard_ids(client: &aws_sdk_kinesis::Client, stream: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        // ListShards takes the stream's name or a token, never both.
+        let req = match next.take() {
+            Some(token) => client.list_shards().next_token(token),
+            None => client.list_shards().stream_name(stream),
+        };
+        let page = req.send().await.context("ListShards")?;
+        out.extend(page.shards().iter().map(|s| s.shard_id().to_owned()));
+        match page.next_token() {
+            Some(t) if !t.is_empty() => next = Some(t.to_owned()),
+            _ => return Ok(out),
+        }
+    }
+}
+
+/// Every item of the views table, read consistently.
+async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Item>> {
+    let mut items = Vec::new();
+    let mut start: Option<Item> = None;
+    loop {
+        let out = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .context("scanning the views table")?;
+        items.extend(out.items().iter().cloned());
+        match out.last_evaluated_key() {
+            Some(k) if !k.is_empty() => start = Some(k.clone()),
+            _ => return Ok(items),
+        }
+    }
+}
+
+/// The write units of the chunks applied, from the items' sizes.
+#[derive(Debug, Default, PartialEq)]
+struct Sized {
+    /// Total write units.
+    units: f64,
+    /// Per chunk (seen item), its records.
+    records_per_chunk: Vec<f64>,
+    seen_bytes_max: u64,
+    view_bytes_max: u64,
+}
+
+/// What the aggregator's chunks cost, as DynamoDB charges a transaction:
+/// 2 units per started KB of each item written. Every chunk of a shard
+/// wrote one seen item (its own, whose ids say its records), moved the
+/// shard's checkpoint, and, this load being one reel's, updated the
+/// shard's (its writer's) all-time item and day item of the viral reel;
+/// an update is charged the larger of the item before and after, so the
+/// items' final sizes are taken (an upper bound while the sketches were
+/// still sparse). `shards` are the stream's shard ids, `arn` its ARN;
+/// the seen items in `before` (`pk`, `sk`: the warm-up's) are left out.
+fn sized_units(
+    items: &[Item],
+    arn: &str,
+    shards: &[String],
+    before: &HashSet<(String, String)>,
+) -> Sized {
+    let units = |bytes: usize| 2.0 * bytes.max(1).div_ceil(1024) as f64;
+    let s = s_attr;
+    let mut out = Sized::default();
+    let viral = viral_pk();
+    for shard in shards {
+        let seen_key = likes::keys::views_seen_key(arn, shard);
+        let ck = likes::keys::views_checkpoint_key(arn, shard);
+        let writer = likes::keys::views_writer(arn, shard);
+        let mut chunks = 0u64;
+        let mut per_chunk = 0.0;
+        for i in items {
+            let (Some(pk), Some(sk)) = (s(i, "pk"), s(i, "sk")) else {
+                continue;
+            };
+            let bytes = item_bytes(i);
+            if pk == seen_key {
+                if before.contains(&(pk, sk)) {
+                    continue;
+                }
+                chunks += 1;
+                out.units += units(bytes);
+                out.seen_bytes_max = out.seen_bytes_max.max(bytes as u64);
+                let ids = i
+                    .get("ids")
+                    .and_then(|v| v.as_b().ok())
+                    .map_or(0, |b| b.as_ref().len());
+                out.records_per_chunk.push((ids / 8) as f64);
+            } else if pk == ck {
+                per_chunk += units(bytes);
+            } else if pk == viral && sk.ends_with(&writer) {
+                per_chunk += units(bytes);
+                out.view_bytes_max = out.view_bytes_max.max(bytes as u64);
+            }
+        }
+        out.units += chunks as f64 * per_chunk;
+    }
+    out
+}
+
+/// An item's size as DynamoDB counts it: every attribute's name and value
+/// (a number: 1 byte per two significant digits, plus 1).
+fn item_bytes(item: &Item) -> usize {
+    item.iter().map(|(k, v)| k.len() + value_bytes(v)).sum()
+}
+
+fn value_bytes(v: &AttributeValue) -> usize {
+    let number = |n: &str| {
+        let digits: String = n.chars().filter(char::is_ascii_digit).collect();
+        let significant = digits.trim_start_matches('0').trim_end_matches('0');
+        significant.len().div_ceil(2) + 1
+    };
+    match v {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::N(n) => number(n),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::Ss(v) => v.iter().map(String::len).sum(),
+        AttributeValue::Ns(v) => v.iter().map(|n| number(n)).sum(),
+        AttributeValue::Bs(v) => v.iter().map(|b| b.as_ref().len()).sum(),
+        AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + value_bytes(v)).sum::<usize>(),
+        AttributeValue::M(m) => {
+            3 + m
+                .iter()
+                .map(|(k, v)| 1 + k.len() + value_bytes(v))
+                .sum::<usize>()
+        }
+        _ => 0,
+    }
+}
+
+/// (estimate − truth) ÷ truth, %; 0 when both are 0.
+fn error_pct(estimate: u64, truth: u64) -> f64 {
+    if truth == 0 {
+        return if estimate == 0 { 0.0 } else { f64::INFINITY };
+    }
+    100.0 * (estimate as f64 - truth as f64) / truth as f64
+}
+
+/// From a `202` to the table holding it, p50 and p99 in ms. `acks` are the
+/// accepted requests, `(answered at, views)`; `sums` the polls, `(at,
+/// views in the table)`. Taken in answer order, the k-th request's
+/// cumulative views (its own and every earlier answer's) are in the table
+/// at the first poll whose sum reaches them; a request whose total no poll
+/// reached is left out. The table may take a request before its answer
+/// (the record is in the stream first): a lag below 0 counts as 0.
+pub(super) fn freshness(acks: &[(f64, u64)], sums: &[(f64, u64)]) -> (f64, f64) {
+    let mut acks = acks.to_vec();
+    acks.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut lags = Vec::with_capacity(acks.len());
+    let (mut total, mut j) = (0u64, 0usize);
+    for (at, n) in acks {
+        total += n;
+        // The first poll at or past this total, never one before the
+        // last matched (the totals only grow).
+        while j < sums.len() && sums[j].1 < total {
+            j += 1;
+        }
+        let Some((seen, _)) = sums.get(j) else { break };
+        lags.push(((seen - at) * 1000.0).max(0.0));
+    }
+    lags.sort_by(f64::total_cmp);
+    (percentile(&lags, 0.5), percentile(&lags, 0.99))
+}
+
+/// A run with plain figures, for tests of what is made of results.
+#[cfg(test)]
+pub(super) fn test_views_result() -> ViewsResult {
+    ViewsResult {
+        variant: Variant::Views,
+        workers: 32,
+        viewers: 200_000,
+        stream_shards: VIEWS_SHARDS,
+        load_seconds: 20.0,
+        requests: 1000,
+        accepted_requests: 1000,
+        accepted_pct: 100.0,
+        answers: BTreeMap::from([("202".to_owned(), 1000)]),
+        requests_per_sec: 50.0,
+        views_per_sec: 750.0,
+        latency_p50_ms: 5.0,
+        latency_p99_ms: 20.0,
+        freshness_p50_ms: 1000.0,
+        freshness_p99_ms: 2000.0,
+        drain_seconds: 1.0,
+        retried_requests: 0,
+        unsettled_requests: 0,
+        accepted_views: 15_000,
+        stored_views: 15_000,
+        read_views: 15_000,
+        exact: true,
+        unique_viewers_true: 1000,
+        unique_viewers_estimate: 1010,
+        unique_viewers_error_pct: 1.0,
+        wcu_proxy: 100.0,
+        wcu_per_view_proxy: 0.0067,
+        wcu_sized: 300.0,
+        wcu_per_view_sized: 0.02,
+        wcu_sized_per_chunk: 30.0,
+        viral_key_max_wcu_per_sec: 16.0,
+        transactions: 10,
+        chunks: 10,
+        records_per_chunk_mean: 100.0,
+        records_per_chunk_p50: 100.0,
+        records_per_chunk_max: 150.0,
+        seen_item_bytes_max: 1300,
+        view_item_bytes_max: 2200,
+        invocations: 10,
+        records_per_invocation: 100.0,
+        batches_retried: 0,
+        records_discarded: 0,
+        kinesis_requests: BTreeMap::new(),
+        records_put: 1000,
+        producer_retries: 0,
+    }
+}
+
+/// An item of `pairs`, for tests.
+#[cfg(test)]
+fn item(pairs: &[(&str, AttributeValue)]) -> Item {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::primitives::Blob;
+
+    #[test]
+    fn freshness_matches_cumulative_views_to_the_first_poll_holding_them() {
+        // Three answers of 10, 15 and 5 views: totals 10, 25, 30.
+        let acks = [(1.2, 15), (1.0, 10), (1.4, 5)];
+        let sums = [(0.9, 0), (1.1, 10), (1.5, 20), (1.7, 30), (1.9, 30)];
+        // 10 at 1.1 (100 ms), 25 at 1.7 (500 ms), 30 at 1.7 (300 ms).
+        let (p50, p99) = freshness(&acks, &sums);
+        assert_eq!((p50.round(), p99.round()), (300.0, 500.0));
+        // In the table before the answer: 0, not negative.
+        let (p50, _) = freshness(&[(2.0, 5)], &[(1.0, 5)]);
+        assert_eq!(p50, 0.0);
+        // A total never reached is left out; no polls, no figures.
+        assert_eq!(
+            freshness(&[(1.0, 5), (1.1, 5)], &[(1.5, 5)]),
+            (500.0, 500.0)
+        );
+        assert_eq!(freshness(&acks, &[]), (0.0, 0.0));
+        // Polls are matched in order: a later request never matches an
+        // earlier poll than an earlier request did.
+        let (p50, p99) = freshness(&[(1.0, 10), (1.05, 2)], &[(1.1, 10), (1.2, 4), (1.3, 12)]);
+        assert_eq!((p50.round(), p99.round()), (250.0, 250.0));
+    }
+
+    #[test]
+    fn items_are_sized_as_dynamodb_counts_them() {
+        let i = item(&[
+            ("pk", AttributeValue::S("v#viral".into())),
+            ("v", AttributeValue::N("12300".into())),
+            ("hll", AttributeValue::B(Blob::new(vec![0u8; 2000]))),
+        ]);
+        // 2 + 7, 1 + (3 digits: 2 bytes) + 1, 3 + 2000.
+        assert_eq!(item_bytes(&i), 9 + 4 + 2003);
+        assert_eq!(value_bytes(&AttributeValue::N("-0.5".into())), 2);
+        assert_eq!(error_pct(102, 100), 2.0);
+        assert_eq!(error_pct(0, 0), 0.0);
+    }
+
+    #[test]
+    fn sized_units_charge_every_chunk_its_items() {
+        let (arn, shard) = ("arn:s", "shardId-0");
+        let writer = likes::keys::views_writer(arn, shard);
+        let s = |v: &str| AttributeValue::S(v.into());
+        let seen = |ids: usize, sort: &str| {
+            item(&[
+                ("pk", s(&likes::keys::views_seen_key(arn, shard))),
+                ("sk", s(sort)),
+                ("ids", AttributeValue::B(Blob::new(vec![1u8; 8 * ids]))),
+            ])
+        };
+        let items = vec![
+            // 2 chunks: 200 records (1.6 KB: 2 KB, 4 units), 10 (2 units);
+            // one of the warm-up's, not counted.
+            seen(200, "a"),
+            seen(10, "b"),
+            seen(50, "0"),
+            item(&[
+                ("pk", s(&likes::keys::views_checkpoint_key(arn, shard))),
+                ("sk", s("-")),
+            ]),
+            item(&[
+                ("pk", s(&viral_pk())),
+                ("sk", s(&likes::keys::views_all_sort(&writer))),
+                ("hll", AttributeValue::B(Blob::new(vec![0u8; 2100]))),
+            ]),
+            // Another writer's item and another reel's: not this shard's.
+            item(&[
+                ("pk", s(&viral_pk())),
+                ("sk", s("all#wother")),
+                ("hll", AttributeValue::B(Blob::new(vec![0u8; 5000]))),
+            ]),
+        ];
+        let before = HashSet::from([(likes::keys::views_seen_key(arn, shard), "0".to_owned())]);
+        let got = sized_units(&items, arn, &[shard.to_owned()], &before);
+        // Seen items 4 + 2; per chunk: checkpoint 2, view item (3 KB) 6.
+        assert_eq!(got.units, 6.0 + 2.0 * 8.0);
+        assert_eq!(got.records_per_chunk, vec![200.0, 10.0]);
+        assert!(got.view_bytes_max > 2100 && got.view_bytes_max < 3072);
+    }
+}
