@@ -35,6 +35,47 @@ fn item_units(item: Option<&Value>) -> f64 {
     (len.max(1) as f64 / 1024.0).ceil()
 }
 
+/// Bytes of an attribute value as DynamoDB sizes it, near enough: a binary
+/// value's decoded length (base64 in the request), a string's or number's
+/// text, the sum of a list's, map's or set's members.
+fn value_bytes(v: &Value) -> usize {
+    let Some((kind, inner)) = v.as_object().and_then(|o| o.iter().next()) else {
+        return 0;
+    };
+    match (kind.as_str(), inner) {
+        ("B", Value::String(b)) => b.len() * 3 / 4,
+        (_, Value::String(t)) => t.len(),
+        ("L", Value::Array(a)) => a.iter().map(value_bytes).sum(),
+        ("M", Value::Object(m)) => m.iter().map(|(k, v)| k.len() + value_bytes(v)).sum(),
+        (_, Value::Array(a)) => a
+            .iter()
+            .map(|m| {
+                m.as_str().map_or(0, |t| {
+                    if kind == "BS" {
+                        t.len() * 3 / 4
+                    } else {
+                        t.len()
+                    }
+                })
+            })
+            .sum(),
+        _ => 1,
+    }
+}
+
+/// Write units of an update: at least the key and every value it writes
+/// (1 per started KB). The proxy never reads the item, so what the item
+/// already holds is not counted: a lower bound, exact for an item the
+/// update rewrites whole (a sketch replaced, a counter added to).
+fn update_units(inner: &Value) -> f64 {
+    let sum = |v: Option<&Value>| -> usize {
+        v.and_then(Value::as_object)
+            .map_or(0, |m| m.iter().map(|(k, v)| k.len() + value_bytes(v)).sum())
+    };
+    let bytes = sum(inner.get("Key")) + sum(inner.get("ExpressionAttributeValues"));
+    (bytes.max(1) as f64 / 1024.0).ceil()
+}
+
 fn object(v: Option<&Value>) -> Map<String, Value> {
     v.and_then(Value::as_object).cloned().unwrap_or_default()
 }
@@ -70,7 +111,12 @@ pub(crate) fn touches(op: &str, body: &Value) -> Vec<Touch> {
             object(body.get("Item")),
             item_units(body.get("Item")),
         )],
-        "UpdateItem" | "DeleteItem" => vec![write(table(body), object(body.get("Key")), 1.0)],
+        "UpdateItem" => vec![write(
+            table(body),
+            object(body.get("Key")),
+            update_units(body),
+        )],
+        "DeleteItem" => vec![write(table(body), object(body.get("Key")), 1.0)],
         "GetItem" => vec![read(
             table(body),
             object(body.get("Key")),
@@ -82,6 +128,7 @@ pub(crate) fn touches(op: &str, body: &Value) -> Vec<Touch> {
                 let (kind, inner) = ti.as_object()?.iter().next()?;
                 let (key, units) = match kind.as_str() {
                     "Put" => (object(inner.get("Item")), item_units(inner.get("Item"))),
+                    "Update" => (object(inner.get("Key")), update_units(inner)),
                     _ => (object(inner.get("Key")), 1.0),
                 };
                 Some(write(table(inner), key, 2.0 * units))
@@ -336,6 +383,28 @@ mod tests {
             partition(&t[0], &HashMap::new()),
             "Likes/reel_id=r1,user_id=u1"
         );
+    }
+
+    #[test]
+    fn an_update_costs_at_least_what_it_writes() {
+        // A 2,184-byte sketch written by an update: 3 KB, 6 units in a
+        // transaction (it was charged 2 whatever its size).
+        let sketch =
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, vec![7u8; 2184]);
+        let body = json!({
+            "TransactItems": [
+                {"Update": {"TableName": "Views", "Key": {"pk": {"S": "v#r1"}, "sk": {"S": "all#w1"}},
+                 "UpdateExpression": "ADD #v :v SET #h = :h",
+                 "ExpressionAttributeValues": {":v": {"N": "12"}, ":h": {"B": sketch}}}},
+                {"Update": {"TableName": "Counters", "Key": {"pk": {"S": "003#reel#r1#likes"}},
+                 "ExpressionAttributeValues": {":d": {"N": "1"}}}}
+            ]
+        });
+        let t = touches("TransactWriteItems", &body);
+        assert_eq!(t[0].write_units, 6.0);
+        assert_eq!(t[1].write_units, 2.0);
+        let single = touches("UpdateItem", &body["TransactItems"][0]["Update"]);
+        assert_eq!(single[0].write_units, 3.0);
     }
 
     #[test]
