@@ -108,7 +108,7 @@ pub struct ViewsResult {
     pub wcu_proxy: f64,
     /// ... per accepted view.
     pub wcu_per_view_proxy: f64,
-    /// Write units from the items' sizes (see [`sized_units`]).
+    /// Write units from the items' sizes (see `sized_units`).
     pub wcu_sized: f64,
     /// ... per accepted view.
     pub wcu_per_view_sized: f64,
