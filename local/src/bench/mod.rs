@@ -25,7 +25,7 @@
 //!    /views` → Kinesis → the views aggregator → the views table), one
 //!    viral reel closed-loop at the rate this machine sustains, with its
 //!    freshness, write units per view, unique-viewer error and exactness
-//!    (`views.rs`, its own figures and table).
+//!    (`views/`, its own figures and table).
 //!
 //! The bench also draws, per variant, the likes accepted and refused each
 //! second and the viral reel's shard count over time (`BENCH_SVG`).
@@ -48,7 +48,7 @@
 //!   stream mode's freshness;
 //! * `units.rs`: write units by whose likes they served;
 //! * `scale.rs`: `stream-scale`'s resize and its figures;
-//! * `views.rs`: the `views` variant, run and measured on its own;
+//! * `views/`: the `views` variant, run and measured on its own (the run, what it reads back, its arithmetic);
 //! * `store.rs`: pre-sizing, and the stored count read back;
 //! * `report.rs`: the Markdown table; `svg.rs`: the onset chart.
 //! * [`ratio`]: a second benchmark, `likes-local bench ratio`: the like
