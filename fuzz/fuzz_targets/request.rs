@@ -488,8 +488,13 @@ fn check(b: &Built, function: Function, mode: AuthMode, out: &Result<Command, li
         }
         Ok(c) => c,
     };
+    let limit = if matches!(ok, Command::Views { .. }) {
+        likes::http::MAX_VIEWS_BODY_BYTES
+    } else {
+        MAX_BODY_BYTES
+    };
     assert!(
-        b.body.len() <= MAX_BODY_BYTES,
+        b.body.len() <= limit,
         "a {} byte body was accepted",
         b.body.len()
     );
@@ -539,6 +544,35 @@ fn check(b: &Built, function: Function, mode: AuthMode, out: &Result<Command, li
             }
         }
         Command::Health => assert_eq!(function, Function::Read),
+        Command::Views {
+            viewer,
+            views,
+            idempotency_key,
+        } => {
+            assert_eq!(function, Function::View);
+            assert_eq!(method, Method::POST);
+            assert!(user_ok(viewer), "{viewer:?} vs {expected_user:?}");
+            assert!(!views.is_empty() && views.len() <= 100);
+            for (r, n) in views {
+                assert!(valid_reel(r.as_str()) && *n >= 1, "{r:?} {n}");
+            }
+            assert_eq!(
+                idempotency_key.as_deref(),
+                header("idempotency-key").as_deref()
+            );
+        }
+        Command::ReelViews { reel } => {
+            assert_eq!(function, Function::Read);
+            assert_eq!(method, Method::GET);
+            path_reel(reel, 2);
+        }
+        Command::LikesAndViews { reels } => {
+            assert_eq!(function, Function::Read);
+            assert!(!reels.is_empty() && reels.len() <= MAX_BATCH_REELS);
+            for r in reels {
+                assert!(valid_reel(r.as_str()), "{r:?}");
+            }
+        }
         Command::ListResized => {
             assert_eq!(function, Function::Reshard);
             assert!(mode == AuthMode::Dev || is_iam(&b.req));
@@ -684,7 +718,7 @@ fn run(built: &Built, function: Function) {
 fuzz_target!(|data: &[u8]| {
     if data.first() == Some(&b'{') {
         if let Some(built) = from_event(data) {
-            for function in [Function::Like, Function::Read, Function::Reshard] {
+            for function in [Function::Like, Function::Read, Function::Reshard, Function::View] {
                 run(&built, function);
             }
         }

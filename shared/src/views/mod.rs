@@ -35,6 +35,7 @@
 pub mod accept;
 #[cfg(feature = "dynamodb")]
 pub mod aggregate;
+#[cfg(feature = "dynamodb")]
 pub mod chunk;
 pub mod limits;
 #[cfg(feature = "dynamodb")]
