@@ -185,13 +185,7 @@ pub async fn handle_aggregate_event(
         }
     }
     app.config.metrics.flush(None);
-    let out = result?;
-    let failures: Vec<Value> = out
-        .failed_from
-        .iter()
-        .map(|seq| json!({ "itemIdentifier": seq }))
-        .collect();
-    Ok(json!({ "state": {}, "batchItemFailures": failures }))
+    Ok(json!({ "state": {}, "batchItemFailures": batch_item_failures(&result?) }))
 }
 
 /// The `aggregate-views` function's entry point: one batch of one views-log
@@ -240,11 +234,14 @@ pub async fn handle_views_event(
         }
     }
     app.config.metrics.flush(None);
-    let out = result?;
-    let failures: Vec<Value> = out
-        .failed_from
+    Ok(json!({ "batchItemFailures": batch_item_failures(&result?) }))
+}
+
+/// Lambda's `batchItemFailures` for what an aggregator did not apply: the
+/// record it is to deliver again from, if any (both event sources).
+fn batch_item_failures(out: &crate::aggregate::BatchOutcome) -> Vec<Value> {
+    out.failed_from
         .iter()
         .map(|seq| json!({ "itemIdentifier": seq }))
-        .collect();
-    Ok(json!({ "batchItemFailures": failures }))
+        .collect()
 }
