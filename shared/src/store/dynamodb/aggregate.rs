@@ -1,7 +1,7 @@
 //! [`AggregateStore`] on DynamoDB: a stream shard's checkpoint, and the
 //! transaction that applies one chunk of its records.
 
-use super::DynamoStore;
+use super::{CheckpointMove, DynamoStore};
 use super::error::{
     MaintenanceTxFailure, cancellation_codes, maintenance_tx_failure, request_build_failed,
     translate,
@@ -13,6 +13,7 @@ use crate::store::{AggregateStore, Checkpoint, ChunkResult, ChunkWrite, RetryRea
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use std::collections::HashMap;
 
 impl AggregateStore for DynamoStore {
     async fn checkpoint(&self, key: &str) -> Result<Checkpoint, Error> {
@@ -37,36 +38,23 @@ impl AggregateStore for DynamoStore {
 
     async fn apply_chunk(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
         let n = |v: i64| AttributeValue::N(v.to_string());
-        let checkpoint = Update::builder()
-            .table_name(&self.counters_table)
-            .key("pk", AttributeValue::S(write.checkpoint_key.clone()))
-            .update_expression(
-                "SET #s = :next, #id = :id, #at = :at, #exp = :exp, #t = :turn ADD #r :records",
-            )
-            .expression_attribute_names("#s", "seq")
-            .expression_attribute_names("#t", "turn")
-            .expression_attribute_values(":turn", n(i64::from(write.turn)))
-            .expression_attribute_names("#id", "shard_id")
-            .expression_attribute_names("#at", "updated_at")
-            .expression_attribute_names("#exp", "expires_at")
-            .expression_attribute_names("#r", "records")
-            .expression_attribute_values(":next", AttributeValue::S(write.next.clone()))
-            .expression_attribute_values(":id", AttributeValue::S(write.shard_id.clone()))
-            .expression_attribute_values(":at", n(write.now_ms))
-            .expression_attribute_values(":exp", n(write.expires_at))
-            .expression_attribute_values(":records", n(write.records as i64));
-        // Zero-padded sequence numbers of one width: equal as strings when
-        // equal as numbers, and ordered as strings as they are as numbers.
-        // Besides holding the value read, the checkpoint must lie below the
-        // new one: the item itself refuses to move back (or stay), whatever
-        // the caller planned, since a checkpoint that went back would let
-        // the records after it be applied again.
-        let checkpoint = match &write.expected {
-            None => checkpoint.condition_expression("attribute_not_exists(#s)"),
-            Some(seq) => checkpoint
-                .condition_expression("#s = :expected AND #s < :next")
-                .expression_attribute_values(":expected", AttributeValue::S(seq.clone())),
-        };
+        let checkpoint = CheckpointMove {
+            table: &self.counters_table,
+            key: HashMap::from([(
+                "pk".to_owned(),
+                AttributeValue::S(write.checkpoint_key.clone()),
+            )]),
+            expected: write.expected.as_deref(),
+            next: &write.next,
+            shard_id: &write.shard_id,
+            now_ms: write.now_ms,
+            records: write.records,
+        }
+        .update(", #exp = :exp, #t = :turn")
+        .expression_attribute_names("#exp", "expires_at")
+        .expression_attribute_values(":exp", n(write.expires_at))
+        .expression_attribute_names("#t", "turn")
+        .expression_attribute_values(":turn", n(i64::from(write.turn)));
         let mut request = self.client.transact_write_items().transact_items(
             TransactWriteItem::builder()
                 .update(

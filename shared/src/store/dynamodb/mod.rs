@@ -4,8 +4,10 @@
 //!
 //! This is the only module that sees SDK types. Its rooms:
 //!
-//! * `mod.rs` (here): [`DynamoStore`], [`StoreStats`] and the two
-//!   conditional writes every trait uses (`put_versioned`, `settings_at`).
+//! * `mod.rs` (here): [`DynamoStore`], [`StoreStats`], the two
+//!   conditional writes every trait uses (`put_versioned`, `settings_at`)
+//!   and the checkpoint move both aggregators' transactions open with
+//!   (`checkpoint_move`).
 //! * `sdk`: the SDK client: retries, timeouts, the retry quota, the
 //!   endpoint ([`sdk_config_loader`], [`retry_partition`], [`client`]).
 //! * `tls`: the HTTPS client of a function instance's SDK client, which
@@ -44,7 +46,9 @@ use crate::keys::{self, ReelId};
 use crate::retry::Backoff;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
+use aws_sdk_dynamodb::types::builders::UpdateBuilder;
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem, Update};
+use std::collections::HashMap;
 use error::request_build_failed;
 use ext::Item;
 use std::sync::Arc;
@@ -174,6 +178,56 @@ impl DynamoStore {
                 Ok(false)
             }
             Err(e) => Err(translate("PutItem", e)),
+        }
+    }
+}
+
+/// A source shard's checkpoint moving from `expected` (`None`: it has none
+/// yet) to `next`, the last record of the chunk applied with it.
+pub(super) struct CheckpointMove<'a> {
+    pub table: &'a str,
+    pub key: HashMap<String, AttributeValue>,
+    pub expected: Option<&'a str>,
+    pub next: &'a str,
+    /// The source's shard id, kept for operators.
+    pub shard_id: &'a str,
+    pub now_ms: i64,
+    /// Records the chunk holds, added to the item's count.
+    pub records: u64,
+}
+
+impl CheckpointMove<'_> {
+    /// The update of the checkpoint item that opens a chunk's transaction;
+    /// `more_sets` (`", #x = :x"` clauses) is set with it, its names and
+    /// values added by the caller.
+    ///
+    /// Sequence numbers are stored zero-padded to one width, so they are
+    /// equal as strings when equal as numbers and ordered as strings as
+    /// they are as numbers. Besides holding the value read, the checkpoint
+    /// must lie below the new one: the item itself refuses to move back
+    /// (or stay), whatever the caller planned, since a checkpoint that went
+    /// back would let the records after it be applied again (see
+    /// [`crate::aggregate`]).
+    pub fn update(&self, more_sets: &str) -> UpdateBuilder {
+        let update = Update::builder()
+            .table_name(self.table)
+            .set_key(Some(self.key.clone()))
+            .update_expression(format!(
+                "SET #s = :next, #id = :id, #at = :at{more_sets} ADD #r :records"
+            ))
+            .expression_attribute_names("#s", "seq")
+            .expression_attribute_names("#id", "shard_id")
+            .expression_attribute_names("#at", "updated_at")
+            .expression_attribute_names("#r", "records")
+            .expression_attribute_values(":next", AttributeValue::S(self.next.to_owned()))
+            .expression_attribute_values(":id", AttributeValue::S(self.shard_id.to_owned()))
+            .expression_attribute_values(":at", AttributeValue::N(self.now_ms.to_string()))
+            .expression_attribute_values(":records", AttributeValue::N(self.records.to_string()));
+        match self.expected {
+            None => update.condition_expression("attribute_not_exists(#s)"),
+            Some(seq) => update
+                .condition_expression("#s = :expected AND #s < :next")
+                .expression_attribute_values(":expected", AttributeValue::S(seq.to_owned())),
         }
     }
 }

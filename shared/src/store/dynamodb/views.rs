@@ -2,6 +2,7 @@
 //! which holds the views aggregator's checkpoints and seen event ids and
 //! the reels' view items.
 
+use super::CheckpointMove;
 use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::ItemExt;
 use crate::error::Error;
@@ -181,31 +182,16 @@ impl ViewStore for DynamoViews {
     async fn apply_views(&self, write: &ViewChunkWrite) -> Result<ChunkResult, Error> {
         let n = |v: i64| AttributeValue::N(v.to_string());
         let s = |v: &str| AttributeValue::S(v.to_owned());
-        let checkpoint = Update::builder()
-            .table_name(&self.views_table)
-            .set_key(Some(Self::key(
-                &write.checkpoint_key,
-                keys::VIEWS_SINGLE_SORT,
-            )))
-            .update_expression("SET #s = :next, #id = :id, #at = :at ADD #r :records")
-            .expression_attribute_names("#s", "seq")
-            .expression_attribute_names("#id", "shard_id")
-            .expression_attribute_names("#at", "updated_at")
-            .expression_attribute_names("#r", "records")
-            .expression_attribute_values(":next", s(&write.next))
-            .expression_attribute_values(":id", s(&write.shard_id))
-            .expression_attribute_values(":at", n(write.now_ms))
-            .expression_attribute_values(":records", n(write.records as i64));
-        // One width of zero-padded digits: string order is numeric order.
-        // The item itself refuses to move back or stay (see
-        // crate::aggregate: a checkpoint that went back would let records
-        // be applied twice).
-        let checkpoint = match &write.expected {
-            None => checkpoint.condition_expression("attribute_not_exists(#s)"),
-            Some(seq) => checkpoint
-                .condition_expression("#s = :expected AND #s < :next")
-                .expression_attribute_values(":expected", s(seq)),
-        };
+        let checkpoint = CheckpointMove {
+            table: &self.views_table,
+            key: Self::key(&write.checkpoint_key, keys::VIEWS_SINGLE_SORT),
+            expected: write.expected.as_deref(),
+            next: &write.next,
+            shard_id: &write.shard_id,
+            now_ms: write.now_ms,
+            records: write.records,
+        }
+        .update("");
         let mut request = self.client.transact_write_items().transact_items(
             TransactWriteItem::builder()
                 .update(
