@@ -9,6 +9,7 @@ use super::KinesisSourceStats;
 use super::def::KinesisSourceDef;
 use super::deliver::Delivery;
 use super::event::KinesisRecord;
+use crate::streams::batch::Shard;
 use anyhow::{Context, Result};
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::types::ShardIteratorType;
@@ -189,7 +190,11 @@ impl Mapping {
                 let n = size.min(buffer.len());
                 let batch: Vec<KinesisRecord> = buffer.drain(..n).collect();
                 self.stats.batches.fetch_add(1, Ordering::Relaxed);
-                self.delivery.deliver(&shard, batch).await;
+                let at = Shard {
+                    id: &shard,
+                    upcoming: None,
+                };
+                self.delivery.deliver(&at, batch).await;
                 // What is left was read while the batch was out: its window
                 // starts now.
                 waiting_since = (!buffer.is_empty()).then(Instant::now);

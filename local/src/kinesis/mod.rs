@@ -25,8 +25,10 @@
 //!   tumbling windows and is ignored).
 //!
 //! The function is any [`Handler`]: the event JSON in, the answer out, an
-//! `Err` for a function error. Rooms: `mapping` the loops, `deliver` one
-//! batch's way to the function and back, `event` the event's format.
+//! `Err` for a function error. Rooms: `mapping` the loops, `deliver` what
+//! this source brings to one batch's way to the function and back (the
+//! way itself is the DynamoDB stream source's too), `event` the event's
+//! format.
 
 mod def;
 mod deliver;
@@ -40,11 +42,10 @@ pub use def::{FUNCTION_ID, KinesisSourceDef, STREAM_ID};
 pub use emulator::{KinesisEmulator, create_stream, kinesis_client, node_available, package_dir};
 pub use event::{KinesisRecord, compare_sequences, event, stream_arn};
 
-use crate::streams::faults::{Dice, SourceFaults};
+use crate::streams::faults::SourceFaults;
 use anyhow::{Context, Result};
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::types::ShardIteratorType;
-use deliver::Delivery;
 use futures::future::BoxFuture;
 use mapping::Mapping;
 use serde_json::Value;
@@ -156,15 +157,13 @@ impl KinesisSource {
         let stream = def.stream.clone();
         let mapping = Arc::new(Mapping {
             client,
-            delivery: Arc::new(Delivery {
+            delivery: Arc::new(deliver::delivery(
                 handler,
-                stream_arn: stream_arn(&def.stream),
-                dice: Dice::new(settings.faults.seed),
-                faults: settings.faults,
-                stats: stats.clone(),
-                started: Arc::default(),
-                def: def.clone(),
-            }),
+                &def,
+                stream_arn(&def.stream),
+                settings.faults,
+                stats.clone(),
+            )),
             def,
             stats: stats.clone(),
         });

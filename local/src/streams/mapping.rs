@@ -7,7 +7,8 @@
 //! their loops.
 
 use super::StreamSourceStats;
-use super::deliver::{Delivery, Shard};
+use super::batch::Shard;
+use super::deliver::Delivery;
 use super::event::sequence;
 use super::lanes::{Lane, Layout, POLL, Router};
 use anyhow::{Context, Result};
@@ -261,17 +262,18 @@ pub(super) async fn run_lane(
     lane: Arc<Lane>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let size = delivery.def.batch_size.max(1) as usize;
-    let window = Duration::from_secs(delivery.def.batching_window_secs.into());
+    let size = delivery.source.def.batch_size.max(1) as usize;
+    let window = Duration::from_secs(delivery.source.def.batching_window_secs.into());
     while let Some(batch) = lane
         .next_batch(size, window, &delivery.stats.paused, &mut stopped)
         .await
     {
         let id = layout.shard_id(&real, lane.index, batch.generation);
+        let generation = batch.generation;
+        let upcoming = |n| lane.upcoming(generation, n);
         let shard = Shard {
             id: &id,
-            lane: &lane,
-            generation: batch.generation,
+            upcoming: Some(&upcoming),
         };
         delivery.deliver(&shard, batch.records).await;
     }

@@ -12,7 +12,8 @@
 //!   and carries the window fields;
 //! * `batchItemFailures` (`ReportBatchItemFailures`): the records from the
 //!   lowest failed sequence number on are delivered again, the ones before
-//!   are done;
+//!   are done; an identifier that is no record of the batch (or failures
+//!   none of which names a sequence number) fails it whole;
 //! * a function error (or a timeout) delivers the batch again, split in two
 //!   first with `BisectBatchOnFunctionError`; after `MaximumRetryAttempts`
 //!   retries the records go to the `OnFailure` destination (here: the log
@@ -32,10 +33,12 @@
 //!
 //! Rooms: this file holds the source's handle, its settings and counters;
 //! `mapping` the loops (following the real shards, reading them, one worker
-//! per lane), `lanes` the virtual shards, `deliver` one batch's way to the
-//! function and back, `faults` the fault classes, and `event` the event the
+//! per lane), `lanes` the virtual shards, `batch` one batch's way to the
+//! function and back (the Kinesis source's too), `deliver` what this
+//! source adds to it, `faults` the fault classes, and `event` the event the
 //! function is handed.
 
+pub(crate) mod batch;
 mod deliver;
 mod event;
 pub(crate) mod faults;
@@ -50,9 +53,8 @@ pub use lanes::Layout;
 use anyhow::{Context, Result};
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
-use deliver::{Delivery, Handler};
+use deliver::Handler;
 use event::sequence;
-use faults::Dice;
 use likes::App;
 use likes::aggregate::records::SequenceNumber;
 use mapping::Mapping;
@@ -295,16 +297,14 @@ pub fn spawn(
             roll_records: settings.roll_records,
             partition_key,
         },
-        delivery: Arc::new(Delivery {
-            handler: aggregate(app),
+        delivery: Arc::new(deliver::delivery(
+            aggregate(app),
             def,
             stream_arn,
             timeout,
-            faults: settings.faults,
-            dice: Dice::new(settings.faults.seed),
-            stats: stats.clone(),
-            started: Arc::default(),
-        }),
+            settings.faults,
+            stats.clone(),
+        )),
         stats,
     });
     let task = tokio::spawn(mapping.run(stopped));

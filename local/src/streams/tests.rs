@@ -4,8 +4,8 @@
 //! the reader routes them, and the test reads the invocations it recorded.
 
 use super::StreamSourceStats;
-use super::deliver::{Delivery, Handler};
-use super::faults::{Dice, SourceFaults};
+use super::deliver::{Handler, delivery};
+use super::faults::SourceFaults;
 use super::lanes::{Layout, Router};
 use super::mapping::run_lane;
 use crate::template::StreamSourceDef;
@@ -149,16 +149,14 @@ async fn run(
     let faults = SourceFaults::parse(faults).unwrap();
     let log = Arc::new(Mutex::new(Log::default()));
     let stats = Arc::new(StreamSourceStats::default());
-    let delivery = Arc::new(Delivery {
-        handler: recording(log.clone(), delay, answer),
+    let delivery = Arc::new(delivery(
+        recording(log.clone(), delay, answer),
         def,
-        stream_arn: "arn:aws:dynamodb:local:000000000000:table/LikesTable/stream/x".into(),
-        timeout: Duration::from_secs(30),
+        "arn:aws:dynamodb:local:000000000000:table/LikesTable/stream/x".into(),
+        Duration::from_secs(30),
         faults,
-        dice: Dice::new(faults.seed),
-        stats: stats.clone(),
-        started: Arc::default(),
-    });
+        stats.clone(),
+    ));
     let layout = Layout {
         lanes,
         roll_records: roll,
