@@ -1,12 +1,12 @@
 //! [`AggregateStore`] on DynamoDB: a stream shard's checkpoint, and the
 //! transaction that applies one chunk of its records.
 
-use super::{CheckpointMove, DynamoStore};
 use super::error::{
     MaintenanceTxFailure, cancellation_codes, maintenance_tx_failure, request_build_failed,
     translate,
 };
 use super::ext::ItemExt;
+use super::{CheckpointMove, DynamoStore};
 use crate::error::Error;
 use crate::keys;
 use crate::store::{AggregateStore, Checkpoint, ChunkResult, ChunkWrite, RetryReason};
