@@ -30,6 +30,13 @@
 //! one (exactly once under the SDK's retries), so the ratio compares like
 //! with like, and the third figure shows what the emulator charges for it.
 //!
+//! Beside each rate, the process's CPU time per success (user + system,
+//! every thread: client, gateway, handler, SDK and the embedded emulator
+//! alike): on a machine whose cores the run saturates, the rate is about
+//! the cores over that figure, and the difference between the sides is
+//! what one like costs on top of its bare call, in microseconds, which a
+//! busy machine moves far less than it moves the rates.
+//!
 //! The figures are medians of the rounds. Numbers only: no pass or fail
 //! (a timed test would fail on a loaded machine, not on a regression).
 
@@ -135,6 +142,10 @@ pub struct RatioResult {
     /// Transactional mode: the bare transaction without its token, per
     /// round (empty in stream mode, whose bare call carries none).
     pub raw_untokened: Vec<f64>,
+    /// The process's CPU microseconds per like answered 200, per round.
+    pub endpoint_cpu_us: Vec<f64>,
+    /// ... per bare call that succeeded (with its token), per round.
+    pub raw_cpu_us: Vec<f64>,
     /// Answers other than 200 (endpoint) or failed calls (bare), in all.
     pub endpoint_errors: u64,
     /// See `endpoint_errors`.
@@ -147,6 +158,45 @@ pub struct RatioResult {
     pub raw_untokened_median: Option<f64>,
     /// `endpoint_median / raw_median`.
     pub ratio: f64,
+    /// Medians of the CPU figures.
+    pub endpoint_cpu_us_median: f64,
+    /// See `endpoint_cpu_us_median`.
+    pub raw_cpu_us_median: f64,
+}
+
+/// One side's round: successes a second, CPU per success, failures.
+#[derive(Clone, Copy, Debug)]
+struct SideRound {
+    rate: f64,
+    cpu_us: f64,
+    errors: u64,
+}
+
+/// The CPU time this process used so far, user and system, all threads
+/// (`/proc/self/stat`'s `utime` and `stime`, in clock ticks of 1/100 s:
+/// Linux's `USER_HZ` on every architecture it reports through `/proc`).
+fn process_cpu() -> Result<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    cpu_of_stat(&stat)
+}
+
+/// [`process_cpu`] of the text of a `/proc/<pid>/stat`.
+fn cpu_of_stat(stat: &str) -> Result<Duration> {
+    // The command name, field 2, is in parentheses and may hold spaces:
+    // fields are counted after its closing one (field 3 is the state).
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| anyhow!("no command name in /proc/self/stat"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| anyhow!("field {} of /proc/self/stat", i + 3))
+    };
+    // utime is field 14, stime 15.
+    Ok(Duration::from_millis(10 * (ticks(11)? + ticks(12)?)))
 }
 
 /// Runs both modes and returns the Markdown table; the rounds go to
@@ -183,7 +233,7 @@ async fn measure_side(
     mode: Mode,
     side: Side,
     round: u32,
-) -> Result<(f64, u64)> {
+) -> Result<SideRound> {
     let mut so = StackOptions::isolated(opts.template.clone());
     for (k, v) in [
         ("COUNTING", mode.as_str()),
@@ -209,7 +259,7 @@ async fn measure_side(
         counters_table: stack.config.counters_table.clone(),
         mode,
     };
-    let result = closed_loop(opts, &sides, side, round).await;
+    let result = closed_loop(opts, Arc::new(sides), side, round).await;
     stack.shutdown().await;
     result
 }
@@ -235,6 +285,7 @@ enum Side {
 /// Both sides of one mode, round after round.
 async fn run_mode(opts: &RatioOptions, mode: Mode) -> Result<RatioResult> {
     let (mut endpoint, mut raw, mut untokened) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut endpoint_cpu, mut raw_cpu) = (Vec::new(), Vec::new());
     let (mut endpoint_errors, mut raw_errors) = (0, 0);
     for round in 0..opts.rounds {
         // Alternating which side goes first: neither always runs first
@@ -249,27 +300,31 @@ async fn run_mode(opts: &RatioOptions, mode: Mode) -> Result<RatioResult> {
             order.push(Side::RawUntokened);
         }
         for side in order {
-            let (rate, errors) = measure_side(opts, mode, side, round).await?;
+            let r = measure_side(opts, mode, side, round).await?;
             match side {
                 Side::Endpoint => {
-                    endpoint.push(rate);
-                    endpoint_errors += errors;
+                    endpoint.push(r.rate);
+                    endpoint_cpu.push(r.cpu_us);
+                    endpoint_errors += r.errors;
                 }
                 Side::Raw => {
-                    raw.push(rate);
-                    raw_errors += errors;
+                    raw.push(r.rate);
+                    raw_cpu.push(r.cpu_us);
+                    raw_errors += r.errors;
                 }
                 Side::RawUntokened => {
-                    untokened.push(rate);
-                    raw_errors += errors;
+                    untokened.push(r.rate);
+                    raw_errors += r.errors;
                 }
             }
         }
         crate::errln!(
-            "  round {}: endpoint {:.0}/s, bare call {:.0}/s",
+            "  round {}: endpoint {:.0}/s ({:.0} µs CPU each), bare call {:.0}/s ({:.0} µs)",
             round + 1,
             endpoint[endpoint.len() - 1],
-            raw[raw.len() - 1]
+            endpoint_cpu[endpoint_cpu.len() - 1],
+            raw[raw.len() - 1],
+            raw_cpu[raw_cpu.len() - 1]
         );
     }
     let endpoint_median = median(endpoint.clone());
@@ -277,6 +332,10 @@ async fn run_mode(opts: &RatioOptions, mode: Mode) -> Result<RatioResult> {
     let raw_untokened_median = (!untokened.is_empty()).then(|| median(untokened.clone()));
     Ok(RatioResult {
         mode,
+        endpoint_cpu_us_median: median(endpoint_cpu.clone()),
+        raw_cpu_us_median: median(raw_cpu.clone()),
+        endpoint_cpu_us: endpoint_cpu,
+        raw_cpu_us: raw_cpu,
         endpoint,
         raw,
         raw_untokened: untokened,
@@ -295,13 +354,13 @@ async fn run_mode(opts: &RatioOptions, mode: Mode) -> Result<RatioResult> {
 
 /// `concurrency` workers sending one side's request back to back for
 /// `seconds`, each like from a user of its own on the side's one reel:
-/// successes a second, and the failures.
+/// successes a second, the process's CPU per success, and the failures.
 async fn closed_loop(
     opts: &RatioOptions,
-    sides: &Sides,
+    sides: Arc<Sides>,
     side: Side,
     round: u32,
-) -> Result<(f64, u64)> {
+) -> Result<SideRound> {
     let reel = ReelId::parse(match side {
         Side::Endpoint => "ratio-endpoint",
         Side::Raw | Side::RawUntokened => "ratio-raw",
@@ -309,11 +368,18 @@ async fn closed_loop(
     .map_err(|e| anyhow!("{e}"))?;
     let ok = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
+    let cpu_before = process_cpu()?;
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(opts.seconds);
+    // Each worker a task of its own, as each `wrk` connection is its own
+    // loop: polled together in one task, the bare side's SDK work
+    // (building, signing, parsing each call) ran on one thread at a time,
+    // while the endpoint's ran in the server's connection tasks on every
+    // worker, which flattered the endpoint.
     let workers = (0..opts.concurrency).map(|worker| {
         let (ok, failed, reel) = (ok.clone(), failed.clone(), reel.clone());
-        async move {
+        let sides = sides.clone();
+        tokio::spawn(async move {
             let mut i = 0u64;
             while Instant::now() < until {
                 i += 1;
@@ -329,14 +395,19 @@ async fn closed_loop(
                     failed.fetch_add(1, Ordering::Relaxed);
                 }
             }
-        }
+        })
     });
-    futures::future::join_all(workers).await;
+    for worker in futures::future::join_all(workers).await {
+        worker.context("a bench worker")?;
+    }
     let elapsed = started.elapsed().as_secs_f64();
-    Ok((
-        ok.load(Ordering::Relaxed) as f64 / elapsed,
-        failed.load(Ordering::Relaxed),
-    ))
+    let cpu = process_cpu()?.saturating_sub(cpu_before);
+    let ok = ok.load(Ordering::Relaxed);
+    Ok(SideRound {
+        rate: ok as f64 / elapsed,
+        cpu_us: cpu.as_secs_f64() * 1e6 / ok.max(1) as f64,
+        errors: failed.load(Ordering::Relaxed),
+    })
 }
 
 impl Sides {
@@ -431,18 +502,20 @@ fn markdown(opts: &RatioOptions, results: &[RatioResult]) -> String {
     };
     let mut out = format!(
         "{} rounds of {} s per side, {} workers each, interleaved; medians.\n\n\
-         | counting | like endpoint (likes/s) | bare SDK call | bare call (calls/s) | ratio | bare call without its token (calls/s) | rounds: endpoint | rounds: bare call |\n\
-         | --- | ---: | --- | ---: | ---: | ---: | --- | --- |\n",
+         | counting | like endpoint (likes/s) | bare SDK call | bare call (calls/s) | ratio | CPU per like, endpoint (µs) | CPU per bare call (µs) | bare call without its token (calls/s) | rounds: endpoint | rounds: bare call |\n\
+         | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n",
         opts.rounds, opts.seconds, opts.concurrency
     );
     for r in results {
         out.push_str(&format!(
-            "| {} | {:.0} | {} | {:.0} | **{:.2}** | {} | {} | {} |\n",
+            "| {} | {:.0} | {} | {:.0} | **{:.2}** | {:.0} | {:.0} | {} | {} | {} |\n",
             r.mode.as_str(),
             r.endpoint_median,
             r.mode.raw_call(),
             r.raw_median,
             r.ratio,
+            r.endpoint_cpu_us_median,
+            r.raw_cpu_us_median,
             r.raw_untokened_median
                 .map_or_else(|| "—".to_owned(), |m| format!("{m:.0}")),
             rounds(&r.endpoint),
@@ -485,10 +558,24 @@ mod tests {
             raw_median: 1000.0,
             raw_untokened_median: Some(1400.0),
             ratio: 0.95,
+            endpoint_cpu_us: vec![1100.0, 1050.0],
+            raw_cpu_us: vec![990.0, 1010.0],
+            endpoint_cpu_us_median: 1075.0,
+            raw_cpu_us_median: 1000.0,
         };
         let t = markdown(&opts, &[r]);
         assert!(t.contains("| transactional | 950 |"), "{t}");
-        assert!(t.contains("**0.95** | 1400 |"), "{t}");
+        assert!(t.contains("**0.95** | 1075 | 1000 | 1400 |"), "{t}");
         assert!(t.contains("900 · 1000"), "{t}");
+    }
+
+    #[test]
+    fn cpu_time_is_utime_plus_stime_after_the_command_name() {
+        // A command name with a space and a parenthesis, as the kernel
+        // allows; utime 250 and stime 31 ticks.
+        let stat = "4242 (likes (local) x) R 1 4242 4242 0 -1 4194304 9 0 0 0 250 31 0 0 20 0 9 0";
+        assert_eq!(cpu_of_stat(stat).unwrap(), Duration::from_millis(2810));
+        assert!(cpu_of_stat("4242 likes R 1").is_err());
+        assert!(process_cpu().is_ok());
     }
 }
