@@ -163,21 +163,10 @@ impl Stack {
             Dynamo::Endpoint(url) => url.clone(),
             Dynamo::Embedded { host, port, file } => {
                 let (db, _) = emulator::open(file.as_deref())?;
-                let listener = TcpListener::bind((host.as_str(), *port))
-                    .await
+                let listener = std::net::TcpListener::bind((host.as_str(), *port))
                     .with_context(|| format!("binding the DynamoDB port {port}"))?;
                 let addr = listener.local_addr()?;
-                let mut rx = stopped.clone();
-                tasks.push(tokio::spawn(async move {
-                    let shutdown = async move {
-                        let _ = rx.wait_for(|s| *s).await;
-                    };
-                    if let Err(e) =
-                        dynoxide::server::serve_with_shutdown(listener, db, shutdown).await
-                    {
-                        tracing::error!(error = %e, "dynoxide stopped");
-                    }
-                }));
+                tasks.push(emulator::serve(listener, db, stopped.clone())?);
                 format!("http://{addr}")
             }
         };
