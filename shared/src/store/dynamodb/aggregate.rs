@@ -39,7 +39,6 @@ impl AggregateStore for DynamoStore {
     async fn apply_chunk(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
         let n = |v: i64| AttributeValue::N(v.to_string());
         let checkpoint = CheckpointMove {
-            table: &self.counters_table,
             key: HashMap::from([(
                 "pk".to_owned(),
                 AttributeValue::S(write.checkpoint_key.clone()),
@@ -50,7 +49,7 @@ impl AggregateStore for DynamoStore {
             now_ms: write.now_ms,
             records: write.records,
         }
-        .update(", #exp = :exp, #t = :turn")
+        .checkpoint_update(&self.counters_table, ", #exp = :exp, #t = :turn")
         .expression_attribute_names("#exp", "expires_at")
         .expression_attribute_values(":exp", n(write.expires_at))
         .expression_attribute_names("#t", "turn")

@@ -185,7 +185,6 @@ impl DynamoStore {
 /// A source shard's checkpoint moving from `expected` (`None`: it has none
 /// yet) to `next`, the last record of the chunk applied with it.
 pub(super) struct CheckpointMove<'a> {
-    pub table: &'a str,
     pub key: HashMap<String, AttributeValue>,
     pub expected: Option<&'a str>,
     pub next: &'a str,
@@ -197,9 +196,9 @@ pub(super) struct CheckpointMove<'a> {
 }
 
 impl CheckpointMove<'_> {
-    /// The update of the checkpoint item that opens a chunk's transaction;
-    /// `more_sets` (`", #x = :x"` clauses) is set with it, its names and
-    /// values added by the caller.
+    /// The update of the checkpoint item (in `table`) that opens a chunk's
+    /// transaction; `more_sets` (`", #x = :x"` clauses) is set with it, its
+    /// names and values added by the caller.
     ///
     /// Sequence numbers are stored zero-padded to one width, so they are
     /// equal as strings when equal as numbers and ordered as strings as
@@ -208,9 +207,9 @@ impl CheckpointMove<'_> {
     /// (or stay), whatever the caller planned, since a checkpoint that went
     /// back would let the records after it be applied again (see
     /// [`crate::aggregate`]).
-    pub fn update(&self, more_sets: &str) -> UpdateBuilder {
+    pub fn checkpoint_update(&self, table: &str, more_sets: &str) -> UpdateBuilder {
         let update = Update::builder()
-            .table_name(self.table)
+            .table_name(table)
             .set_key(Some(self.key.clone()))
             .update_expression(format!(
                 "SET #s = :next, #id = :id, #at = :at{more_sets} ADD #r :records"

@@ -183,7 +183,6 @@ impl ViewStore for DynamoViews {
         let n = |v: i64| AttributeValue::N(v.to_string());
         let s = |v: &str| AttributeValue::S(v.to_owned());
         let checkpoint = CheckpointMove {
-            table: &self.views_table,
             key: Self::key(&write.checkpoint_key, keys::VIEWS_SINGLE_SORT),
             expected: write.expected.as_deref(),
             next: &write.next,
@@ -191,7 +190,7 @@ impl ViewStore for DynamoViews {
             now_ms: write.now_ms,
             records: write.records,
         }
-        .update("");
+        .checkpoint_update(&self.views_table, "");
         let mut request = self.client.transact_write_items().transact_items(
             TransactWriteItem::builder()
                 .update(
