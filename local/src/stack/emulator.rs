@@ -165,6 +165,45 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The caller's runtime is idle (nothing drives it while this thread
+    /// blocks on a socket), as its workers are when they all wait on
+    /// dynoxide's lock: the emulator answers all the same.
+    #[test]
+    fn the_emulator_answers_while_the_callers_runtime_does_not_run() {
+        use std::io::{Read, Write};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (stop, stopped) = watch::channel(false);
+        let (addr, handle) = rt.block_on(async {
+            let (db, _) = open(None).unwrap();
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            (addr, serve(listener, db, stopped).unwrap())
+        });
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let body = "{}";
+        write!(
+            s,
+            "POST / HTTP/1.1\r\nHost: {addr}\r\nX-Amz-Target: DynamoDB_20120810.ListTables\r\n\
+             Content-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\n\
+             Authorization: AWS4-HMAC-SHA256 Credential=local/20261202/us-east-1/dynamodb/aws4_request, \
+             SignedHeaders=host, Signature=0\r\nX-Amz-Date: 20261202T000000Z\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("TableNames"), "{answer}");
+        stop.send(true).unwrap();
+        rt.block_on(handle).unwrap();
+    }
+
     #[test]
     fn two_in_memory_databases_are_apart() {
         let (_a, a) = open(None).unwrap();
