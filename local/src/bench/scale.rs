@@ -121,6 +121,22 @@ impl ScaleFigures {
         shards_seen: &[(f64, u32)],
     ) -> Self {
         let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64;
+        let mut held: Vec<(&String, &u64)> = proxy.modeled_conflicts.refused_on.iter().collect();
+        held.sort_by(|a, b| b.1.cmp(a.1));
+        crate::errln!(
+            "  transactions sent {}, refused {}; most refused on: {}",
+            proxy
+                .requests
+                .get("TransactWriteItems")
+                .copied()
+                .unwrap_or(0),
+            proxy.modeled_conflicts.refused.values().sum::<u64>(),
+            held.iter()
+                .take(5)
+                .map(|(item, n)| format!("{item} ×{n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         ScaleFigures {
             conflicted_pct: conflicted_pct(proxy),
             viral_conflicted_pct: viral_conflicted_pct(proxy),
