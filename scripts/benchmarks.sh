@@ -174,11 +174,12 @@ running as it does locally, on both sides).
 Both sides share the emulator's ceiling: dynoxide applies one write at a
 time, under one lock, so once both drive it flat out their rates meet and
 the ratio sits near 1 (a little above it at 16 workers; in one run of one
-round each, 0.96 with 4 workers, 1.01 with 8, 1.03 with 32). What the like path costs on top of its
-call shows in the CPU columns: the process's CPU per success, client,
-gateway and emulator included, which a busy machine moves far less than
-the rates. The difference between the two is the endpoint's own work per
-like (the HTTP hop and the gateway's event included).
+round each, 0.96 with 4 workers, 1.01 with 8, 1.03 with 32). What the like
+path costs on top of its call shows in the CPU columns: the process's CPU
+per success, client, gateway and emulator included, which a busy machine
+moves far less than the rates. The difference between the two is the
+endpoint's own work per like (the HTTP hop and the gateway's event
+included).
 
 EOF
   cat "$work/ratio.md"
