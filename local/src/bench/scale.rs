@@ -123,14 +123,9 @@ impl ScaleFigures {
         let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64;
         let mut held: Vec<(&String, &u64)> = proxy.modeled_conflicts.refused_on.iter().collect();
         held.sort_by(|a, b| b.1.cmp(a.1));
+        let (sent, refused) = transactions(proxy);
         crate::errln!(
-            "  transactions sent {}, refused {}; most refused on: {}",
-            proxy
-                .requests
-                .get("TransactWriteItems")
-                .copied()
-                .unwrap_or(0),
-            proxy.modeled_conflicts.refused.values().sum::<u64>(),
+            "  transactions sent {sent}, refused {refused}; most refused on: {}",
             held.iter()
                 .take(5)
                 .map(|(item, n)| format!("{item} ×{n}"))
@@ -157,11 +152,17 @@ impl ScaleFigures {
 /// token still in flight (`in_progress`); requests include every attempt,
 /// the SDK's retries and the aggregator's. 0 if none were sent.
 pub(super) fn conflicted_pct(stats: &faultproxy::Stats) -> f64 {
+    match transactions(stats) {
+        (0, _) => 0.0,
+        (sent, refused) => 100.0 * refused as f64 / sent as f64,
+    }
+}
+
+/// The aggregator's transactions sent and refused, as [`conflicted_pct`]
+/// counts them.
+fn transactions(stats: &faultproxy::Stats) -> (u64, u64) {
     const OP: &str = "TransactWriteItems";
     let sent = stats.requests.get(OP).copied().unwrap_or(0);
-    if sent == 0 {
-        return 0.0;
-    }
     let refused = stats
         .modeled_conflicts
         .refused
@@ -169,7 +170,7 @@ pub(super) fn conflicted_pct(stats: &faultproxy::Stats) -> f64 {
         .copied()
         .unwrap_or(0)
         + stats.modeled_conflicts.in_progress;
-    100.0 * refused as f64 / sent as f64
+    (sent, refused)
 }
 
 /// The aggregator's transactions refused because an item of the viral
