@@ -100,8 +100,12 @@ pub(crate) trait Source: Send + Sync + 'static {
     fn refuses(&self, _answer: &Value) -> Option<&'static str> {
         None
     }
+    /// Whether the source has tumbling windows (and so final invocations).
+    fn windowed(&self) -> bool {
+        false
+    }
     /// The event of the final invocation of `shard`'s tumbling window (no
-    /// records); `None`: the source has no windows.
+    /// records); asked only of a windowed source.
     fn final_window(&self, _shard: &str) -> Option<Value> {
         None
     }
@@ -185,9 +189,7 @@ impl<S: Source> Delivery<S> {
                         let again = self.perturb(shard, &records, true, &queue);
                         let _ = self.invoke(shard.id, &again).await;
                     }
-                    if self.source.final_window(shard.id).is_some()
-                        && self.dice.chance(self.faults.final_window)
-                    {
+                    if self.source.windowed() && self.dice.chance(self.faults.final_window) {
                         self.final_invoke(shard.id).await;
                     }
                     continue;

@@ -140,8 +140,12 @@ impl Source for Aggregate {
             .then_some("answer without state")
     }
 
+    fn windowed(&self) -> bool {
+        self.def.tumbling_window_secs > 0
+    }
+
     fn final_window(&self, shard: &str) -> Option<Value> {
-        (self.def.tumbling_window_secs > 0)
+        self.windowed()
             .then(|| final_window(&self.stream_arn, self.def.tumbling_window_secs, shard))
     }
 }
