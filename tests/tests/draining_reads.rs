@@ -114,30 +114,40 @@ async fn a_shrink_under_likes_and_batch_reads_answers_every_read() {
     let proxy = t.stack.proxy.clone().expect("a proxy");
     let resize = async {
         let started = Instant::now();
+        // When the wait ends (epoch ms), once the drain's wait has begun.
+        let (mut wait_ends, mut switched) = (None::<i64>, false);
         loop {
+            if let Some(due) = wait_ends.filter(|_| !switched) {
+                // The folds start with the first advance once the wait is
+                // over: from then on no writer with older settings is left,
+                // and only the folds in flight cancel a transactional read
+                // (a reader falls back to one while folds land back to
+                // back), a fifth of them here. So the faults change before
+                // any advance that may fold, however late a loaded machine
+                // wakes this task: not on a later poll that might come only
+                // after the folds.
+                let now = epoch_ms();
+                if now + 60 < due {
+                    let nap = (due - 60 - now).clamp(1, 50) as u64;
+                    tokio::time::sleep(Duration::from_millis(nap)).await;
+                    continue;
+                }
+                proxy.set_faults(
+                    faultproxy::Faults::parse("seed=4,TransactGetItems.conflict=0.2").unwrap(),
+                );
+                switched = true;
+            }
             match r.advance(&reel).await.expect("advance") {
                 Progress::Stable(s) => {
                     assert_eq!(s.read_shards, 2);
                     break;
                 }
                 Progress::Waiting { settings, due_ms } => {
-                    // The folds start with the next advance (after the sleep
-                    // below) once the wait is over: from then on no writer with older settings is
-                    // left, and only the folds in flight cancel a
-                    // transactional read (a reader falls back to one while
-                    // folds land back to back), a fifth of them here.
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .unwrap()
-                        .as_millis() as i64;
-                    if settings.phase == Phase::Draining
+                    if !switched
+                        && settings.phase == Phase::Draining
                         && settings.phase_at_ms > 0
-                        && now + 60 >= due_ms
                     {
-                        proxy.set_faults(
-                            faultproxy::Faults::parse("seed=4,TransactGetItems.conflict=0.2")
-                                .unwrap(),
-                        );
+                        wait_ends = Some(due_ms);
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await
                 }
@@ -159,4 +169,12 @@ async fn a_shrink_under_likes_and_batch_reads_answers_every_read() {
     assert_eq!(t.shard_sum("drain").await, rows);
     assert_eq!(t.http_count("drain").await, rows);
     t.stop().await;
+}
+
+/// Now, in milliseconds since the Unix epoch (the resharder's clock).
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
