@@ -143,10 +143,7 @@ async fn a_shrink_under_likes_and_batch_reads_answers_every_read() {
                     break;
                 }
                 Progress::Waiting { settings, due_ms } => {
-                    if !switched
-                        && settings.phase == Phase::Draining
-                        && settings.phase_at_ms > 0
-                    {
+                    if !switched && settings.phase == Phase::Draining && settings.phase_at_ms > 0 {
                         wait_ends = Some(due_ms);
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await
