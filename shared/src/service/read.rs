@@ -272,8 +272,13 @@ impl<S: CounterStore> LikeService<S> {
                 // kept landing) must not fail the others: each is summed on
                 // its own, and the ones that still fail are left out (the
                 // answer lists them), unless nothing is left to answer.
-                Err(e) if plan.len() > 1 && e.status() >= 429 => {
-                    let (sums, failed) = self.sum_each(&plan).await;
+                Err(e) if e.status() >= 429 && (plan.len() > 1 || !found.is_empty()) => {
+                    // A reel read alone has had its read: it is the one
+                    // that failed.
+                    let (sums, failed) = match plan.as_slice() {
+                        [(only, _)] => (HashMap::new(), vec![only.clone()]),
+                        _ => self.sum_each(&plan).await,
+                    };
                     if sums.is_empty() && found.is_empty() {
                         return Err(e);
                     }
@@ -405,6 +410,21 @@ mod tests {
             svc.counts(&reels[1..2]).await.unwrap_err(),
             Error::Contended
         );
+    }
+
+    #[tokio::test]
+    async fn a_cached_reel_is_answered_when_the_one_reel_read_fails() {
+        let svc = scripted(vec![TxResult::Committed { replayed: false }], &[]);
+        let (a, failing) = (
+            ReelId::parse("a").unwrap(),
+            ReelId::parse("failing").unwrap(),
+        );
+        svc.counts(std::slice::from_ref(&a)).await.unwrap();
+        // Before: the one reel read failed the whole answer (429), though
+        // "a" was in the cache.
+        let counts = svc.counts(&[a, failing]).await.unwrap();
+        let got: Vec<(&str, i64)> = counts.iter().map(|(r, c)| (r.as_str(), c.count)).collect();
+        assert_eq!(got, [("a", 41)], "the failing reel is left out");
     }
 
     #[tokio::test]
