@@ -153,7 +153,13 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
             })
         }
         Route::ReelLikes(raw) => {
-            let user = identity(req, auth_mode)?;
+            // The identity only adds `liked_by_me`: a verified token whose
+            // subject is no user id reads as anonymous (the contract has
+            // the function answer 401 on no read route).
+            let user = match identity(req, auth_mode) {
+                Err(Error::Unauthorized) => None,
+                other => other?,
+            };
             let reel = reel_id(&raw)?;
             Ok(Command::Count { reel, user })
         }
@@ -196,6 +202,9 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
         }
         Route::AdminUserLikes(raw) => {
             let principal = require_admin(req, auth_mode)?;
+            let raw = raw.ok_or_else(|| {
+                Error::bad_request("invalid_user_id", "user id must be UTF-8 once decoded")
+            })?;
             let user =
                 UserId::parse(&raw).map_err(|e| Error::bad_request("invalid_user_id", e.0))?;
             Ok(Command::Erase { user, principal })
@@ -376,6 +385,10 @@ pub(crate) fn request_id(req: &Request) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lambda_http::aws_lambda_events::apigw::{
+        ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
+        ApiGatewayV2httpRequestContext,
+    };
 
     #[test]
     fn routes_match_exact_paths_only() {
@@ -428,6 +441,25 @@ mod tests {
             panic!()
         };
         assert!(reel_id(&id).is_err());
+    }
+
+    #[test]
+    fn an_erasure_of_a_user_id_that_is_not_utf8_is_refused() {
+        // Before: decoded lossily to "Jos\u{FFFD}", a valid user id, so the
+        // erasure ran for another user and answered 200.
+        let req = request(
+            Method::DELETE,
+            "/admin/users/Jos%E9/likes",
+            &[],
+            Body::Empty,
+        );
+        let e = parse(&req, AuthMode::Dev, Function::Like).unwrap_err();
+        assert_eq!((e.status(), e.code()), (400, "invalid_user_id"), "{e:?}");
+        let Some(Route::AdminUserLikes(Some(id))) = Route::parse("/admin/users/Jos%C3%A9/likes")
+        else {
+            panic!()
+        };
+        assert_eq!(id, "José");
     }
 
     fn request(method: Method, path: &str, headers: &[(&str, &str)], body: Body) -> Request {
@@ -502,6 +534,38 @@ mod tests {
         let req = request(Method::GET, "/reels/a/likes", &h, Body::Empty);
         assert_eq!(
             parse(&req, AuthMode::Jwt, Function::Read),
+            Ok(Command::Count {
+                reel: ReelId::parse("a").unwrap(),
+                user: None,
+            })
+        );
+        // A verified token whose subject is no user id (over 256 bytes):
+        // no identity for a like, an anonymous read of the count. Before,
+        // the read answered 401, which openapi.yaml rules out there.
+        let with_sub = |method: Method, path: &str| {
+            let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
+            jwt.claims = [("sub".to_owned(), "u".repeat(300))].into();
+            let mut authorizer = ApiGatewayRequestAuthorizer::default();
+            authorizer.jwt = Some(jwt);
+            let mut ctx = ApiGatewayV2httpRequestContext::default();
+            ctx.authorizer = Some(authorizer);
+            request(method, path, &[], Body::Empty)
+                .with_request_context(RequestContext::ApiGatewayV2(ctx))
+        };
+        assert_eq!(
+            parse(
+                &with_sub(Method::PUT, "/reels/a/like"),
+                AuthMode::Jwt,
+                Function::Like
+            ),
+            Err(Error::Unauthorized)
+        );
+        assert_eq!(
+            parse(
+                &with_sub(Method::GET, "/reels/a/likes"),
+                AuthMode::Jwt,
+                Function::Read
+            ),
             Ok(Command::Count {
                 reel: ReelId::parse("a").unwrap(),
                 user: None,

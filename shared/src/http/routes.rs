@@ -72,8 +72,11 @@ pub(crate) enum Route {
     /// in progress.
     AdminReels,
     /// `/admin/users/{user_id}/likes`: DELETE every like of the user
-    /// (erasure).
-    AdminUserLikes(String),
+    /// (erasure). `None` when the decoded segment is not UTF-8: a user id
+    /// may hold any character, so a lossy decode would name another user
+    /// (`Jos%E9` would erase `Jos\u{FFFD}`'s likes and answer that nothing
+    /// was left), where a reel id's character set refuses the replacement.
+    AdminUserLikes(Option<String>),
     /// `/views`: POST a viewer's batch of views.
     Views,
     /// `/reels/{reel_id}/views`: GET the views and unique viewers.
@@ -97,7 +100,12 @@ impl Route {
             ["healthz"] => Some(Route::Health),
             ["admin", "reels", id, "shards"] => Some(Route::AdminShards(decode(id))),
             ["admin", "reels"] => Some(Route::AdminReels),
-            ["admin", "users", id, "likes"] => Some(Route::AdminUserLikes(decode(id))),
+            ["admin", "users", id, "likes"] => Some(Route::AdminUserLikes(
+                percent_decode_str(id)
+                    .decode_utf8()
+                    .ok()
+                    .map(|s| s.into_owned()),
+            )),
             ["views"] => Some(Route::Views),
             ["reels", id, "views"] => Some(Route::ReelViews(decode(id))),
             ["counts"] => Some(Route::Counts),
