@@ -141,7 +141,11 @@ impl Error {
     pub fn retry_after_secs(&self) -> Option<u32> {
         match self {
             Error::Throttled | Error::Contended | Error::Unavailable => Some(fastrand::u32(1..=3)),
-            Error::RateLimited { retry_after } => Some(*retry_after),
+            // A bound configured very low could ask for hours; the contract
+            // caps the header.
+            Error::RateLimited { retry_after } => {
+                Some((*retry_after).clamp(1, MAX_RETRY_AFTER_SECS))
+            }
             _ => None,
         }
     }
@@ -158,9 +162,23 @@ impl Error {
     }
 }
 
+/// The longest `Retry-After` answered (openapi.yaml's maximum): an hour.
+pub const MAX_RETRY_AFTER_SECS: u32 = 3600;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_stays_within_the_contract() {
+        // Before: a like bound of 0.0001 writes a second asked for 10,000 s.
+        let long = Error::RateLimited {
+            retry_after: 10_000,
+        };
+        assert_eq!(long.retry_after_secs(), Some(MAX_RETRY_AFTER_SECS));
+        let none = Error::RateLimited { retry_after: 0 };
+        assert_eq!(none.retry_after_secs(), Some(1));
+    }
 
     #[test]
     fn every_variant_maps_to_a_status_and_json() {

@@ -94,7 +94,10 @@ impl<L: LogStore> Producer<L> {
             log,
             backoff: Backoff::from_config(config),
             retries: AtomicU64::new(0),
-            limits: super::limits::ViewerLimits::new(bounds),
+            limits: super::limits::ViewerLimits::new(
+                bounds,
+                MAX_VIEW_ENTRIES as u64 * u64::from(MAX_VIEW_COUNT),
+            ),
         }
     }
 

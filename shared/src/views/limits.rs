@@ -19,7 +19,7 @@
 //! bound once per instance it reaches, which `ViewReservedConcurrency`
 //! caps.
 
-use crate::error::Error;
+use crate::error::{Error, MAX_RETRY_AFTER_SECS};
 use crate::keys::UserId;
 use moka::future::Cache;
 use std::sync::{Arc, Mutex};
@@ -65,13 +65,14 @@ pub struct ViewerLimits {
 const MAX_VIEWERS: u64 = 100_000;
 
 impl ViewerLimits {
-    /// Buckets under `bounds`.
-    pub fn new(bounds: ViewerBounds) -> Self {
+    /// Buckets under `bounds`, for batches of at most `largest_batch`
+    /// views.
+    pub fn new(bounds: ViewerBounds, largest_batch: u64) -> Self {
         ViewerLimits {
             bounds,
             viewers: Cache::builder()
                 .max_capacity(MAX_VIEWERS)
-                .time_to_idle(Duration::from_secs(600))
+                .time_to_idle(keep_idle(&bounds, largest_batch))
                 .build(),
         }
     }
@@ -109,9 +110,25 @@ impl ViewerLimits {
         let wait_views =
             (needed - g.views).max(0.0) * 60.0 / b.views_per_min.max(f64::MIN_POSITIVE);
         Err(Error::RateLimited {
-            retry_after: wait_batches.max(wait_views).ceil().clamp(1.0, 3600.0) as u32,
+            retry_after: wait_batches
+                .max(wait_views)
+                .ceil()
+                .clamp(1.0, f64::from(MAX_RETRY_AFTER_SECS)) as u32,
         })
     }
+}
+
+/// How long an idle viewer's buckets are kept: ten minutes, or as long as
+/// the deepest debt one batch can leave takes to repay, if that is longer
+/// (up to a week). A debt forgotten early would hand the viewer a full
+/// bucket: a batch of 100,000 views every ten minutes against a bound of
+/// 6,000 a minute.
+fn keep_idle(bounds: &ViewerBounds, largest_batch: u64) -> Duration {
+    const WEEK: f64 = 7.0 * 86_400.0;
+    let per_sec = bounds.views_per_min.max(f64::MIN_POSITIVE) / 60.0;
+    let debt = (largest_batch as f64 - bounds.views_per_min).max(0.0);
+    let repaid = (debt / per_sec).ceil().min(WEEK);
+    Duration::from_secs(600).max(Duration::from_secs_f64(repaid))
 }
 
 #[cfg(test)]
@@ -120,11 +137,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_viewer_gets_a_burst_then_its_rate_and_others_are_untouched() {
-        let l = ViewerLimits::new(ViewerBounds {
-            batches_per_sec: 1.0,
-            batch_burst: 3.0,
-            views_per_min: 60.0,
-        });
+        let l = ViewerLimits::new(
+            ViewerBounds {
+                batches_per_sec: 1.0,
+                batch_burst: 3.0,
+                views_per_min: 60.0,
+            },
+            150,
+        );
         let (u, v) = (UserId::parse("u").unwrap(), UserId::parse("v").unwrap());
         for _ in 0..3 {
             l.admit(&u, 1).await.unwrap();
@@ -141,5 +161,31 @@ mod tests {
         l.admit(&w, 150).await.unwrap();
         let e = l.admit(&w, 1).await.unwrap_err();
         assert!(matches!(e, Error::RateLimited { retry_after: 91 }), "{e:?}");
+    }
+
+    #[test]
+    fn a_debt_is_kept_until_it_is_repaid() {
+        // Before: every viewer's buckets were dropped after 10 idle
+        // minutes, so a batch of 100,000 views (94,000 owed at 100 a
+        // second, 940 s) found a full bucket again after 600 s.
+        let largest = 100 * 1_000;
+        let l = ViewerLimits::new(ViewerBounds::default(), largest);
+        let idle = l.viewers.policy().time_to_idle().unwrap();
+        assert!(idle >= Duration::from_secs(940), "{idle:?}");
+        let low = ViewerBounds {
+            views_per_min: 600.0,
+            ..ViewerBounds::default()
+        };
+        let idle = ViewerLimits::new(low, largest)
+            .viewers
+            .policy()
+            .time_to_idle();
+        assert!(idle.unwrap() >= Duration::from_secs(9_940), "{idle:?}");
+        // Batches within a minute's views leave no debt: ten minutes.
+        let idle = ViewerLimits::new(ViewerBounds::default(), 6_000)
+            .viewers
+            .policy()
+            .time_to_idle();
+        assert_eq!(idle, Some(Duration::from_secs(600)));
     }
 }
