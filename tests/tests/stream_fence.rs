@@ -345,3 +345,51 @@ async fn stream_shards_meeting_on_a_reel_double_its_shards() {
     assert_eq!(t.http_count("pop").await, 3);
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cool_reel_keeps_a_shard_for_each_stream_shard_still_writing_it() {
+    // Before: the schedule read the shards' `w` as likes a second, but in
+    // stream mode it counts chunks, about one a second per stream shard
+    // carrying the reel: far below COOL_LIKES_PER_SEC however viral the
+    // reel, so the shards the aggregator grew for its stream shards were
+    // folded back to one every COOL_DOWN_SECS (this test's second run
+    // started that shrink).
+    let t = stack(&[
+        ("AUTO_RESHARD", "on"),
+        ("COOL_DOWN_SECS", "0"),
+        ("COOL_LIKES_PER_SEC", "1000"),
+        ("HOT_LIKES_PER_SEC", "2000"),
+        ("MAX_SHARDS", "64"),
+    ])
+    .await;
+    let pop = ReelId::parse("pop").unwrap();
+    let r = &t.stack.app.reshard;
+    r.begin(&pop, 8).await.expect("grow");
+    drive(r, &pop).await;
+    // The first run only takes a sample of `w`.
+    assert_eq!(r.run_scheduled(None).await.unwrap().shrinks_started, 0);
+    // Eight stream shards, each with two batches of the reel: 16 chunks,
+    // more than 4 a second unless the two runs are 4 s apart (they are
+    // well under one): the reel keeps at least 8 shards.
+    let mut likes = 0;
+    for n in 1..=2u64 {
+        for i in 0..8u64 {
+            let shard = format!("shardId-{i:05}");
+            deliver(&t, &batch(&shard, "pop", &[(n, &format!("u{i}-{n}"))])).await;
+            likes += 1;
+        }
+    }
+    let summary = r.run_scheduled(None).await.unwrap();
+    assert_eq!(summary.shrinks_started, 0, "{summary:?}");
+    let s = r.state(&pop).await.unwrap();
+    assert_eq!((s.read_shards, s.write_shards), (8, 8), "{s:?}");
+    // Quiet now (no chunk since the last sample): it folds back to one.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let summary = r.run_scheduled(None).await.unwrap();
+    assert_eq!(summary.shrinks_started, 1, "{summary:?}");
+    drive(r, &pop).await;
+    let s = r.state(&pop).await.unwrap();
+    assert_eq!((s.read_shards, s.write_shards), (1, 1), "{s:?}");
+    assert_eq!(t.http_count("pop").await, likes);
+    t.stop().await;
+}

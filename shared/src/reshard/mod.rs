@@ -84,7 +84,7 @@ pub use policy::{request_grow, request_grow_to};
 pub use schedule::RunSummary;
 
 use crate::clock::now_ms;
-use crate::config::{Config, ResizeConfig};
+use crate::config::{Config, Counting, ResizeConfig};
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::retry::Backoff;
@@ -291,6 +291,9 @@ struct Tally {
 pub struct Resharder<S> {
     store: S,
     resize: ResizeConfig,
+    /// Stream mode: what a shard's `w` counts, and so how far a cool reel
+    /// may shrink (see `schedule`).
+    counting: Counting,
     wait: Duration,
     backoff: Backoff,
 }
@@ -301,6 +304,7 @@ impl<S: ResizeStore> Resharder<S> {
         Resharder {
             store,
             resize: config.resize.clone(),
+            counting: config.counting,
             wait: config.resize_wait(),
             backoff: Backoff::from_config(config),
         }
