@@ -288,11 +288,28 @@ async fn overlapping_runs_never_apply_a_correction_twice() {
     let id = reel("o-0");
     let view = store.reel_view(&id).await.unwrap();
     assert_eq!(view.ledger.corrections, 1);
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
     assert_eq!(
-        store.correct(&id, 5, 0, "another-run").await.unwrap(),
+        store.correct(&id, 5, 0, "another-run", at).await.unwrap(),
         CorrectResult::LedgerChanged
     );
     assert_eq!(t.shard_sum("o-0").await, 10);
+    // One correction sent again (its answer lost, or it was still in
+    // flight): a replay under its token, not a ledger that moved on.
+    // Before: the body carried the clock of each attempt, so the second
+    // was another body under the same token, refused, and the run counted
+    // a correction it had made as deferred.
+    for _ in 0..2 {
+        assert_eq!(
+            store.correct(&id, 1, 1, "replayed-run", at).await.unwrap(),
+            CorrectResult::Applied
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(t.shard_sum("o-0").await, 11);
     t.stop().await;
 }
 

@@ -372,12 +372,14 @@ impl<S: ReconcileStore> Reconciler<S> {
             return Ok(Outcome::Drift(drift));
         }
         let mut attempt = 0;
+        // One correction, one body: every attempt is stamped alike.
+        let at_ms = crate::clock::now_ms();
         loop {
             attempt += 1;
             inv.writes.take(4.0).await;
             match self
                 .store
-                .correct(reel, drift, view.ledger.corrections, &run_id)
+                .correct(reel, drift, view.ledger.corrections, &run_id, at_ms)
                 .await?
             {
                 CorrectResult::Applied => {

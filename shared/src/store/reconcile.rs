@@ -139,13 +139,16 @@ pub trait ReconcileStore: ResizeStore {
     fn reel_view(&self, reel: &ReelId) -> impl Future<Output = Result<ReelView, Error>> + Send;
 
     /// One transaction: `ADD n :drift` on shard 0 and the ledger's next
-    /// entry, if the ledger still counts `expected` corrections.
+    /// entry (stamped `at_ms`), if the ledger still counts `expected`
+    /// corrections. Its token comes from the arguments: a retry must pass
+    /// the same `at_ms`, or it is another body under the same token.
     fn correct(
         &self,
         reel: &ReelId,
         drift: i64,
         expected: u64,
         run_id: &str,
+        at_ms: i64,
     ) -> impl Future<Output = Result<CorrectResult, Error>> + Send;
 
     /// Adds `rows` to segment `segment`'s count in the run's count item of

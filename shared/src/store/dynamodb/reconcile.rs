@@ -182,6 +182,7 @@ impl ReconcileStore for DynamoStore {
         drift: i64,
         expected: u64,
         run_id: &str,
+        at_ms: i64,
     ) -> Result<CorrectResult, Error> {
         let n = |v: i64| AttributeValue::N(v.to_string());
         let shard = TransactWriteItem::builder()
@@ -210,7 +211,7 @@ impl ReconcileStore for DynamoStore {
             .expression_attribute_values(":next", n(expected as i64 + 1))
             .expression_attribute_values(":run", AttributeValue::S(run_id.to_owned()))
             .expression_attribute_values(":d", n(drift))
-            .expression_attribute_values(":at", n(crate::clock::now_ms()));
+            .expression_attribute_values(":at", n(at_ms));
         ledger = if expected == 0 {
             ledger.condition_expression("attribute_not_exists(#c)")
         } else {
@@ -232,6 +233,7 @@ impl ReconcileStore for DynamoStore {
                 reel.as_str(),
                 &drift.to_string(),
                 &expected.to_string(),
+                &at_ms.to_string(),
             ],
         );
         let result = self
