@@ -185,6 +185,16 @@ impl<S: CounterStore> LikeService<S> {
                 self.count_after_own_streamed_change(&req.reel, req.action.delta(), committed_at)
                     .await?
             }
+            // The same for an unkeyed write that an earlier attempt of this
+            // very request committed (its token is the request's own: the
+            // SDK's retry after a lost answer), just now. A keyed one may
+            // replay a commit of minutes ago, counted since: read below.
+            WritePath::Replayed | WritePath::Committed
+                if self.counting == Counting::Stream && tx.record.is_none() =>
+            {
+                self.count_after_own_streamed_change(&req.reel, req.action.delta(), committed_at)
+                    .await?
+            }
             WritePath::Applied => {
                 self.count_after_own_change(&req.reel, req.action.delta(), sent_at, committed_at)
                     .await?
@@ -404,6 +414,20 @@ mod tests {
             (WritePath::Applied, 2, true, 41)
         );
         assert_eq!(svc.store().calls(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_stream_mode_like_its_own_retry_committed_answers_with_it() {
+        // Before: answered from a fresh sum, which in stream mode holds the
+        // like only once the aggregator has applied it: changed, count 41.
+        for answer in [
+            TxResult::Committed { replayed: true },
+            TxResult::CommittedUnsure,
+        ] {
+            let svc = scripted(vec![answer], &[("COUNTING", "stream")]);
+            let out = svc.write(like("u", "req")).await.unwrap();
+            assert_eq!((out.changed, out.count), (true, 42), "{:?}", out.path);
+        }
     }
 
     #[tokio::test]
