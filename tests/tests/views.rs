@@ -273,3 +273,52 @@ async fn every_view_counts_once_under_every_fault_and_a_split() {
     assert!(children >= 2, "the split's children were read");
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_missing_from_the_listing_is_listed_for_once() {
+    use likes::store::LogStore;
+    use likes::store::kinesis::KinesisLog;
+    // Before: a shard the listing did not show was not remembered, so once
+    // a parent had expired from ListShards (a day after a split), every
+    // batch of its child listed the whole stream again looking for it.
+    let t = TestStack::start(&[("LOCAL_VIEWS", "on"), ("LOCAL_VIEWS_SHARDS", "2")]).await;
+    let views = t.stack.views.as_ref().unwrap();
+    // A proxy of this test's own, so that only this log's calls count.
+    let faults = faultproxy::Faults::parse("seed=1,max_latency_ms=1").unwrap();
+    let proxy = faultproxy::Proxy::start("127.0.0.1:0", &views.kinesis_endpoint, faults)
+        .await
+        .unwrap();
+    let conf = views
+        .client
+        .config()
+        .to_builder()
+        .endpoint_url(&proxy.url)
+        .build();
+    let log = KinesisLog::new(
+        aws_sdk_kinesis::Client::from_conf(conf),
+        views.def.stream.clone(),
+    );
+    let arn = views
+        .client
+        .describe_stream_summary()
+        .stream_name(&views.def.stream)
+        .send()
+        .await
+        .unwrap()
+        .stream_description_summary()
+        .unwrap()
+        .stream_arn()
+        .to_owned();
+    for _ in 0..3 {
+        let parents = log.parents(&arn, "shardId-000000000099").await.unwrap();
+        assert_eq!(parents, Vec::<String>::new());
+    }
+    let stats = proxy.stats();
+    assert_eq!(
+        stats.requests.get("ListShards"),
+        Some(&1),
+        "{:?}",
+        stats.requests
+    );
+    t.stop().await;
+}

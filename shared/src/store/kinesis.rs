@@ -136,12 +136,18 @@ impl LogStore for KinesisLog {
             return Ok(p);
         }
         let listed = self.list(stream_arn).await?;
-        let found = listed.get(shard_id).cloned();
-        if let Ok(mut m) = self.parents.lock() {
-            m.insert(stream_arn.to_owned(), listed);
-        }
         // A shard the listing does not show (expired from it after its
-        // retention): it has nothing left whose ids could repeat.
-        Ok(found.unwrap_or_default())
+        // retention): it has nothing left whose ids could repeat. Kept as
+        // such, and the listing added to what is known rather than put in
+        // its place: a child names its parent for as long as the child
+        // lives, and once the parent has expired from the listing every
+        // batch of the child would otherwise list the stream again.
+        let found = listed.get(shard_id).cloned().unwrap_or_default();
+        if let Ok(mut m) = self.parents.lock() {
+            let known = m.entry(stream_arn.to_owned()).or_default();
+            known.extend(listed);
+            known.insert(shard_id.to_owned(), found.clone());
+        }
+        Ok(found)
     }
 }
