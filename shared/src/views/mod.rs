@@ -16,10 +16,13 @@
 //! log is applied once: a redelivery, a reordering, a producer's retry of a
 //! lost answer and a client's retry with its `Idempotency-Key` (within
 //! [`ViewsConfig::dedup_window`]) change nothing twice. There is no truth
-//! table to recount from: a record that exhausts its retries goes to the
-//! OnFailure queue (an alarm), the one way views can be lost, and the
-//! queue's messages say which records (shard, sequence range) to replay
-//! from the stream within its retention.
+//! table to recount from, so a record not applied while it is in the log
+//! is lost: a batch that exhausts its retries goes to the OnFailure queue
+//! (an alarm), whose messages say which records (shard, sequence range)
+//! were given up, and records expire unread if the aggregator is stopped
+//! past the stream's retention. Handing a given-up range to the aggregator
+//! again counts nothing (the checkpoint has passed it); docs/views.md
+//! ("The guarantee", "How a loss shows") says how to size such a loss.
 //!
 //! # Layout
 //!
