@@ -33,12 +33,15 @@
 //! reopening are conditioned on the settings version, so no stale run
 //! closes a written shard or reopens an unread one.
 //!
-//! While draining, readers sum the base item and the shards being folded in
-//! one `TransactGetItems` ([`Settings::read_items`]), so no reader sees a
-//! fold half applied. No like writes any of those items by then, so that
-//! read does not conflict with live likes (folding into shard 0 would: a
-//! transactional read of an item is cancelled by any transaction in flight
-//! on it, and shard 0 takes likes). The other shards only ever change by
+//! While draining, readers read the base item and the shards being folded
+//! as one snapshot ([`Settings::read_items`]), so no reader sees a fold
+//! half applied: the base item's `folds` counter, the shards, the counter
+//! again, read again if a fold landed in between, and one
+//! `TransactGetItems` only if folds keep landing. Not a transaction first:
+//! writers with older settings still like the shards being folded for the
+//! whole wait, and a transactional read is cancelled by any transaction in
+//! flight on its items. The base item takes no likes (folding into shard
+//! 0 would put live likes on it too). The other shards only ever change by
 //! single like transactions, so BatchGetItem is exact for them.
 //!
 //! # Crash-safe and resumable

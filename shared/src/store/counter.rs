@@ -32,8 +32,9 @@ pub enum Phase {
     /// folded into the reel's base item. Readers read the base item and the
     /// folded shards atomically.
     Draining,
-    /// Folded: readers sum `target` shards; the emptied shard items
-    /// `target..fold_from` are deleted.
+    /// Folded: readers sum `target` shards; the shard items
+    /// `target..fold_from` are checked empty (a late like folded too) and
+    /// kept as closed tombstones (see [`crate::reshard`]).
     Cleanup,
 }
 
