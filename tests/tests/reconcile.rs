@@ -422,3 +422,50 @@ async fn a_run_resumed_under_another_segment_count_keeps_its_own() {
     assert_eq!(t.shard_sum("seg").await, 40);
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_mode_drops_stale_buckets_and_keeps_the_count() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    // Recent-change buckets of another width (a bucket width changed
+    // since) on a shard: a run drops them, in a transaction of one, since
+    // the template lets no function change a shard item outside one
+    // (before: a plain UpdateItem, which IAM refuses in AWS; no test ran
+    // this path at all).
+    let t = stack(&[
+        ("COUNTING", "stream"),
+        ("RECONCILE_STREAM_SETTLE_SECS", "1"),
+    ])
+    .await;
+    t.stack.streams[0].pause(true);
+    let key = "000#reel#old#likes";
+    t.stack
+        .client
+        .put_item()
+        .table_name(&t.stack.config.counters_table)
+        .item("pk", AttributeValue::S(key.into()))
+        .item("n", AttributeValue::N("0".into()))
+        .item("d1000_5", AttributeValue::N("3".into()))
+        .item("x1000_5", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .unwrap();
+    let s = run(&t, Options::default()).await;
+    assert!(s.complete, "{s:?}");
+    let item = t
+        .stack
+        .client
+        .get_item()
+        .table_name(&t.stack.config.counters_table)
+        .key("pk", AttributeValue::S(key.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("the shard is kept");
+    let mut names: Vec<&String> = item.keys().collect();
+    names.sort();
+    assert_eq!(names, ["n", "pk"], "{item:?}");
+    assert_eq!(t.shard_sum("old").await, 0);
+    t.stop().await;
+}

@@ -993,3 +993,122 @@ fn every_action_granted_is_one_its_function_performs() {
     let arms: BTreeSet<String> = d.command_arms().into_keys().collect();
     assert_eq!(all_commands, arms, "commands served vs the arms of execute");
 }
+
+/// The counters-table key kinds ([`super::key_kinds`]) each store method
+/// reads or writes outside `TransactWriteItems`, by action. Kept by hand:
+/// the code names its keys through `keys.rs` helpers and parameters, which
+/// reading it as text cannot follow. A method that touches the counters
+/// table outside a transaction and is not listed fails the test below.
+const KEYS_OUTSIDE_TX: &[(&str, &str, &[&str])] = &[
+    ("add_run_count", "UpdateItem", &["count"]),
+    ("checkpoint", "GetItem", &["checkpoint"]),
+    ("claim_rowless", "GetItem", &["count"]),
+    ("claim_rowless", "PutItem", &["count"]),
+    ("count_items", "BatchGetItem", &["base", "shard"]),
+    ("get_chunk", "GetItem", &["chunk"]),
+    ("key_record", "GetItem", &["idem"]),
+    ("load_run", "GetItem", &["run"]),
+    ("ping", "GetItem", &["settings"]),
+    ("put_chunk", "PutItem", &["chunk"]),
+    ("put_settings", "PutItem", &["settings"]),
+    ("record_unchanged", "GetItem", &["idem"]),
+    (
+        "reel_view",
+        "BatchGetItem",
+        &["base", "ledger", "settings", "shard", "shard0"],
+    ),
+    (
+        "reel_view",
+        "GetItem",
+        &["base", "ledger", "settings", "shard", "shard0"],
+    ),
+    ("reopen", "BatchGetItem", &["shard"]),
+    ("run_counts", "BatchGetItem", &["count"]),
+    ("save_run", "PutItem", &["run"]),
+    // A scan names no key: the grant is the table's.
+    ("scan_page", "Scan", &[]),
+    ("settings", "BatchGetItem", &["settings"]),
+    ("shard", "GetItem", &["base", "shard", "shard0"]),
+    ("sum_shards", "BatchGetItem", &["base", "shard", "shard0"]),
+    ("sum_shards", "GetItem", &["base", "shard", "shard0"]),
+];
+
+/// The other direction of [`every_action_granted_is_one_its_function_performs`]:
+/// every call a function's code path makes on the counters table outside
+/// `TransactWriteItems` is granted to it, on every key kind the store
+/// method touches ([`KEYS_OUTSIDE_TX`]). IAM refuses what is not granted,
+/// and a refused call on a best-effort path (an automatic grow, dropping
+/// stale buckets) is only a warning in the logs: no local test meets IAM.
+/// (`TransactGetItems` needs `GetItem` on its items, as a plain read does.)
+/// The views aggregator is left out: its store methods share names with
+/// the likes store's, so resolving its calls by name reaches both, and it
+/// is granted no counters-table action at all (checked in template.rs).
+#[test]
+fn every_counters_call_a_function_makes_outside_transactions_is_granted() {
+    let store = store_methods();
+    let d = domain();
+    let doc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(repo_root().join("template.yaml")).unwrap())
+            .unwrap();
+    let statements = dynamodb_statements();
+    let kinds = super::key_kinds();
+    let functions: BTreeSet<&str> = statements.iter().map(|s| s.function.as_str()).collect();
+    let mut missing = Vec::new();
+    for function in functions
+        .into_iter()
+        .filter(|f| *f != "ViewAggregateFunction")
+    {
+        let code_uri = doc["Resources"][function]["Properties"]["CodeUri"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{function}: CodeUri"));
+        let (methods, _) = store_calls_of(function, code_uri, &d, &store);
+        for method in &methods {
+            for (action, table, tx) in &store[method].1 {
+                if table != "CountersTable" || *tx == "TransactWriteItems" {
+                    continue;
+                }
+                let action = action.trim_start_matches("dynamodb:");
+                let Some((.., want)) = KEYS_OUTSIDE_TX
+                    .iter()
+                    .find(|(m, a, _)| m == method && *a == action)
+                else {
+                    missing.push(format!(
+                        "{method} {action}: which key kinds? Add it to KEYS_OUTSIDE_TX"
+                    ));
+                    continue;
+                };
+                if want.is_empty() {
+                    let any = statements.iter().any(|st| {
+                        st.function == function
+                            && st
+                                .actions
+                                .iter()
+                                .any(|a| *a == format!("dynamodb:{action}"))
+                            && st.resources.iter().any(|r| r == "CountersTable")
+                            && st.enclosing.is_none()
+                    });
+                    if !any {
+                        missing.push(format!("{function} calls {method}: {action} not granted"));
+                    }
+                    continue;
+                }
+                let granted = super::granted_kinds(
+                    &kinds,
+                    &statements,
+                    function,
+                    &format!("dynamodb:{action}"),
+                    false,
+                );
+                for kind in want.iter().filter(|k| !granted.contains(k)) {
+                    missing.push(format!(
+                        "{function} calls {method}, which may {action} {kind} items outside a \
+                         transaction: not granted (granted: {granted:?})"
+                    ));
+                }
+            }
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    assert!(missing.is_empty(), "\n{}", missing.join("\n"));
+}

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::store::{
     CorrectResult, CountItem, CounterStore, Ledger, Phase, RecentBucket, ReconcileStore, ReelView,
-    RunCount, ScanPage, ScanTable, ShardSum, ShardValue, StoredRun,
+    RetryReason, RunCount, ScanPage, ScanTable, ShardSum, ShardValue, StoredRun,
 };
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::error::SdkError;
@@ -353,9 +353,7 @@ impl ReconcileStore for DynamoStore {
         if names.is_empty() {
             return Ok(());
         }
-        let mut update = self
-            .client
-            .update_item()
+        let mut update = Update::builder()
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(key.to_owned()))
             // Never creates an item that is gone.
@@ -365,16 +363,29 @@ impl ReconcileStore for DynamoStore {
             listed.push(format!("#a{i}"));
             update = update.expression_attribute_names(format!("#a{i}"), name);
         }
-        match update
+        let update = update
             .update_expression(format!("REMOVE {}", listed.join(", ")))
+            .build()
+            .map_err(|e| request_build_failed("Update", &e))?;
+        // A transaction of one: the template lets functions change shard
+        // and base items only inside TransactWriteItems, and nothing here
+        // needs more (a plain UpdateItem would be refused by IAM).
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().update(update).build())
             .send()
-            .await
-        {
+            .await;
+        match result.map_err(|e| maintenance_tx_failure("stale buckets", e)) {
             Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                Ok(())
-            }
-            Err(e) => Err(translate("UpdateItem", e)),
+            Err(failure) => match failure? {
+                // The item is gone: nothing to drop.
+                MaintenanceTxFailure::Condition(_) => Ok(()),
+                MaintenanceTxFailure::Retry(RetryReason::Throttled) => Err(Error::Throttled),
+                MaintenanceTxFailure::Retry(_) | MaintenanceTxFailure::Mismatch => {
+                    Err(Error::Contended)
+                }
+            },
         }
     }
 
