@@ -50,7 +50,8 @@ pub async fn handle_reshard_event(
     let summary = match Box::pin(app.reshard.run_scheduled(deadline)).await {
         Ok(s) => s,
         Err(e) => {
-            // A failed run still reports, so the stuck alarm has data.
+            // A failed run reports its failure; it knows no phase age, and
+            // the stuck alarm reads the age missing as breaching.
             app.config
                 .metrics
                 .record("reshard")
