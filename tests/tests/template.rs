@@ -1169,6 +1169,98 @@ fn like_rows_are_written_only_inside_transactions() {
     }
 }
 
+/// Every number a function reads from a template parameter is one its
+/// configuration accepts, wherever the parameter lets it be: at its
+/// MinValue and the value above, its default, the value below its
+/// MaxValue and its MaxValue (or 10^12 where it has none), leaving out the
+/// values a `Rules` assertion refuses (`!Not [!Contains [[...], !Ref P]]`).
+/// A parameter the code would refuse stops every function at start: the
+/// variables are in Globals, so one bad value takes the whole API down.
+/// (HotLikesPerSec and CoolLikesPerSec are tried with the other at a value
+/// that keeps cool below hot, which the code checks and CloudFormation
+/// cannot: their descriptions say so.)
+#[test]
+fn every_number_a_function_reads_from_a_parameter_is_one_the_code_accepts() {
+    use serde_yaml::Value;
+    let doc = template_doc();
+    let params = &doc["Parameters"];
+    // Variable → the Number parameter it is `!Ref`.
+    let mut vars: BTreeMap<String, String> = BTreeMap::new();
+    let mut add = |env: &Value| {
+        for (k, v) in env.as_mapping().into_iter().flatten() {
+            if let Value::Tagged(t) = v
+                && t.tag == "!Ref"
+                && let Some(p) = t.value.as_str()
+                && params[p]["Type"].as_str() == Some("Number")
+            {
+                vars.insert(k.as_str().unwrap().to_owned(), p.to_owned());
+            }
+        }
+    };
+    add(&doc["Globals"]["Function"]["Environment"]["Variables"]);
+    for (_, res) in doc["Resources"].as_mapping().unwrap() {
+        add(&res["Properties"]["Environment"]["Variables"]);
+    }
+    assert!(vars.len() >= 8, "{vars:?}");
+    // Values the rules refuse, per parameter.
+    let mut refused: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
+    for (_, rule) in doc["Rules"].as_mapping().into_iter().flatten() {
+        for a in rule["Assertions"].as_sequence().into_iter().flatten() {
+            if let Value::Tagged(not) = &a["Assert"]
+                && not.tag == "!Not"
+                && let Value::Tagged(contains) = &not.value[0]
+                && contains.tag == "!Contains"
+                && let Value::Tagged(r) = &contains.value[1]
+                && r.tag == "!Ref"
+            {
+                let values = contains.value[0].as_sequence().unwrap();
+                refused
+                    .entry(r.value.as_str().unwrap().to_owned())
+                    .or_default()
+                    .extend(
+                        values
+                            .iter()
+                            .map(|v| v.as_str().unwrap().parse::<i64>().unwrap()),
+                    );
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for (var, param) in &vars {
+        let p = &params[param.as_str()];
+        let int = |k: &str| p[k].as_i64();
+        let min = int("MinValue").unwrap_or_else(|| panic!("{param}: no MinValue"));
+        let max = int("MaxValue");
+        let mut tried = vec![min, min + 1, int("Default").unwrap()];
+        tried.extend(match max {
+            Some(m) => vec![m - 1, m],
+            None => vec![1_000_000_000_000],
+        });
+        for v in tried {
+            if refused.get(param).is_some_and(|r| r.contains(&v)) {
+                continue;
+            }
+            // The tables are named by the template (`!Ref`s of its own).
+            let mut env = BTreeMap::from([
+                ("COUNTERS_TABLE".to_owned(), "counters".to_owned()),
+                ("LIKES_TABLE".to_owned(), "likes".to_owned()),
+                (var.clone(), v.to_string()),
+            ]);
+            match var.as_str() {
+                "HOT_LIKES_PER_SEC" => {
+                    env.insert("COOL_LIKES_PER_SEC".into(), (v - 1).max(1).to_string())
+                }
+                "COOL_LIKES_PER_SEC" => env.insert("HOT_LIKES_PER_SEC".into(), (v + 1).to_string()),
+                _ => None,
+            };
+            if let Err(e) = likes::config::Config::from_lookup(|k| env.get(k).cloned()) {
+                wrong.push(format!("{param} = {v} ({var}): {e}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
+}
+
 // ---- Views: the stream, its producer and its aggregator -------------------
 
 fn template_doc() -> serde_yaml::Value {
