@@ -1261,6 +1261,46 @@ fn every_number_a_function_reads_from_a_parameter_is_one_the_code_accepts() {
     assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 }
 
+/// `make lambda-build` (docs/deploying.md) builds every function the
+/// template deploys, by its package name (the `CodeUri` folder's). Before:
+/// `view` and `aggregate-views` were left out, so a deploy from that
+/// build had no bootstrap for them.
+#[test]
+fn make_lambda_build_builds_every_function_of_the_template() {
+    let make = std::fs::read_to_string(repo_root().join("Makefile")).unwrap();
+    let recipe = make
+        .split("\nlambda-build:")
+        .nth(1)
+        .expect("a lambda-build target")
+        .lines()
+        .nth(1)
+        .unwrap();
+    let built: BTreeSet<&str> = recipe
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|w| w[0] == "-p")
+        .map(|w| w[1])
+        .collect();
+    let doc = template_doc();
+    let mut deployed = BTreeSet::new();
+    for (_, res) in doc["Resources"].as_mapping().unwrap() {
+        if res["Type"] == "AWS::Serverless::Function" {
+            let uri = res["Properties"]["CodeUri"].as_str().unwrap();
+            let toml = std::fs::read_to_string(repo_root().join(uri).join("Cargo.toml")).unwrap();
+            let name = toml
+                .lines()
+                .find_map(|l| l.strip_prefix("name = "))
+                .unwrap()
+                .trim_matches('"')
+                .to_owned();
+            deployed.insert(name);
+        }
+    }
+    let built: BTreeSet<String> = built.into_iter().map(str::to_owned).collect();
+    assert_eq!(built, deployed);
+}
+
 // ---- Views: the stream, its producer and its aggregator -------------------
 
 fn template_doc() -> serde_yaml::Value {
