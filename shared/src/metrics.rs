@@ -18,7 +18,7 @@
 //! # Bounded dimensions
 //!
 //! Every metric carries one label, `Function` (`like`, `read`, `reshard`,
-//! `reconcile`, `aggregate`), and the write-path counter a second from a fixed set
+//! `reconcile`, `aggregate`, `view`, `aggregate-views`), and the write-path counter a second from a fixed set
 //! ([`crate::service::WritePath`]); each distinct label set is its own EMF
 //! document. Never a reel or user id: those go to the logs. The names, with
 //! their units, are [`NAMES`]: the ones the template's alarms and dashboard
@@ -80,6 +80,20 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("AggregateBatchesOutOfOrder", Unit::Count),
     ("AggregateErrors", Unit::Count),
     ("AggregationLag", Unit::Milliseconds),
+    // The view function, per `POST /views`.
+    ("ViewsAccepted", Unit::Count),
+    ("ViewPutRetries", Unit::Count),
+    // The views aggregator, per batch.
+    ("ViewBatches", Unit::Count),
+    ("ViewsApplied", Unit::Count),
+    ("ViewRecordsApplied", Unit::Count),
+    ("ViewRecordsSkipped", Unit::Count),
+    ("ViewChunks", Unit::Count),
+    ("ViewRetries", Unit::Count),
+    ("ViewBatchesHandedBack", Unit::Count),
+    ("ViewBatchesOutOfOrder", Unit::Count),
+    ("ViewErrors", Unit::Count),
+    ("ViewAggregationLag", Unit::Milliseconds),
 ];
 
 /// Where flushed records go.

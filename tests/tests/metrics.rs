@@ -84,7 +84,7 @@ fn check(line: &str) -> (String, HashMap<String, f64>) {
         let unit = m["Unit"].as_str().expect("Unit");
         assert!(UNITS.contains(&unit), "{line}");
         let want = match name {
-            "Latency" | "AggregationLag" => "Milliseconds",
+            "Latency" | "AggregationLag" | "ViewAggregationLag" => "Milliseconds",
             n if n.ends_with("Age") || n.ends_with("Duration") => "Seconds",
             _ => "Count",
         };
@@ -235,6 +235,26 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
         assert!(
             sources.contains(&format!("\"{name}\"")),
             "{name} is in metrics::NAMES but never written"
+        );
+    }
+    // ... and every name those files write is one of NAMES, so that the
+    // recorder describes its unit. Before: the views metrics were written
+    // without being listed (ViewAggregationLag, milliseconds, went out
+    // with no unit).
+    let mut recorded = Vec::new();
+    for call in [".count(", ".sample("] {
+        for (at, _) in sources.match_indices(call) {
+            let rest = sources[at + call.len()..].trim_start();
+            if let Some(name) = rest.strip_prefix('"').and_then(|r| r.split('"').next()) {
+                recorded.push(name.to_owned());
+            }
+        }
+    }
+    assert!(recorded.len() > 20, "{recorded:?}");
+    for name in &recorded {
+        assert!(
+            written.contains(name),
+            "{name} is written but not in metrics::NAMES"
         );
     }
     let template = std::fs::read_to_string(common::repo_root().join("template.yaml")).unwrap();
