@@ -257,7 +257,7 @@ copied from a run):
   conflicts modeled, and the reel resized under load (its settings are in
   the line above its own table, and in docs/benchmarks.md). Each stream
   shard adds to one of the reel's shards, so chunks of different stream
-  shards meet on a shard item (32 stream shards on 8, then 16): a
+  shards meet on a shard item (32 stream shards on 32, then 64): a
   conflicted transaction is retried on the next shard, where its stream
   shard stays (its turn, kept on its checkpoint), and past its retries its
   batch is handed back to the event source and delivered again. Each
