@@ -441,35 +441,28 @@ impl<S: Source> Delivery<S> {
 }
 
 /// The answer's `batchItemFailures`, as Lambda reads them: the lowest
-/// failed sequence number is where the batch goes on from; an identifier
-/// that is no record of the batch, or a list of failures none of which
-/// names a sequence number, fails the batch whole ("Lambda treats a batch
-/// as a complete failure if your function returns ... a null
+/// failed sequence number is where the batch goes on from; no failures:
+/// done. Any entry that does not name a record of the batch (a null,
+/// empty or missing `itemIdentifier`, a wrong key name, a sequence number
+/// the batch does not hold, compared as the text it was handed over as)
+/// fails the batch whole, whatever the other entries say ("Lambda treats a
+/// batch as a complete failure if your function returns ... a null
 /// itemIdentifier ... an itemIdentifier value with a sequence number that
-/// doesn't exist"); no failures: done.
+/// doesn't exist").
 fn failures<R: StreamRecord>(answer: &Value, handed: &[R]) -> Invocation {
-    let listed = answer["batchItemFailures"].as_array();
-    let failed = listed
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f["itemIdentifier"].as_str())
-        .filter(|s| R::compare(s, s).is_some())
-        .min_by(|a, b| R::compare(a, b).unwrap_or(Ordering::Equal))
-        .map(str::to_owned);
-    let malformed = listed.is_some_and(|a| !a.is_empty()) && failed.is_none();
-    match failed {
-        Some(seq)
-            if handed.iter().any(|r| {
-                r.sequence()
-                    .is_some_and(|s| R::compare(s, &seq) == Some(Ordering::Equal))
-            }) =>
-        {
-            Invocation::FailedFrom(seq)
+    let mut lowest: Option<&str> = None;
+    for entry in answer["batchItemFailures"].as_array().into_iter().flatten() {
+        let named = entry["itemIdentifier"]
+            .as_str()
+            .filter(|id| handed.iter().any(|r| r.sequence() == Some(*id)));
+        let Some(id) = named else {
+            return Invocation::Error;
+        };
+        if lowest.is_none_or(|l| R::compare(id, l) == Some(Ordering::Less)) {
+            lowest = Some(id);
         }
-        Some(_) => Invocation::Error,
-        None if malformed => Invocation::Error,
-        None => Invocation::Done,
     }
+    lowest.map_or(Invocation::Done, |id| Invocation::FailedFrom(id.to_owned()))
 }
 
 #[cfg(test)]
@@ -514,5 +507,14 @@ mod tests {
         assert_eq!(read(fail(json!([{ "itemIdentifier": "12" }]))), None);
         assert_eq!(read(fail(json!([{ "itemIdentifier": null }]))), None);
         assert_eq!(read(fail(json!([{ "id": "9" }]))), None);
+        // One bad entry fails the batch whole, whatever the others say.
+        // Before: dropped, and the batch went on from "10".
+        let mixed = |bad: Value| fail(json!([{ "itemIdentifier": "10" }, bad]));
+        assert_eq!(read(mixed(json!({ "itemIdentifier": null }))), None);
+        assert_eq!(read(mixed(json!({ "itemIdentifier": "" }))), None);
+        assert_eq!(read(mixed(json!({ "itemIdentifier": "12" }))), None);
+        assert_eq!(read(mixed(json!({ "id": "9" }))), None);
+        // A sequence number is the text handed over, not a number like it.
+        assert_eq!(read(fail(json!([{ "itemIdentifier": "010" }]))), None);
     }
 }
