@@ -46,7 +46,8 @@ pub(super) struct Mapping {
 #[derive(Clone, Debug)]
 pub(super) struct ShardInfo {
     pub(super) id: String,
-    pub(super) parent: Option<String>,
+    /// A split's parent, or a merge's two.
+    pub(super) parents: Vec<String>,
 }
 
 /// Every shard of `stream`, open or closed, with its parent.
@@ -63,7 +64,11 @@ pub(super) async fn list_shards(client: &Client, stream: &str) -> Result<Vec<Sha
         for s in page.shards() {
             out.push(ShardInfo {
                 id: s.shard_id().to_owned(),
-                parent: s.parent_shard_id().map(str::to_owned),
+                parents: [s.parent_shard_id(), s.adjacent_parent_shard_id()]
+                    .into_iter()
+                    .flatten()
+                    .map(str::to_owned)
+                    .collect(),
             });
         }
         match page.next_token {
@@ -80,6 +85,10 @@ impl Mapping {
     pub(super) async fn run(self: Arc<Self>, mut stopped: watch::Receiver<bool>) {
         let mut started: HashSet<String> = HashSet::new();
         let mut readers: Vec<JoinHandle<()>> = Vec::new();
+        // `StartingPosition` is for the shards open when the mapping
+        // starts; a shard that appears later (a split's or a merge's
+        // child) is read from its beginning, as Lambda reads it.
+        let mut from_oldest = self.def.from_oldest;
         loop {
             match list_shards(&self.client, &self.def.stream).await {
                 Ok(shards) => {
@@ -89,14 +98,21 @@ impl Mapping {
                             continue;
                         }
                         // A parent no longer listed (trimmed) holds nothing
-                        // to wait for.
-                        let parent = shard.parent.clone().filter(|p| known.contains(p.as_str()));
+                        // to wait for; a merge's child waits for both.
+                        let parents: Vec<String> = shard
+                            .parents
+                            .iter()
+                            .filter(|p| known.contains(p.as_str()))
+                            .cloned()
+                            .collect();
                         readers.push(tokio::spawn(self.clone().read_shard(
                             shard.id.clone(),
-                            parent,
+                            parents,
+                            from_oldest,
                             stopped.clone(),
                         )));
                     }
+                    from_oldest = true;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "listing the views stream's shards failed; retrying")
@@ -122,14 +138,16 @@ impl Mapping {
 
     /// Reads one shard to its end (or until `stopped`, while it is open),
     /// delivering its batches one at a time; a child first waits until
-    /// its parent is finished.
+    /// its parents are finished. With nothing read yet, from its oldest
+    /// record if `from_oldest`, else from its newest.
     async fn read_shard(
         self: Arc<Self>,
         shard: String,
-        parent: Option<String>,
+        parents: Vec<String>,
+        from_oldest: bool,
         mut stopped: watch::Receiver<bool>,
     ) {
-        if let Some(p) = &parent {
+        for p in &parents {
             while !self.finished(p) {
                 tokio::select! {
                     _ = stopped.wait_for(|s| *s) => return,
@@ -138,7 +156,7 @@ impl Mapping {
             }
         }
         if let Ok(mut shards) = self.stats.shards.lock() {
-            shards.push((shard.clone(), parent));
+            shards.push((shard.clone(), parents));
         }
         let size = self.def.batch_size.max(1) as usize;
         let window = self.def.batching_window;
@@ -146,7 +164,7 @@ impl Mapping {
             client: &self.client,
             stream: &self.def.stream,
             shard: &shard,
-            from_oldest: self.def.from_oldest,
+            from_oldest,
             iterator: None,
             last: None,
             ended: false,

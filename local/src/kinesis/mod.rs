@@ -99,8 +99,8 @@ pub struct KinesisSourceStats {
     pub done: Mutex<BTreeMap<String, String>>,
     /// Per shard: the last sequence number read.
     pub read_to: Mutex<BTreeMap<String, String>>,
-    /// The shards as they were first read, each with its parent.
-    pub shards: Mutex<Vec<(String, Option<String>)>>,
+    /// The shards as they were first read, each with its parents.
+    pub shards: Mutex<Vec<(String, Vec<String>)>>,
     /// Shards read to their end (closed) and delivered.
     pub finished: Mutex<Vec<String>>,
     /// While set, records are read but not delivered.

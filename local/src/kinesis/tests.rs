@@ -337,9 +337,83 @@ async fn a_split_shards_children_come_after_its_parent() {
     assert!(
         shards[1..]
             .iter()
-            .all(|(_, p)| p.as_deref() == Some(parent.as_str()))
+            .all(|(_, p)| p == std::slice::from_ref(&parent))
     );
     assert!(source.stats.finished.lock().unwrap().contains(&parent));
+    let _ = stop.send(true);
+    source.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_shards_child_comes_after_both_parents() {
+    let Some(endpoint) = emulator() else { return };
+    let (client, name) = stream(&endpoint, "merge", 2).await;
+    let mut listed: Vec<String> = mapping::list_shards(&client, &name)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    listed.sort();
+    let (first, second) = (listed[0].clone(), listed[1].clone());
+    put(&client, &name, "p", 300).await;
+    // The adjacent parent is delivered slowly, so that the merge's child
+    // appears while it still is. Before: the child knew (and waited for)
+    // its first parent only (the last assertion failed).
+    let slow = second.clone();
+    let (handler, log) = recording(move |_, seen| {
+        let ms = if seen.iter().any(|r| r.0 == slow) {
+            40
+        } else {
+            5
+        };
+        std::thread::sleep(Duration::from_millis(ms));
+        ok()
+    });
+    let (stop, stopped) = watch::channel(false);
+    let source = KinesisSource::spawn(
+        client.clone(),
+        def(&name, 10),
+        KinesisSettings::default(),
+        handler,
+        stopped,
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    client
+        .merge_shards()
+        .stream_name(&name)
+        .shard_to_merge(&first)
+        .adjacent_shard_to_merge(&second)
+        .send()
+        .await
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while mapping::list_shards(&client, &name).await.unwrap().len() < 3 {
+        assert!(Instant::now() < until, "the merge never finished");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    create_stream(&client, &name, 2).await.unwrap(); // waits for ACTIVE
+    put(&client, &name, "c", 100).await;
+    wait_done(&source, &client, 400).await;
+    let log = log.lock().unwrap().clone();
+    let all: Vec<&(String, String, String)> = log.iter().flatten().collect();
+    assert_eq!(all.len(), 400);
+    let parents = [first.as_str(), second.as_str()];
+    let first_child = all
+        .iter()
+        .position(|r| !parents.contains(&r.0.as_str()))
+        .unwrap();
+    for p in parents {
+        let last = all.iter().rposition(|r| r.0 == p).unwrap();
+        assert!(last < first_child, "{p}: {last} >= {first_child}");
+    }
+    assert!(all[first_child..].iter().all(|r| r.2.starts_with("c-")));
+    let shards = source.stats.shards.lock().unwrap().clone();
+    let child = shards
+        .iter()
+        .find(|(id, _)| !parents.contains(&id.as_str()))
+        .unwrap();
+    assert_eq!(child.1, [first.clone(), second.clone()], "{shards:?}");
     let _ = stop.send(true);
     source.stop().await;
 }

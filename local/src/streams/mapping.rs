@@ -31,7 +31,8 @@ const PAGE: i32 = 1000;
 pub(super) struct Mapping {
     pub(super) client: Client,
     pub(super) stream_arn: String,
-    /// `StartingPosition` is `TRIM_HORIZON` (else `LATEST`).
+    /// `StartingPosition` is `TRIM_HORIZON` (else `LATEST`), for the shards
+    /// open when it starts.
     pub(super) from_oldest: bool,
     pub(super) layout: Layout,
     pub(super) delivery: Arc<Delivery>,
@@ -52,6 +53,10 @@ impl Mapping {
         let mut started: HashSet<String> = HashSet::new();
         let finished: Arc<Mutex<HashSet<String>>> = Arc::default();
         let mut pollers: Vec<JoinHandle<()>> = Vec::new();
+        // `StartingPosition` is for the shards open when the mapping
+        // starts; a shard that appears later (a child) is read from its
+        // beginning, as Lambda reads it.
+        let mut from_oldest = self.from_oldest;
         loop {
             match self.shards().await {
                 Ok(shards) => {
@@ -67,10 +72,12 @@ impl Mapping {
                         pollers.push(tokio::spawn(self.clone().poll_shard(
                             shard.clone(),
                             parent,
+                            from_oldest,
                             finished.clone(),
                             stopped.clone(),
                         )));
                     }
+                    from_oldest = true;
                 }
                 Err(e) => tracing::warn!(error = %e, "describing the stream failed; retrying"),
             }
@@ -122,6 +129,7 @@ impl Mapping {
         self: Arc<Self>,
         shard: ShardInfo,
         parent: Option<String>,
+        from_oldest: bool,
         finished: Arc<Mutex<HashSet<String>>>,
         mut stopped: watch::Receiver<bool>,
     ) {
@@ -147,7 +155,9 @@ impl Mapping {
                 ))
             })
             .collect();
-        let ended = self.read_shard(&shard.id, &mut router, &mut stopped).await;
+        let ended = self
+            .read_shard(&shard.id, from_oldest, &mut router, &mut stopped)
+            .await;
         router.close();
         for w in workers {
             let _ = w.await;
@@ -161,6 +171,7 @@ impl Mapping {
     async fn read_shard(
         &self,
         shard: &str,
+        from_oldest: bool,
         router: &mut Router,
         stopped: &mut watch::Receiver<bool>,
     ) -> bool {
@@ -171,7 +182,7 @@ impl Mapping {
                 return false;
             }
             if iterator.is_none() {
-                match self.iterator(shard, last.as_deref()).await {
+                match self.iterator(shard, last.as_deref(), from_oldest).await {
                     Ok(None) => return true,
                     Ok(it) => iterator = it,
                     Err(e) => {
@@ -235,7 +246,14 @@ impl Mapping {
         }
     }
 
-    async fn iterator(&self, shard: &str, after: Option<&str>) -> Result<Option<String>> {
+    /// With nothing read yet (`after` none), from the shard's oldest record
+    /// if `from_oldest`, else from its newest.
+    async fn iterator(
+        &self,
+        shard: &str,
+        after: Option<&str>,
+        from_oldest: bool,
+    ) -> Result<Option<String>> {
         let mut req = self
             .client
             .get_shard_iterator()
@@ -245,7 +263,7 @@ impl Mapping {
             Some(seq) => req
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
                 .sequence_number(seq),
-            None if self.from_oldest => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            None if from_oldest => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
             None => req.shard_iterator_type(ShardIteratorType::Latest),
         };
         Ok(req.send().await.context("GetShardIterator")?.shard_iterator)
