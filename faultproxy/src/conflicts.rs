@@ -27,7 +27,13 @@
 //!
 //! Only `TransactWriteItems` holds items here. DynamoDB also cancels an
 //! ongoing `TransactGetItems` when a write lands on an item it reads; the
-//! proxy has forwarded that read already and leaves it be.
+//! proxy has forwarded that read already and leaves it be. And DynamoDB
+//! cancels a transaction that meets a single write (`PutItem`,
+//! `UpdateItem`, `DeleteItem`, `BatchWriteItem`) in flight on one of its
+//! items; single writes hold nothing here, so no transaction is ever
+//! cancelled by one (say, a stream-mode keyed unlike by the unkeyed like
+//! `PutItem` of the same row): only the random `conflict` class stands in
+//! for that.
 //!
 //! A transaction holds its items from when the proxy decides to forward it
 //! until its answer comes back plus the hold (`conflict_hold_ms`): the
