@@ -264,7 +264,12 @@ copied from a run):
   virtual stream shard hands over its batches on a poll clock of its own,
   as DynamoDB's pollers do. The target is at most 1 % of the aggregator's
   transactions conflicted, no record sent to `OnFailure` (counted
-  nowhere), and exact counts after the drain.
+  nowhere), and exact counts after the drain. `stream-scale` is the
+  viral reel alone, as issue 21 sets it; `stream-scale-mixed` adds the
+  background reels' likes, a few a second on each of a few reels of one
+  shard, and shows what their chunks cost each other: every stream shard
+  carrying such a reel's likes adds to its one item, and no turn moves
+  them apart (docs/counting.md, "What a conflict is worth").
 - **Exactness.** "stored − offered" counts every like once its client has
   retried it. The naive counter is exact here too, because the proxy's
   capacity model refuses before writing and the bench injects no lost

@@ -132,21 +132,25 @@ async fn viral_likes(
 /// Likes on the background reels (`bg0`…), round robin, each from a new
 /// user and without an `Idempotency-Key`: the product's plain like.
 async fn background_likes(target: Arc<Target>, opts: &BenchOptions, prefix: String) -> Vec<bool> {
-    open_loop(opts.background_rate, opts.seconds, move |i| {
-        let target = target.clone();
-        let reel = format!("bg{}", i as usize % BACKGROUND_REELS);
-        let user = format!("{prefix}b{i}");
-        async move {
-            target
-                .http
-                .put(format!("{}/reels/{reel}/like", target.base))
-                .header("x-user-id", &user)
-                .send()
-                .await
-                .map(|r| r.status().is_success())
-                .unwrap_or(false)
-        }
-    })
+    open_loop(
+        target.variant.background_rate(opts),
+        opts.seconds,
+        move |i| {
+            let target = target.clone();
+            let reel = format!("bg{}", i as usize % BACKGROUND_REELS);
+            let user = format!("{prefix}b{i}");
+            async move {
+                target
+                    .http
+                    .put(format!("{}/reels/{reel}/like", target.base))
+                    .header("x-user-id", &user)
+                    .send()
+                    .await
+                    .map(|r| r.status().is_success())
+                    .unwrap_or(false)
+            }
+        },
+    )
     .await
 }
 

@@ -1,7 +1,7 @@
 //! One variant in one run, as a sequence of named steps: start its stack,
 //! pre-size the viral reel, drive the load, read what it cost, retry the
 //! refused likes, drain, check exactness, and sum it all up (with
-//! `stream-scale`'s resize halfway and its own figures). The order is
+//! the stream-at-scale variants' resize halfway and their figures). The order is
 //! part of what is measured (units and shard count before the retries,
 //! the stored count after the drain), so [`run_variant`] spells it out.
 
@@ -41,7 +41,7 @@ pub(super) async fn run_variant(
         t0,
         variant.watched_shards(),
     );
-    let resize = (variant == Variant::StreamScale).then(|| {
+    let resize = variant.is_scale().then(|| {
         resize_midway(
             stack.app.clone(),
             Duration::from_secs_f64(opts.seconds / 2.0),
@@ -68,7 +68,7 @@ pub(super) async fn run_variant(
         drain_stream(&stack).await?;
     }
     let seen = watcher.stop().await?;
-    let scale = if variant == Variant::StreamScale {
+    let scale = if variant.is_scale() {
         let source = stack.streams.first().context("stream mode has a source")?;
         ScaleFigures::of(&proxy.stats(), &source.stats, resize_refused, &seen.shards)
     } else {
@@ -236,8 +236,13 @@ fn summarise(opts: &BenchOptions, variant: Variant, m: Measured) -> RunResult {
     let all_accepted = (accepted + background_accepted).max(1) as f64;
     let checkpoint_share = m.units.checkpoints / all_accepted;
     let wcu_per_viral_like = m.units.viral / accepted.max(1) as f64 + checkpoint_share;
-    let wcu_per_background_like =
-        m.units.background / background_accepted.max(1) as f64 + checkpoint_share;
+    // None offered (`stream-scale`): no such figure, not the checkpoints'
+    // share alone.
+    let wcu_per_background_like = if m.load.background.is_empty() {
+        f64::NAN
+    } else {
+        m.units.background / background_accepted.max(1) as f64 + checkpoint_share
+    };
     let (freshness_p50_ms, freshness_p99_ms) = freshness(viral, &m.seen.sums);
     let timeline = timeline(viral, &m.seen.shards, opts.seconds);
     let rcu_per_read = m.stats.total_read_units() / reads_ok as f64;

@@ -15,13 +15,16 @@
 //!    source) adds them to one shard; offered at `BENCH_STREAM_RATE`
 //!    (default 5× the `fixed` variant's ceiling), with its freshness
 //!    (acknowledged → in the shards) measured;
-//! 6. `stream-scale`: stream mode at scale: the stream read as 32 shards,
-//!    the fault proxy's conflict model on, the viral reel grown 32 → 64
-//!    halfway through, offered at `BENCH_STREAM_SCALE_RATE`; with how many
-//!    of the aggregator's transactions conflicted (all, and on the viral
-//!    reel's shards), the batches handed back
-//!    and the records sent to `OnFailure` (`scale.rs`);
-//! 7. `views`: not likes but views, through the views pipeline (`POST
+//! 6. `stream-scale`: stream mode at scale as issue 21 sets it: one viral
+//!    reel (no background likes), the stream read as 32 shards, the fault
+//!    proxy's conflict model on, the reel grown 32 → 64 halfway through,
+//!    offered at `BENCH_STREAM_SCALE_RATE`; with how many of the
+//!    aggregator's transactions conflicted, the batches handed back and
+//!    the records sent to `OnFailure` (`scale.rs`);
+//! 7. `stream-scale-mixed`: the same with the background likes, whose
+//!    reels of one shard each take chunks from whichever stream shards
+//!    carry their likes (conflicted: all, and on the viral reel's shards);
+//! 8. `views`: not likes but views, through the views pipeline (`POST
 //!    /views` → Kinesis → the views aggregator → the views table), one
 //!    viral reel closed-loop at the rate this machine sustains, with its
 //!    freshness, write units per view, unique-viewer error and exactness
@@ -47,7 +50,7 @@
 //! * `watch.rs`: the viral reel polled over time: the onset timeline and
 //!   stream mode's freshness;
 //! * `units.rs`: write units by whose likes they served;
-//! * `scale.rs`: `stream-scale`'s resize and its figures;
+//! * `scale.rs`: the stream-at-scale variants' resize and figures;
 //! * `views/`: the `views` variant, run and measured on its own (the run, what it reads back, its arithmetic);
 //! * `store.rs`: pre-sizing, and the stored count read back;
 //! * `report.rs`: the Markdown table; `svg.rs`: the onset chart.
@@ -85,11 +88,12 @@ pub struct BenchOptions {
     /// ... by the `stream` variant (`BENCH_STREAM_RATE`; default 5× the
     /// `fixed` variant's ceiling, `BENCH_SHARDS` × cap ÷ 2).
     pub stream_rate: f64,
-    /// ... by `stream-scale` (`BENCH_STREAM_SCALE_RATE`; default
+    /// ... by `stream-scale` and `stream-scale-mixed` (`BENCH_STREAM_SCALE_RATE`; default
     /// `BENCH_STREAM_RATE`, not tuned: the rate this machine sustains with
     /// 32 stream shards is for a quiet machine to find).
     pub stream_scale_rate: f64,
-    /// Likes a second on the background reels (`BENCH_BACKGROUND_RATE`).
+    /// Likes a second on the background reels (`BENCH_BACKGROUND_RATE`;
+    /// none in `stream-scale`).
     pub background_rate: f64,
     /// Feed reads a second, each of the viral reel and the background
     /// reels (`BENCH_READ_RATE`).
@@ -287,7 +291,7 @@ pub struct RunResult {
     pub freshness_p50_ms: f64,
     /// ... 99th percentile.
     pub freshness_p99_ms: f64,
-    /// `stream-scale`'s own figures (NaN for the other variants): the
+    /// The stream-at-scale variants' own figures (NaN for the other variants): the
     /// aggregator's transactions refused by the conflict model, %.
     pub aggregator_conflicted_pct: f64,
     /// ... of which refused on the viral reel's shards, % of all sent.
@@ -515,7 +519,7 @@ mod tests {
         assert_eq!(get("BENCH_WRU_PRICE"), "0.625");
         assert_eq!(
             get("BENCH_VARIANTS"),
-            "naive,fixed,fixed-nocache,auto,stream,stream-scale,views"
+            "naive,fixed,fixed-nocache,auto,stream,stream-scale,stream-scale-mixed,views"
         );
         assert_eq!(get("BENCH_VIEWS_VIEWERS"), "200000");
     }

@@ -1,4 +1,4 @@
-//! `stream-scale`'s own part: the resize of the viral reel halfway through
+//! The stream-at-scale variants' own part: the resize of the viral reel halfway through
 //! the load, and the figures that say whether stream mode holds at scale:
 //! how many of the aggregator's transactions the conflict model refused,
 //! what the event source handed back or gave up on, and when the resize
@@ -80,7 +80,7 @@ pub(super) async fn wait_resized(app: &App, limit: Duration) -> Result<()> {
     Ok(())
 }
 
-/// `stream-scale`'s figures; NaN for the other variants (the table's —).
+/// The stream-at-scale variants' figures; NaN for the other variants (the table's —).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct ScaleFigures {
     /// See [`conflicted_pct`].
@@ -175,7 +175,7 @@ fn transactions(stats: &faultproxy::Stats) -> (u64, u64) {
 
 /// The aggregator's transactions refused because an item of the viral
 /// reel's shards was held, % of those sent (see [`conflicted_pct`]): what
-/// the stream shards aggregating one reel cost each other. The rest are
+/// the stream shards aggregating one reel cost each other. The rest (in `stream-scale-mixed`) are
 /// the background reels', whose one shard each takes chunks from
 /// whichever stream shards carry their likes.
 pub(super) fn viral_conflicted_pct(stats: &faultproxy::Stats) -> f64 {

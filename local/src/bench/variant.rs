@@ -25,13 +25,18 @@ pub enum Variant {
     /// row only, the aggregate function adds them to one shard; offered at
     /// `BENCH_STREAM_RATE`.
     Stream,
-    /// Stream mode at scale: the stream read as 32 shards side by side,
-    /// the proxy's conflict model on (a 10 ms hold), the viral reel grown
-    /// 32 → 64 halfway through (the constants below);
-    /// offered at `BENCH_STREAM_SCALE_RATE`. What shows whether the
-    /// aggregator's transactions of different stream shards get in each
-    /// other's way.
+    /// Stream mode at scale, as issue 21 sets it: one viral reel, the
+    /// stream read as 32 shards side by side, the proxy's conflict model
+    /// on (a 10 ms hold), the reel grown 32 → 64 halfway through (the
+    /// constants below); offered at `BENCH_STREAM_SCALE_RATE`, and no
+    /// background likes. What shows whether the aggregator's transactions
+    /// of different stream shards get in each other's way on one reel.
     StreamScale,
+    /// The same with the background reels' likes (`BENCH_BACKGROUND_RATE`)
+    /// on top: a few likes a second on each of a few reels of one shard,
+    /// whose chunks from different stream shards meet on that one item
+    /// (docs/counting.md, "What a conflict is worth").
+    StreamScaleMixed,
     /// Views, not likes: one viral reel's views through the views pipeline
     /// (`POST /views` → Kinesis → the views aggregator), closed-loop at the
     /// rate the machine sustains (`views.rs`, which runs and reports it on
@@ -61,13 +66,14 @@ pub(super) const SCALE_TO: u32 = 64;
 
 impl Variant {
     /// Every variant, in the order `BENCH_VARIANTS` runs them by default.
-    pub const ALL: [Variant; 7] = [
+    pub const ALL: [Variant; 8] = [
         Variant::Naive,
         Variant::Fixed,
         Variant::FixedNocache,
         Variant::Auto,
         Variant::Stream,
         Variant::StreamScale,
+        Variant::StreamScaleMixed,
         Variant::Views,
     ];
 
@@ -80,6 +86,7 @@ impl Variant {
             Variant::Auto => "auto",
             Variant::Stream => "stream",
             Variant::StreamScale => "stream-scale",
+            Variant::StreamScaleMixed => "stream-scale-mixed",
             Variant::Views => "views",
         }
     }
@@ -101,7 +108,26 @@ impl Variant {
 
     /// Stream mode: likes write their row only; the counts catch up later.
     pub(super) fn is_stream(self) -> bool {
-        matches!(self, Variant::Stream | Variant::StreamScale)
+        matches!(
+            self,
+            Variant::Stream | Variant::StreamScale | Variant::StreamScaleMixed
+        )
+    }
+
+    /// Stream mode at scale (`scale.rs`): 32 stream shards, the conflict
+    /// model, the resize halfway, and their own figures.
+    pub(super) fn is_scale(self) -> bool {
+        matches!(self, Variant::StreamScale | Variant::StreamScaleMixed)
+    }
+
+    /// Likes a second on the background reels: none in `stream-scale`,
+    /// which is one viral reel as issue 21 sets it.
+    pub(super) fn background_rate(self, opts: &BenchOptions) -> f64 {
+        if self == Variant::StreamScale {
+            0.0
+        } else {
+            opts.background_rate
+        }
     }
 
     /// The viral reel's shards set before the load, if any: the `fixed`
@@ -109,7 +135,7 @@ impl Variant {
     pub(super) fn presized_shards(self, opts: &BenchOptions) -> Option<u32> {
         match self {
             Variant::Fixed | Variant::FixedNocache => Some(opts.fixed_shards),
-            Variant::StreamScale => Some(SCALE_FROM),
+            Variant::StreamScale | Variant::StreamScaleMixed => Some(SCALE_FROM),
             Variant::Naive | Variant::Auto | Variant::Stream | Variant::Views => None,
         }
     }
@@ -120,7 +146,7 @@ impl Variant {
     pub(super) fn watched_shards(self) -> u32 {
         match self {
             Variant::Stream => 1,
-            Variant::StreamScale => SCALE_TO,
+            Variant::StreamScale | Variant::StreamScaleMixed => SCALE_TO,
             Variant::Naive
             | Variant::Fixed
             | Variant::FixedNocache
@@ -134,7 +160,7 @@ impl Variant {
     pub(super) fn offered_rate(self, opts: &BenchOptions) -> f64 {
         match self {
             Variant::Stream => opts.stream_rate,
-            Variant::StreamScale => opts.stream_scale_rate,
+            Variant::StreamScale | Variant::StreamScaleMixed => opts.stream_scale_rate,
             // Closed loop: no rate is offered.
             Variant::Views => f64::NAN,
             Variant::Naive | Variant::Fixed | Variant::FixedNocache | Variant::Auto => {
@@ -158,7 +184,7 @@ impl Variant {
         }
         let cap = opts.write_cap;
         let mut faults = format!("seed=1,write_cap={cap}");
-        if self == Variant::StreamScale {
+        if self.is_scale() {
             faults.push_str(&format!(",conflict_hold_ms={CONFLICT_HOLD_MS}"));
         }
         let mut env = vec![
@@ -187,12 +213,13 @@ impl Variant {
             | Variant::Fixed
             | Variant::Stream
             | Variant::StreamScale
+            | Variant::StreamScaleMixed
             | Variant::Views => ("off", "2000"),
         };
         if self.is_stream() {
             env.push(("COUNTING".into(), "stream".into()));
         }
-        if self == Variant::StreamScale {
+        if self.is_scale() {
             env.push(("LOCAL_STREAM_SHARDS".into(), STREAM_SHARDS.to_string()));
         }
         env.push(("AUTO_RESHARD".into(), auto.into()));
@@ -242,6 +269,7 @@ mod tests {
             (Variant::Auto, "on", "2000", None),
             (Variant::Stream, "off", "2000", Some("stream")),
             (Variant::StreamScale, "off", "2000", Some("stream")),
+            (Variant::StreamScaleMixed, "off", "2000", Some("stream")),
         ] {
             let env: std::collections::HashMap<String, String> =
                 v.stack_env(&test_options()).into_iter().collect();
@@ -249,13 +277,13 @@ mod tests {
             assert_eq!(get("AUTO_RESHARD"), Some(auto), "{v}");
             assert_eq!(get("CACHE_TTL_MS"), Some(cache), "{v}");
             assert_eq!(get("COUNTING"), counting, "{v}");
-            let faults = if v == Variant::StreamScale {
+            let faults = if v.is_scale() {
                 "seed=1,write_cap=30,conflict_hold_ms=10"
             } else {
                 "seed=1,write_cap=30"
             };
             assert_eq!(get("FAULTS"), Some(faults), "{v}");
-            let lanes = (v == Variant::StreamScale).then_some("32");
+            let lanes = v.is_scale().then_some("32");
             assert_eq!(get("LOCAL_STREAM_SHARDS"), lanes, "{v}");
             assert_eq!(get("SHARD_WRITES_PER_SEC"), Some("12"), "{v}");
             assert_eq!(get("HOT_LIKES_PER_SEC"), Some("9"), "{v}");
@@ -269,6 +297,16 @@ mod tests {
         );
         assert_eq!(Variant::Fixed.presized_shards(&test_options()), Some(10));
         assert_eq!(Variant::Stream.presized_shards(&test_options()), None);
+        // Issue 21's variant is one viral reel; the mixed one adds the
+        // background reels' likes, as every other likes variant has.
+        assert_eq!(Variant::StreamScale.background_rate(&test_options()), 0.0);
+        for v in [Variant::StreamScaleMixed, Variant::Stream, Variant::Auto] {
+            assert_eq!(v.background_rate(&test_options()), 20.0, "{v}");
+        }
+        assert_eq!(
+            Variant::StreamScaleMixed.presized_shards(&test_options()),
+            Some(32)
+        );
         // The views variant: its own stack, the views stream on.
         let env: std::collections::HashMap<String, String> = Variant::Views
             .stack_env(&test_options())
@@ -292,6 +330,7 @@ mod tests {
                 "auto",
                 "stream",
                 "stream-scale",
+                "stream-scale-mixed",
                 "views"
             ]
         );
