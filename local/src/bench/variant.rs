@@ -290,7 +290,11 @@ mod tests {
         }
         assert_eq!(Variant::Stream.offered_rate(&test_options()), 750.0);
         assert_eq!(Variant::Auto.offered_rate(&test_options()), 75.0);
-        assert_eq!(Variant::StreamScale.offered_rate(&test_options()), 750.0);
+        assert_eq!(Variant::StreamScale.offered_rate(&test_options()), 2000.0);
+        assert_eq!(
+            Variant::StreamScaleMixed.offered_rate(&test_options()),
+            2000.0
+        );
         assert_eq!(
             Variant::StreamScale.presized_shards(&test_options()),
             Some(32)
