@@ -89,7 +89,8 @@ pub struct BenchOptions {
     /// `fixed` variant's ceiling, `BENCH_SHARDS` × cap ÷ 2).
     pub stream_rate: f64,
     /// ... by `stream-scale` and `stream-scale-mixed`
-    /// (`BENCH_STREAM_SCALE_RATE`; default [`STREAM_SCALE_RATE`]).
+    /// (`BENCH_STREAM_SCALE_RATE`; default 2,000: `STREAM_SCALE_RATE`
+    /// says how that was found).
     pub stream_scale_rate: f64,
     /// Likes a second on the background reels (`BENCH_BACKGROUND_RATE`;
     /// none in `stream-scale`).
