@@ -180,7 +180,8 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
         ),
         (
             "LOCAL_STREAM_FAULTS",
-            "seed=5,redeliver=0.5,lost=0.3,reorder=0.7,duplicate=0.3,late_commit=0.2",
+            "seed=5,redeliver=0.5,lost=0.3,reorder=0.7,duplicate=0.3,late_commit=0.2,\
+             final_window=0.3",
         ),
         // Four virtual stream shards: four aggregators at once on the same
         // reels, their transactions meeting in the proxy's conflict model.
@@ -200,18 +201,33 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
     let mut want: BTreeMap<String, i64> = BTreeMap::new();
     let stats = &t.stack.streams[0].stats;
     let seen = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let proxy = t.stack.proxy.as_ref().expect("FAULTS starts the proxy");
+    // Transactions the conflict model refused: another stream shard's
+    // transaction held an item (a shard of a reel, both aggregating it).
+    let modeled = || {
+        let m = proxy.stats().modeled_conflicts;
+        m.refused.values().sum::<u64>() + m.in_progress
+    };
+    // Every fault class of the event source, and the conflict model.
+    let struck = || {
+        [
+            seen(&stats.redelivered),
+            seen(&stats.lost),
+            seen(&stats.reordered),
+            seen(&stats.duplicated),
+            seen(&stats.final_windows),
+            seen(&stats.late_commits),
+            modeled(),
+        ]
+    };
     // Waves of likes and some unlikes on eight reels: three, and more
-    // (up to twelve) until the event source has redelivered, lost and
-    // reordered at least once. Its faults strike per invocation, and how
-    // many invocations three waves make depends on how busy the machine
-    // is (a loaded one batches more records per invocation): 16
-    // invocations once drew no redelivery at all.
+    // (up to twelve) until every fault above has struck at least once.
+    // The event source's faults strike per invocation, and how many
+    // invocations three waves make depends on how busy the machine is (a
+    // loaded one batches more records per invocation): 16 invocations
+    // once drew no redelivery at all.
     for wave in 0..12 {
-        if wave >= 3
-            && seen(&stats.redelivered) > 0
-            && seen(&stats.lost) > 0
-            && seen(&stats.reordered) > 0
-        {
+        if wave >= 3 && struck().iter().all(|n| *n > 0) {
             break;
         }
         futures::future::join_all((0..24).map(|u| {
@@ -239,39 +255,53 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
         got.insert(reel.clone(), t.shard_sum(reel).await);
     }
     eprintln!(
-        "event source: invocations {}, delivered {}, retries {}, bisections {}, partial {}, redelivered {}, lost {}, reordered {}, discarded {}",
+        "event source: invocations {}, delivered {}, retries {}, bisections {}, partial {}, discarded {}; \
+         redelivered, lost, reordered, duplicated, final windows, late commits, modeled conflicts: {:?}",
         seen(&stats.invocations),
         seen(&stats.delivered),
         seen(&stats.retries),
         seen(&stats.bisections),
         seen(&stats.partial),
-        seen(&stats.redelivered),
-        seen(&stats.lost),
-        seen(&stats.reordered),
         seen(&stats.discarded),
+        struck(),
     );
     assert_eq!(stats.discarded(), 0, "no batch ran out of retries");
     assert_eq!(got, want, "shard sums equal the like rows once drained");
+    // Each class struck: the counts above were made under all of them.
+    let [
+        redelivered,
+        lost,
+        reordered,
+        duplicated,
+        final_windows,
+        late_commits,
+        conflicts,
+    ] = struck();
+    assert!(redelivered > 0, "some batches were delivered twice");
+    assert!(lost > 0, "some invocations lost their answer");
     assert!(
-        seen(&stats.redelivered) > 0,
-        "some batches were delivered twice"
-    );
-    assert!(seen(&stats.lost) > 0, "some invocations lost their answer");
-    assert!(
-        seen(&stats.reordered) > 0,
+        reordered > 0,
         "some batches were handed over again out of order"
+    );
+    assert!(duplicated > 0, "some batches carried a record twice");
+    assert!(
+        final_windows > 0,
+        "some windows ended with an empty final invoke"
+    );
+    assert!(
+        late_commits > 0,
+        "some timed-out invocations committed after their retry started"
+    );
+    assert!(
+        conflicts > 0,
+        "the conflict model refused some transactions of stream shards meeting on a reel"
     );
     assert_eq!(
         seen(&stats.bisections),
         0,
         "the template never bisects: halves could come out of order"
     );
-    let proxy = t
-        .stack
-        .proxy
-        .as_ref()
-        .expect("FAULTS starts the proxy")
-        .stats();
+    let proxy = proxy.stats();
     eprintln!("modeled conflicts: {:?}", proxy.modeled_conflicts);
     assert!(
         proxy.injected_of("lost_dropped") + proxy.injected_of("lost_stalled") > 0
