@@ -19,10 +19,11 @@ use tokio::task::JoinHandle;
 /// [`SCALE_TO`] shards, as an operator would through the admin route
 /// (`POST /admin/reels/{id}/shards`, the same call); the scheduled
 /// resharder (`LOCAL_SCHEDULE_SECS`) then finishes it while the load and
-/// the aggregation go on. A refused request (the route's 503: the settings
-/// item held by the aggregator's transactions, say) is asked again, as the
-/// operator would, for up to `patience`; the task answers how many were
-/// refused, and whether one got through.
+/// the aggregation go on. A refused request (the route's 503, should its
+/// settings write meet the schedule's; the aggregator's chunks never touch
+/// that item) is asked again, as the operator would, for up to
+/// `patience`; the task answers how many were refused, and whether one
+/// got through.
 pub(super) fn resize_midway(
     app: Arc<App>,
     after: Duration,
