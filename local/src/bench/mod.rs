@@ -334,13 +334,15 @@ const VIRAL: &str = "viral";
 const BACKGROUND_REELS: usize = 9;
 
 /// The stream-at-scale variants' default rate: the highest that the
-/// 2-core machine BENCHMARKS.md was measured on took with room to spare.
-/// Probed with `BENCH_VARIANTS=stream-scale BENCH_RUNS=1` at 3b11cf8:
-/// 1,500, 2,000 and 2,500 likes/s were all accepted (latency p99 4, 6 and
-/// 45 ms: the last one already queueing), 3,000 was not (60 % refused,
-/// p99 3.5 s); the limit is the machine running the emulator, the
-/// gateway, 32 stream shards' aggregation and the load at once, not the
-/// aggregator (0–0.4 % conflicted throughout).
+/// 2-core machine BENCHMARKS.md was measured on sustains. Probed with
+/// `BENCH_VARIANTS=stream-scale` at 3b11cf8 and 8d9db1f: 1,500 and 2,000
+/// likes/s were all accepted (latency p99 4 and 6 ms; 2,000 also in the
+/// three runs of BENCHMARKS.md); 2,500 was all accepted once (p99 45 ms,
+/// already queueing) and then, in three runs, 29–36 % refused (p99 3.1 s);
+/// 3,000 was 60 % refused. The limit is the machine running the emulator,
+/// the gateway, 32 stream shards' aggregation and the load at once; the
+/// aggregator's conflicts stay under 1 % until it saturates (2.5 % at
+/// 2,500, its transactions slowed).
 const STREAM_SCALE_RATE: f64 = 2000.0;
 
 /// Runs every variant `runs` times (interleaved, so drift of the machine
