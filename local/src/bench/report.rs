@@ -88,33 +88,48 @@ pub(super) fn markdown(opts: &BenchOptions, results: &BTreeMap<String, Vec<RunRe
         opts.write_cap,
         opts.fixed_shards
     ));
-    out.push_str("| metric |");
-    for v in results.keys() {
-        out.push_str(&format!(" {v} |"));
-    }
-    out.push_str("\n| --- |");
-    for _ in results.keys() {
-        out.push_str(" --- |");
-    }
-    out.push('\n');
-    for (name, get, prec) in rows {
-        out.push_str(&format!("| {name} |"));
-        for rs in results.values() {
-            out.push_str(&format!(" {} |", cell(rs, get, prec)));
-        }
-        out.push('\n');
-    }
+    let columns: Vec<(&str, &[RunResult])> = results
+        .iter()
+        .map(|(v, rs)| (v.as_str(), rs.as_slice()))
+        .collect();
+    out.push_str(&columns_table(&rows, &columns));
     let exact = results.values().flatten().all(|r| r.exact);
     out.push_str(&format!(
         "\nEvery run exact (stored count = acknowledged likes): {}.\n",
         if exact { "yes" } else { "NO" }
     ));
-    let scale: Vec<(Variant, &[RunResult])> = [Variant::StreamScale, Variant::StreamScaleMixed]
+    let scale: Vec<(Variant, &[RunResult])> = Variant::ALL
         .into_iter()
+        .filter(|v| v.is_scale())
         .filter_map(|v| results.get(v.as_str()).map(|rs| (v, rs.as_slice())))
         .collect();
     if !scale.is_empty() {
         out.push_str(&scale_table(&scale));
+    }
+    out
+}
+
+/// A table row: its name, the figure of one run, and its decimals.
+type Row<'a, T> = (&'a str, fn(&T) -> f64, usize);
+
+/// A Markdown table: one row per [`Row`] of `rows`, one column per
+/// `(heading, runs)` of `columns`, each cell [`cell`].
+fn columns_table<T>(rows: &[Row<'_, T>], columns: &[(&str, &[T])]) -> String {
+    let mut out = String::from("| metric |");
+    for (head, _) in columns {
+        out.push_str(&format!(" {head} |"));
+    }
+    out.push_str("\n| --- |");
+    for _ in columns {
+        out.push_str(" --- |");
+    }
+    out.push('\n');
+    for (name, get, prec) in rows {
+        out.push_str(&format!("| {name} |"));
+        for (_, rs) in columns {
+            out.push_str(&format!(" {} |", cell(rs, *get, *prec)));
+        }
+        out.push('\n');
     }
     out
 }
@@ -174,23 +189,11 @@ fn scale_table(variants: &[(Variant, &[RunResult])]) -> String {
         ),
     ];
     let mut out = format!(
-        "\nStream mode at scale: {STREAM_SHARDS} stream shards, the conflict model on (a transaction holds its items {CONFLICT_HOLD_MS} ms past its answer), the viral reel grown {SCALE_FROM} → {SCALE_TO} shards halfway through the load (completed by the scheduled resharder; waited for after the load if need be). `stream-scale` is issue 21's setting, the viral reel alone; `stream-scale-mixed` adds the background reels' likes.\n\n| metric |"
+        "\nStream mode at scale: {STREAM_SHARDS} stream shards, the conflict model on (a transaction holds its items {CONFLICT_HOLD_MS} ms past its answer), the viral reel grown {SCALE_FROM} → {SCALE_TO} shards halfway through the load (completed by the scheduled resharder; waited for after the load if need be). `stream-scale` is issue 21's setting, the viral reel alone; `stream-scale-mixed` adds the background reels' likes.\n\n"
     );
-    for (v, _) in variants {
-        out.push_str(&format!(" {v} |"));
-    }
-    out.push_str("\n| --- |");
-    for _ in variants {
-        out.push_str(" --- |");
-    }
-    out.push('\n');
-    for (name, get, prec) in rows {
-        out.push_str(&format!("| {name} |"));
-        for (_, rs) in variants {
-            out.push_str(&format!(" {} |", cell(rs, get, prec)));
-        }
-        out.push('\n');
-    }
+    let columns: Vec<(&str, &[RunResult])> =
+        variants.iter().map(|(v, rs)| (v.as_str(), *rs)).collect();
+    out.push_str(&columns_table(&rows, &columns));
     let yes = |b: bool| if b { "yes" } else { "NO" };
     // Nothing lost or counted twice, and the resize done: both variants.
     let sound =
