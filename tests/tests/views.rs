@@ -365,3 +365,47 @@ async fn a_shard_missing_from_the_listing_is_listed_for_once() {
     );
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_different_batch_under_a_used_key_is_counted_and_a_retry_is_not() {
+    // Before: the event id came from the viewer and the key alone, so a
+    // second, different batch sent with a key used in the last 300 s was
+    // answered 202 and then dropped by the aggregator as a copy of the
+    // first: views acknowledged and never counted.
+    let t = TestStack::start(&[
+        ("LOCAL_VIEWS", "on"),
+        ("LOCAL_VIEWS_SHARDS", "1"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+        ("CACHE_TTL_MS", "0"),
+    ])
+    .await;
+    let acked = Mutex::new(Acked::default());
+    let first = json!({"views": [{"reel_id": "k1", "count": 5}, {"reel_id": "k2", "count": 1}]});
+    // The same batch again (its entries in another order): a retry.
+    let again = json!({"views": [{"reel_id": "k2", "count": 1}, {"reel_id": "k1", "count": 5}]});
+    let other = json!({"views": [{"reel_id": "k1", "count": 7}]});
+    send(&t, "viewer-1", "key-1", &first, &acked).await;
+    send(
+        &t,
+        "viewer-1",
+        "key-1",
+        &again,
+        &Mutex::new(Acked::default()),
+    )
+    .await;
+    send(&t, "viewer-1", "key-1", &other, &acked).await;
+    // Another viewer's batch under the same key is another event.
+    send(&t, "viewer-2", "key-1", &first, &acked).await;
+    drain(&t).await;
+    let a = acked.into_inner().unwrap();
+    for reel in ["k1", "k2"] {
+        let f = figures(&t, reel).await;
+        assert_eq!(
+            f["views"].as_u64(),
+            a.views.get(reel).copied(),
+            "{reel}: {f}"
+        );
+    }
+    assert_eq!(a.views["k1"], 17);
+    t.stop().await;
+}

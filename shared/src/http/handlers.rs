@@ -248,7 +248,7 @@ async fn execute(
             let total: u64 = views.iter().map(|(_, n)| u64::from(*n)).sum();
             producer.admit(&viewer, total).await?;
             let record = crate::views::record::ViewRecord {
-                id: crate::views::accept::event_id(&viewer, idempotency_key.as_deref()),
+                id: crate::views::accept::event_id(&viewer, idempotency_key.as_deref(), &views),
                 viewer: viewer.as_str().to_owned(),
                 at_ms: crate::clock::now_ms(),
                 views,

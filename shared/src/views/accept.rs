@@ -61,14 +61,21 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<(ReelId, u32)>, Error> {
     Ok(out)
 }
 
-/// The event id of a batch: derived from the viewer and its
-/// `Idempotency-Key` when it sent one (a client's retry is the same event),
-/// random otherwise (a producer's own retry reuses the record, id and all).
-pub fn event_id(viewer: &UserId, idempotency_key: Option<&str>) -> u64 {
-    match idempotency_key {
-        Some(k) => RequestToken::for_fields("views/event", &[viewer.as_str(), k]).as_u64(),
-        None => fastrand::u64(..),
-    }
+/// The event id of a batch: derived from the viewer, its `Idempotency-Key`
+/// and the batch's entries (in reel order) when it sent a key, so that a
+/// client's retry of the batch is the same event and a different batch
+/// under a used key is another one (never taken for a copy and dropped
+/// after it was acknowledged); random without a key (a producer's own
+/// retry reuses the record, id and all).
+pub fn event_id(viewer: &UserId, idempotency_key: Option<&str>, views: &[(ReelId, u32)]) -> u64 {
+    let Some(key) = idempotency_key else {
+        return fastrand::u64(..);
+    };
+    let mut entries: Vec<String> = views.iter().map(|(r, n)| format!("{r}={n}")).collect();
+    entries.sort_unstable();
+    let mut fields = vec![viewer.as_str(), key];
+    fields.extend(entries.iter().map(String::as_str));
+    RequestToken::for_fields("views/event", &fields).as_u64()
 }
 
 /// Writes accepted batches to the log.
@@ -210,12 +217,22 @@ mod tests {
     }
 
     #[test]
-    fn a_keyed_batch_has_one_event_id_per_viewer_and_key() {
+    fn a_keyed_batch_has_one_event_id_per_viewer_key_and_entries() {
         let u = UserId::parse("u1").unwrap();
         let v = UserId::parse("u2").unwrap();
-        assert_eq!(event_id(&u, Some("k")), event_id(&u, Some("k")));
-        assert_ne!(event_id(&u, Some("k")), event_id(&v, Some("k")));
-        assert_ne!(event_id(&u, Some("k")), event_id(&u, Some("k2")));
-        assert_ne!(event_id(&u, None), event_id(&u, None));
+        let batch = |s: &str| parse_batch(s.as_bytes()).unwrap();
+        let b = batch(r#"{"views":[{"reel_id":"a","count":2},{"reel_id":"b","count":1}]}"#);
+        // The same entries in another order, or one reel's split in two.
+        let same = batch(
+            r#"{"views":[{"reel_id":"b","count":1},{"reel_id":"a","count":1},{"reel_id":"a","count":1}]}"#,
+        );
+        let other = batch(r#"{"views":[{"reel_id":"a","count":3}]}"#);
+        let id = |u: &UserId, k: Option<&str>, b: &[(ReelId, u32)]| event_id(u, k, b);
+        assert_eq!(id(&u, Some("k"), &b), id(&u, Some("k"), &b));
+        assert_eq!(id(&u, Some("k"), &b), id(&u, Some("k"), &same));
+        assert_ne!(id(&u, Some("k"), &b), id(&u, Some("k"), &other));
+        assert_ne!(id(&u, Some("k"), &b), id(&v, Some("k"), &b));
+        assert_ne!(id(&u, Some("k"), &b), id(&u, Some("k2"), &b));
+        assert_ne!(id(&u, None, &b), id(&u, None, &b));
     }
 }

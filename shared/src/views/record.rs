@@ -14,7 +14,8 @@ const FORMAT: u32 = 1;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ViewRecord {
     /// The event id: the same for every copy of one request in the log (a
-    /// producer's retry, a client's retry with its `Idempotency-Key`), so
+    /// producer's retry, a client's retry of the same entries with its
+    /// `Idempotency-Key`), so
     /// the aggregator counts it once (see [`super::aggregate`]).
     pub id: u64,
     /// The viewer (JWT `sub`; locally `x-user-id`).
