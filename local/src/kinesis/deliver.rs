@@ -94,6 +94,12 @@ impl Counters for KinesisSourceStats {
             done.insert(shard.to_owned(), sequence.to_owned());
         }
     }
+
+    fn on_failure(&self, record: Value) {
+        if let Ok(mut all) = self.on_failure.lock() {
+            all.push(record);
+        }
+    }
 }
 
 impl Source for Views {
@@ -103,6 +109,46 @@ impl Source for Views {
 
     fn event(&self, _shard: &str, records: &[KinesisRecord]) -> Value {
         event(&self.stream_arn, records)
+    }
+
+    /// Lambda's invocation record of a given-up Kinesis batch: the
+    /// `KinesisBatchInfo` names the range, not the records.
+    fn invocation_record(
+        &self,
+        shard: &str,
+        records: &[KinesisRecord],
+        condition: &str,
+    ) -> Option<Value> {
+        let (first, last) = (records.first()?, records.last()?);
+        let iso = |secs: f64| {
+            aws_sdk_kinesis::primitives::DateTime::from_millis((secs * 1000.0) as i64)
+                .fmt(aws_sdk_kinesis::primitives::DateTimeFormat::DateTime)
+                .unwrap_or_default()
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        Some(serde_json::json!({
+            "requestContext": {
+                "requestId": format!("local-{}", fastrand::u64(..)),
+                "functionArn": format!("arn:aws:lambda:{}:{}:function:views-aggregator", super::event::REGION, super::event::ACCOUNT),
+                "condition": condition,
+                "approximateInvokeCount": 1,
+            },
+            "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+            "version": "1.0",
+            "timestamp": iso(now),
+            "KinesisBatchInfo": {
+                "shardId": shard,
+                "startSequenceNumber": first.sequence,
+                "endSequenceNumber": last.sequence,
+                "approximateArrivalOfFirstRecord": iso(first.arrival),
+                "approximateArrivalOfLastRecord": iso(last.arrival),
+                "batchSize": records.len(),
+                "streamArn": self.stream_arn,
+            }
+        }))
     }
 
     /// The views function has no deadline to be told.

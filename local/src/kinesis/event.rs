@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 /// The account and region of the ARNs the local event source writes (the
 /// emulator's defaults).
 pub(super) const REGION: &str = "us-east-1";
-const ACCOUNT: &str = "000000000000";
+pub(super) const ACCOUNT: &str = "000000000000";
 
 /// One record read from a shard, reduced to what the event carries.
 #[derive(Clone, Debug, PartialEq)]

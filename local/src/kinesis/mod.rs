@@ -92,6 +92,9 @@ pub struct KinesisSourceStats {
     pub late_commits: AtomicU64,
     /// Records sent to the `OnFailure` destination: never applied.
     pub discarded: AtomicU64,
+    /// The invocation records sent to the `OnFailure` destination, as
+    /// Lambda writes them (`KinesisBatchInfo`), oldest first.
+    pub on_failure: Mutex<Vec<serde_json::Value>>,
     /// Records read and not yet handed to the function for good.
     pub outstanding: AtomicU64,
     /// Per shard: the last sequence number handed to the function with no

@@ -546,3 +546,45 @@ async fn records_past_their_maximum_age_go_to_on_failure() {
     let _ = stop.send(true);
     source.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_batch_goes_to_on_failure_with_lambdas_invocation_record() {
+    let Some(endpoint) = emulator() else { return };
+    let (client, name) = stream(&endpoint, "expire", 1).await;
+    put(&client, &name, "x", 30).await;
+    let (handler, log) = recording(|_, _| ok());
+    let settings = KinesisSettings::from_lookup(|k| {
+        (k == "LOCAL_VIEWS_FAULTS").then(|| "seed=1,expire=1".to_owned())
+    })
+    .unwrap();
+    let (stop, stopped) = watch::channel(false);
+    let source = KinesisSource::spawn(client.clone(), def(&name, 10), settings, handler, stopped);
+    wait_done(&source, &client, 30).await;
+    // Taken as too old before every hand-over: nothing reached the
+    // function, everything went to OnFailure, one record per batch.
+    assert!(log.lock().unwrap().is_empty());
+    assert_eq!(KinesisSourceStats::get(&source.stats.discarded), 30);
+    let records = source.stats.on_failure.lock().unwrap().clone();
+    assert!(!records.is_empty());
+    let mut named = 0;
+    for r in &records {
+        assert_eq!(r["requestContext"]["condition"], "RecordAgeExceeded");
+        let info = &r["KinesisBatchInfo"];
+        assert!(info["streamArn"].as_str().unwrap().ends_with(&name), "{r}");
+        let (start, end) = (
+            info["startSequenceNumber"].as_str().unwrap(),
+            info["endSequenceNumber"].as_str().unwrap(),
+        );
+        assert_ne!(compare_sequences(start, end), Some(Cmp::Greater), "{r}");
+        assert!(
+            info["approximateArrivalOfFirstRecord"]
+                .as_str()
+                .unwrap()
+                .ends_with('Z')
+        );
+        named += info["batchSize"].as_u64().unwrap();
+    }
+    assert_eq!(named, 30);
+    let _ = stop.send(true);
+    source.stop().await;
+}

@@ -64,6 +64,9 @@ pub(crate) trait Counters: Send + Sync + 'static {
     fn counter(&self, counter: Counter) -> Option<&AtomicU64>;
     /// Lambda's checkpoint of `shard` moved to `sequence`.
     fn checkpoint(&self, shard: &str, sequence: &str);
+    /// The invocation record Lambda sent to the OnFailure destination, for
+    /// a source that keeps them.
+    fn on_failure(&self, _record: Value) {}
 }
 
 /// The event source mapping's settings the loop follows.
@@ -109,6 +112,17 @@ pub(crate) trait Source: Send + Sync + 'static {
     fn final_window(&self, _shard: &str) -> Option<Value> {
         None
     }
+    /// The OnFailure invocation record of `records` (in shard order) of
+    /// `shard`, given up for `condition` (`RetryAttemptsExhausted`,
+    /// `RecordAgeExceeded`), for a source that writes one.
+    fn invocation_record(
+        &self,
+        _shard: &str,
+        _records: &[Self::Record],
+        _condition: &str,
+    ) -> Option<Value> {
+        None
+    }
 }
 
 /// The shard a batch belongs to.
@@ -151,6 +165,11 @@ fn count<C: Counters + ?Sized>(stats: &C, counter: Counter, n: u64) {
 
 type Queue<R> = VecDeque<(Vec<R>, i64)>;
 
+/// The `condition` of an OnFailure invocation record: the retries ran out.
+const RETRY_ATTEMPTS_EXHAUSTED: &str = "RetryAttemptsExhausted";
+/// The `condition` of an OnFailure invocation record: records too old.
+const RECORD_AGE_EXCEEDED: &str = "RecordAgeExceeded";
+
 impl<S: Source> Delivery<S> {
     /// The delivery of `source`, its faults drawn from `faults.seed`.
     pub(crate) fn new(source: S, rules: Rules, faults: SourceFaults, stats: Arc<S::Stats>) -> Self {
@@ -176,6 +195,10 @@ impl<S: Source> Delivery<S> {
         while let Some((records, retries)) = queue.pop_front() {
             let records = self.drop_aged(shard.id, records);
             if records.is_empty() {
+                continue;
+            }
+            if self.dice.chance(self.faults.expire) {
+                self.discard(shard.id, &records, RECORD_AGE_EXCEEDED);
                 continue;
             }
             let handed = self.perturb(shard, &records, retries > 0, &queue);
@@ -216,7 +239,7 @@ impl<S: Source> Delivery<S> {
                 continue;
             }
             if self.rules.max_retries >= 0 && retries >= self.rules.max_retries {
-                self.discard(shard.id, &rest, "retries exhausted");
+                self.discard(shard.id, &rest, RETRY_ATTEMPTS_EXHAUSTED);
                 continue;
             }
             self.count(Counter::Retries, 1);
@@ -418,15 +441,20 @@ impl<S: Source> Delivery<S> {
         let (aged, young): (Vec<S::Record>, Vec<S::Record>) =
             records.into_iter().partition(|r| r.older_than(oldest));
         if !aged.is_empty() {
-            self.discard(shard, &aged, "older than MaximumRecordAgeInSeconds");
+            self.discard(shard, &aged, RECORD_AGE_EXCEEDED);
         }
         young
     }
 
-    /// `records` go to the `OnFailure` destination (here: the log and the
-    /// `discarded` counter), and the shard moves on past them.
+    /// `records` go to the `OnFailure` destination (here: the log, the
+    /// `discarded` counter and, where the source writes one, the
+    /// invocation record), and the shard moves on past them; `why` is the
+    /// record's `condition`.
     fn discard(&self, shard: &str, records: &[S::Record], why: &str) {
         self.count(Counter::Discarded, records.len() as u64);
+        if let Some(record) = self.source.invocation_record(shard, records, why) {
+            self.stats.on_failure(record);
+        }
         let function = S::FUNCTION;
         tracing::error!(
             shard,

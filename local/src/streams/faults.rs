@@ -26,7 +26,14 @@
 //!   after a function error or a timeout, whether or not the function did
 //!   its work: `lost` is an invocation that did it and failed after;
 //!   `late_commit` one that timed out while its writes were still on their
-//!   way, so they may land after the retry started.
+//!   way, so they may land after the retry started;
+//! * `expire`: "If a Lambda event source mapping is unable to invoke the
+//!   function due to throttling or other issues, it retries until the
+//!   records expire or exceed the maximum age"
+//!   (<https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html>):
+//!   a batch, first handed over or again, is taken as past
+//!   `MaximumRecordAgeInSeconds` and sent to the OnFailure destination,
+//!   whatever earlier invocations of it did.
 
 use anyhow::{Context, Result, anyhow};
 use std::sync::Mutex;
@@ -48,14 +55,18 @@ pub struct SourceFaults {
     pub(crate) final_window: f64,
     /// An invocation is taken as timed out at once and left running.
     pub(crate) late_commit: f64,
+    /// A batch about to be handed over goes to OnFailure instead.
+    pub(crate) expire: f64,
 }
 
 /// The classes, as `LOCAL_STREAM_FAULTS` names them.
-const CLASSES: &str = "seed, redeliver, lost, reorder, duplicate, final_window, late_commit";
+const CLASSES: &str =
+    "seed, redeliver, lost, reorder, duplicate, final_window, late_commit, expire";
 
 impl SourceFaults {
     /// `seed=N,redeliver=P,lost=P,reorder=P,duplicate=P,final_window=P,
-    /// late_commit=P` (probabilities in 0..=1, any subset); empty: none.
+    /// late_commit=P,expire=P` (probabilities in 0..=1, any subset); empty:
+    /// none.
     pub fn parse(spec: &str) -> Result<Self> {
         let mut f = SourceFaults::default();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -74,6 +85,7 @@ impl SourceFaults {
                 "duplicate" => &mut f.duplicate,
                 "final_window" => &mut f.final_window,
                 "late_commit" => &mut f.late_commit,
+                "expire" => &mut f.expire,
                 other => anyhow::bail!("unknown stream fault {other:?} ({CLASSES})"),
             };
             let p: f64 = v.parse().with_context(|| k.to_owned())?;
