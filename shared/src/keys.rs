@@ -383,6 +383,14 @@ pub fn views_checkpoint_key(stream_arn: &str, shard_id: &str) -> String {
     )
 }
 
+/// What a repair of shard `shard_id`'s given-up range starting at `start`
+/// ([`crate::views::repair`]) writes under in place of a shard id: its
+/// checkpoint, seen partition and writer are its own, so it never meets
+/// the shard's aggregator on an item (a writer's sketch has one writer).
+pub fn views_repair_source(shard_id: &str, start: &str) -> String {
+    format!("{shard_id}#repair#{start}")
+}
+
 /// The sort key of items that are alone in their partition.
 pub const VIEWS_SINGLE_SORT: &str = "-";
 

@@ -9,6 +9,8 @@ use crate::aggregate::records::StreamEvent;
 use crate::error::Error;
 use crate::http::{Function, error_response, handle};
 use crate::reconcile::{Mode, Options as ReconcileOptions};
+use crate::store::dynamodb::DynamoViews;
+use crate::store::kinesis::KinesisLog;
 use lambda_http::aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use lambda_http::request::LambdaRequest;
 use serde_json::{Value, json};
@@ -203,6 +205,9 @@ pub async fn handle_views_event(
             "VIEWS_TABLE and VIEWS_STREAM must both be set",
         )
     })?;
+    if crate::views::repair::GivenUp::is_invocation_record(&event) {
+        return repair_views(app, aggregator, &event, deadline).await;
+    }
     let event: crate::views::record::KinesisEvent = serde_json::from_value(event)
         .map_err(|e| Error::internal("unreadable Kinesis event", e))?;
     let records = event.records.len() as u64;
@@ -236,6 +241,33 @@ pub async fn handle_views_event(
     }
     app.config.metrics.flush(None);
     Ok(json!({ "batchItemFailures": batch_item_failures(&result?) }))
+}
+
+/// `aggregate-views` invoked with an OnFailure invocation record (the
+/// message of `ViewsOnFailureQueue`, as an operator passes it): the range
+/// it names counted once ([`crate::views::repair`]); answers what it did.
+async fn repair_views(
+    app: &App,
+    aggregator: &crate::views::aggregate::ViewAggregator<DynamoViews, KinesisLog>,
+    event: &Value,
+    deadline: Option<Instant>,
+) -> Result<Value, Error> {
+    let range = crate::views::repair::GivenUp::parse(event)?;
+    let result = aggregator.repair(&range, deadline).await;
+    let m = app.config.metrics.record("aggregate-views");
+    match &result {
+        Ok(out) => {
+            m.count("ViewRepairParts", out.applied_now as u64)
+                .count("ViewRepairsIncomplete", u64::from(!out.complete));
+            tracing::info!(shard = %range.shard_id, start = %range.start, end = %range.end, ?out, "views range repaired");
+        }
+        Err(e) => {
+            m.count("ViewErrors", 1);
+            tracing::warn!(shard = %range.shard_id, start = %range.start, error = %e, "views repair failed; invoke it again");
+        }
+    }
+    app.config.metrics.flush(None);
+    Ok(json!({ "repair": result? }))
 }
 
 /// Lambda's `batchItemFailures` for what an aggregator did not apply: the

@@ -378,6 +378,18 @@ impl LogStore for NoParents {
     async fn parents(&self, _: &str, _: &str) -> Result<Vec<String>, likes::Error> {
         Ok(Vec::new())
     }
+    async fn children(&self, _: &str, _: &str) -> Result<Vec<String>, likes::Error> {
+        Ok(Vec::new())
+    }
+    async fn read_range(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Result<Vec<likes::store::LogRead>, likes::Error> {
+        Ok(Vec::new())
+    }
 }
 
 /// The views samples: `aggregate-views.json` (Lambda's Kinesis event, three

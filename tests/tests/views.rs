@@ -409,3 +409,119 @@ async fn a_different_batch_under_a_used_key_is_counted_and_a_retry_is_not() {
     assert_eq!(a.views["k1"], 17);
     t.stop().await;
 }
+
+/// Lambda's view of a give-up, made certain: every invocation's answer is
+/// lost (`lost=1`), and each time a batch is about to be handed over it is
+/// taken as too old half the time (`expire=0.5`). So every batch goes to
+/// OnFailure, about half of them after an invocation counted them; and the
+/// producer puts some records twice (`kinesis_lost`), so some events have
+/// a copy on the shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_given_up_range_is_counted_once_by_a_repair() {
+    // Before: an OnFailure message could not be counted at all (the
+    // shard's checkpoint had passed its range), so the views of every
+    // given-up batch not counted before the give-up were lost for good.
+    let t = TestStack::start(&[
+        ("LOCAL_VIEWS", "on"),
+        ("LOCAL_VIEWS_SHARDS", "2"),
+        ("FAULTS", "seed=7,kinesis_lost=0.2,stall_ms=200"),
+        ("LOCAL_VIEWS_FAULTS", "seed=3,lost=1,expire=0.5"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+        ("CACHE_TTL_MS", "0"),
+    ])
+    .await;
+    let acked = Mutex::new(Acked::default());
+    let source = &t
+        .stack
+        .views
+        .as_ref()
+        .unwrap()
+        .source
+        .as_ref()
+        .unwrap()
+        .stats;
+    // Waves until four batches were given up and an invocation counted
+    // one of them first (with no DynamoDB faults here, every invocation
+    // counts its batch): about one batch in two is.
+    for w in 0..8 {
+        let given_up = source.on_failure.lock().unwrap().len();
+        if given_up >= 4 && source.invocations.load(Ordering::Relaxed) > 0 {
+            break;
+        }
+        wave(&t, &acked, w + 1, 4).await;
+        drain(&t).await;
+    }
+    let a = acked.into_inner().unwrap();
+    let given_up: Vec<Value> = source.on_failure.lock().unwrap().clone();
+    assert!(given_up.len() >= 4, "{} batches given up", given_up.len());
+    let mut before = BTreeMap::new();
+    for reel in REELS {
+        before.insert(reel, figures(&t, reel).await["views"].as_u64().unwrap());
+    }
+    let want: BTreeMap<&str, u64> = REELS
+        .iter()
+        .map(|r| (*r, a.views.get(*r).copied().unwrap_or(0)))
+        .collect();
+    assert_ne!(before, want, "every batch was given up: views are short");
+    // The operator hands each message to the aggregator, again while an
+    // answer is an error (the Kinesis proxy loses some of the reads).
+    let repair = |record: Value| {
+        let t = &t;
+        async move {
+            for _ in 0..20 {
+                match likes::triggers::handle_views_event(&t.stack.app, record.clone(), None).await
+                {
+                    Ok(v) => return v["repair"].clone(),
+                    Err(e) => eprintln!("repair failed, invoked again: {e}"),
+                }
+            }
+            panic!("a repair kept failing");
+        }
+    };
+    let (mut counted_before, mut repaired) = (0, 0);
+    for record in &given_up {
+        let r = repair(record.clone()).await;
+        assert_eq!(r["complete"], true, "{r}");
+        assert_eq!(
+            r["found"].as_u64(),
+            record["KinesisBatchInfo"]["batchSize"].as_u64(),
+            "{r}"
+        );
+        counted_before += r["counted_before"].as_u64().unwrap();
+        repaired += r["repaired"].as_u64().unwrap();
+    }
+    eprintln!(
+        "{} given-up batches: {counted_before} parts counted before, {repaired} repaired",
+        given_up.len()
+    );
+    assert!(counted_before > 0, "some given-up batches had been counted");
+    assert!(repaired > 0);
+    let mut after = BTreeMap::new();
+    for reel in REELS {
+        after.insert(reel, figures(&t, reel).await["views"].as_u64().unwrap());
+    }
+    assert_eq!(after, want, "every acknowledged view counted once");
+    // Invoked again, each repair changes nothing.
+    for record in &given_up {
+        let r = repair(record.clone()).await;
+        assert_eq!(r["applied_now"], 0, "{r}");
+        assert_eq!(r["complete"], true, "{r}");
+    }
+    for reel in REELS {
+        assert_eq!(
+            figures(&t, reel).await["views"].as_u64(),
+            Some(want[reel]),
+            "{reel}"
+        );
+    }
+    // A message that names no range is a clear error and changes nothing.
+    let bad = likes::triggers::handle_views_event(
+        &t.stack.app,
+        json!({"KinesisBatchInfo": {"shardId": "shardId-000000000000"}}),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(bad.code(), "invalid_invocation_record");
+    t.stop().await;
+}

@@ -45,6 +45,18 @@ impl LogStore for Parents {
     async fn parents(&self, _: &str, shard: &str) -> Result<Vec<String>, likes::Error> {
         Ok(self.0.get(shard).cloned().unwrap_or_default())
     }
+    async fn children(&self, _: &str, _: &str) -> Result<Vec<String>, likes::Error> {
+        Ok(Vec::new())
+    }
+    async fn read_range(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Result<Vec<likes::store::LogRead>, likes::Error> {
+        Ok(Vec::new())
+    }
 }
 
 /// A Kinesis sequence number of the usual 56 digits, `n` after a base.

@@ -4,12 +4,18 @@
 
 use super::dynamodb::translate;
 use crate::error::Error;
-use crate::store::{LogPut, LogPutResult, LogStore};
+use crate::store::{LogPut, LogPutResult, LogRead, LogStore};
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
 use std::collections::HashMap;
 use std::sync::Mutex;
+
+/// `GetRecords` calls one [`LogStore::read_range`] makes at most: a given-up
+/// batch is at most 10,000 records (Lambda's largest Kinesis batch), and a
+/// call returns up to 10,000; the bound stops a range whose end is never
+/// met (a shard that goes on past a wrong end) from reading forever.
+const READ_RANGE_CALLS: u32 = 200;
 
 /// The views stream, by name (`VIEWS_STREAM`), through the SDK client.
 #[derive(Debug)]
@@ -149,5 +155,113 @@ impl LogStore for KinesisLog {
             known.insert(shard_id.to_owned(), found.clone());
         }
         Ok(found)
+    }
+
+    async fn children(&self, stream_arn: &str, shard_id: &str) -> Result<Vec<String>, Error> {
+        let mut out: Vec<String> = self
+            .list(stream_arn)
+            .await?
+            .into_iter()
+            .filter(|(_, parents)| parents.iter().any(|p| p == shard_id))
+            .map(|(child, _)| child)
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    async fn read_range(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<Vec<LogRead>, Error> {
+        if digits(to).is_none() {
+            return Err(Error::bad_request(
+                "invalid_sequence",
+                "the range's end is no sequence number",
+            ));
+        }
+        let start = self
+            .client
+            .get_shard_iterator()
+            .stream_arn(stream_arn)
+            .shard_id(shard_id)
+            .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+            .starting_sequence_number(from)
+            .send()
+            .await
+            .map_err(|e| translate("Kinesis.GetShardIterator", e))?;
+        let mut iterator = start.shard_iterator;
+        let mut out = Vec::new();
+        for _ in 0..READ_RANGE_CALLS {
+            let Some(it) = iterator.take() else {
+                // The shard is closed and read to its end.
+                return Ok(out);
+            };
+            let page = self
+                .client
+                .get_records()
+                .stream_arn(stream_arn)
+                .shard_iterator(it)
+                .send()
+                .await
+                .map_err(|e| translate("Kinesis.GetRecords", e))?;
+            for r in page.records {
+                if after(&r.sequence_number, to) {
+                    return Ok(out);
+                }
+                out.push(LogRead {
+                    sequence: r.sequence_number,
+                    arrival_ms: r
+                        .approximate_arrival_timestamp
+                        .and_then(|t| t.to_millis().ok())
+                        .unwrap_or(0),
+                    data: r.data.into_inner(),
+                });
+            }
+            if page.millis_behind_latest == Some(0) {
+                // Read up to the tip: nothing past it yet, so nothing more
+                // of the range either.
+                return Ok(out);
+            }
+            iterator = page.next_shard_iterator;
+        }
+        Err(Error::internal(
+            "reading a given-up range",
+            format_args!("{shard_id}: its end {to} not met in {READ_RANGE_CALLS} reads"),
+        ))
+    }
+}
+
+/// A sequence number's significant digits (`None` for anything else).
+fn digits(s: &str) -> Option<&str> {
+    (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.trim_start_matches('0'))
+}
+
+/// Whether sequence number `a` comes after `b`, as numbers (Kinesis's are
+/// decimal strings longer than any integer type, and of differing lengths);
+/// anything that is not one counts as after.
+fn after(a: &str, b: &str) -> bool {
+    match (digits(a), digits(b)) {
+        (Some(a), Some(b)) => (a.len(), a) > (b.len(), b),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::after;
+
+    #[test]
+    fn sequence_numbers_compare_as_numbers() {
+        assert!(after("100", "99"));
+        assert!(!after("99", "100"));
+        assert!(!after("0099", "99"));
+        assert!(after(
+            "49601189658422359378836298522902373528957594348623495187",
+            "49601189658422359378836298522902373528957594348623495186"
+        ));
+        assert!(after("x", "1"));
     }
 }

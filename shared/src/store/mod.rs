@@ -50,5 +50,6 @@ pub use reconcile::{
 };
 pub use resize::{FoldResult, ResizeStore};
 pub use views::{
-    LogPut, LogPutResult, LogStore, SeenItem, ViewChunkWrite, ViewItem, ViewItemWrite, ViewStore,
+    LogPut, LogPutResult, LogRead, LogStore, SeenItem, ViewChunkWrite, ViewItem, ViewItemWrite,
+    ViewStore,
 };

@@ -48,6 +48,37 @@ pub trait LogStore: Send + Sync {
         stream_arn: &str,
         shard_id: &str,
     ) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
+
+    /// The shards split or merged from `shard_id` of the stream
+    /// `stream_arn` (empty while it is open), as the log lists them now.
+    fn children(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+    ) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
+
+    /// The records of shard `shard_id` from sequence number `from` to `to`
+    /// (both inclusive, decimal digits) that the log still holds, in shard
+    /// order: what Lambda gave up on, read back to be applied. Empty once
+    /// they are past the stream's retention.
+    fn read_range(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+        from: &str,
+        to: &str,
+    ) -> impl Future<Output = Result<Vec<LogRead>, Error>> + Send;
+}
+
+/// A record as [`LogStore::read_range`] reads it back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogRead {
+    /// Its sequence number (decimal digits).
+    pub sequence: String,
+    /// When the log accepted it (Unix ms).
+    pub arrival_ms: i64,
+    /// Its data.
+    pub data: Vec<u8>,
 }
 
 /// A view item's update in a [`ViewChunkWrite`]: views added, and the
@@ -139,6 +170,15 @@ pub trait ViewStore: Send + Sync {
         &self,
         key: &str,
         after: &str,
+    ) -> impl Future<Output = Result<Vec<SeenItem>, Error>> + Send;
+
+    /// The seen items of partition `key` whose sort keys are from `from`
+    /// to `to` (both inclusive), read consistently, in sort-key order.
+    fn seen_between(
+        &self,
+        key: &str,
+        from: &str,
+        to: &str,
     ) -> impl Future<Output = Result<Vec<SeenItem>, Error>> + Send;
 
     /// The view items `(pk, sk)` that exist, read consistently.

@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 
 /// How far back of the last seen item known a seen partition is read
 /// again: arrival times on one shard may step back by this much.
-const ARRIVAL_SKEW_MS: i64 = 10_000;
+pub(super) const ARRIVAL_SKEW_MS: i64 = 10_000;
 
 /// A seen partition's items as this instance knows them: every item with
 /// a sort key from `read_from` up to `known_to`.
@@ -71,10 +71,10 @@ struct SeenCache {
 
 /// The views log's consumer.
 pub struct ViewAggregator<S, L> {
-    store: S,
-    log: Arc<L>,
-    backoff: Backoff,
-    config: ViewsConfig,
+    pub(super) store: S,
+    pub(super) log: Arc<L>,
+    pub(super) backoff: Backoff,
+    pub(super) config: ViewsConfig,
     seen: Mutex<HashMap<String, SeenCache>>,
     /// Views counted by this instance (the `ViewsApplied` metric's source).
     views_applied: std::sync::atomic::AtomicU64,
@@ -220,12 +220,16 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
 }
 
 /// One batch of one shard, as the core plans it.
-struct ViewPlanning<'a, S, L> {
-    aggregator: &'a ViewAggregator<S, L>,
-    shard_id: &'a str,
-    writer: String,
-    seen_key: String,
-    ancestors: Vec<String>,
+pub(super) struct ViewPlanning<'a, S, L> {
+    pub(super) aggregator: &'a ViewAggregator<S, L>,
+    /// The shard, as kept on the checkpoint for operators.
+    pub(super) shard_id: &'a str,
+    /// Whose view items the chunks write ([`keys::views_writer`]).
+    pub(super) writer: String,
+    /// The seen partition the chunks write their event ids to.
+    pub(super) seen_key: String,
+    /// Seen partitions read (not written) besides `seen_key`.
+    pub(super) ancestors: Vec<String>,
 }
 
 impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {

@@ -21,8 +21,9 @@
 //! (an alarm), whose messages say which records (shard, sequence range)
 //! were given up, and records expire unread if the aggregator is stopped
 //! past the stream's retention. Handing a given-up range to the aggregator
-//! again counts nothing (the checkpoint has passed it); docs/views.md
-//! ("The guarantee", "How a loss shows") says how to size such a loss.
+//! again counts nothing (the checkpoint has passed it): the `aggregate-views`
+//! function invoked with the OnFailure message counts what of the range
+//! was not counted, once ([`repair`]), while the log still holds it.
 //!
 //! # Layout
 //!
@@ -30,6 +31,7 @@
 //!   with its bounded retries.
 //! * `record`: the log record's format and Lambda's Kinesis event, ordered.
 //! * `aggregate`: the consumer: its plans, the seen event ids.
+//! * `repair`: a range Lambda gave up on, counted once.
 //! * `chunk`: records cut into parts and chunks.
 //! * `limits`: what one viewer may make the view function put.
 //! * `sketch`: the HLL sketches and why `lg_k = 12`.
@@ -44,6 +46,8 @@ pub mod limits;
 #[cfg(feature = "dynamodb")]
 pub mod read;
 pub mod record;
+#[cfg(feature = "dynamodb")]
+pub mod repair;
 pub mod sketch;
 
 use std::sync::Arc;

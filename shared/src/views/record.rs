@@ -199,6 +199,34 @@ pub fn ordered(event: &KinesisEvent) -> Result<Batch, String> {
     Ok(out)
 }
 
+/// Records read back from shard `shard_id` of `stream_arn`
+/// ([`crate::store::LogStore::read_range`]) as a batch: in sequence order,
+/// each once, those without a readable sequence number left out (the log
+/// gives none such).
+pub fn batch_of(stream_arn: &str, shard_id: &str, reads: &[crate::store::LogRead]) -> Batch {
+    let mut records: Vec<LogRecord> = reads
+        .iter()
+        .filter_map(|r| {
+            Some(LogRecord {
+                seq: SequenceNumber::parse_kinesis(&r.sequence)?,
+                arrival_ms: r.arrival_ms,
+                body: ViewRecord::decode(&r.data),
+            })
+        })
+        .collect();
+    records.sort_by(|a, b| a.seq.cmp(&b.seq));
+    let before = records.len();
+    records.dedup_by(|later, first| later.seq == first.seq);
+    Batch {
+        shard_id: shard_id.to_owned(),
+        stream_arn: stream_arn.to_owned(),
+        duplicates: before - records.len(),
+        records,
+        out_of_order: false,
+        unreadable: None,
+    }
+}
+
 /// The shard id in a Kinesis record's `eventID` (`<shard id>:<sequence>`).
 fn shard_of(event_id: &str) -> Option<&str> {
     event_id

@@ -90,6 +90,20 @@ fn pack_ids(ids: &[u64]) -> Vec<u8> {
     ids.iter().flat_map(|i| i.to_be_bytes()).collect()
 }
 
+/// Seen items as stored: sort key and ids (an item without its sort key
+/// is no seen item).
+fn seen_items(items: &[HashMap<String, AttributeValue>]) -> Vec<SeenItem> {
+    items
+        .iter()
+        .filter_map(|i| {
+            Some(SeenItem {
+                sort: i.string("sk")?.to_owned(),
+                ids: unpack_ids(i.bytes("ids").unwrap_or_default()),
+            })
+        })
+        .collect()
+}
+
 fn unpack_ids(bytes: &[u8]) -> Vec<u64> {
     bytes
         .chunks_exact(8)
@@ -116,15 +130,19 @@ impl ViewStore for DynamoViews {
         let items = self
             .query_all(key, "sk > :after", &[(":after", after)], true)
             .await?;
-        Ok(items
-            .iter()
-            .filter_map(|i| {
-                Some(SeenItem {
-                    sort: i.string("sk")?.to_owned(),
-                    ids: unpack_ids(i.bytes("ids").unwrap_or_default()),
-                })
-            })
-            .collect())
+        Ok(seen_items(&items))
+    }
+
+    async fn seen_between(&self, key: &str, from: &str, to: &str) -> Result<Vec<SeenItem>, Error> {
+        let items = self
+            .query_all(
+                key,
+                "sk BETWEEN :from AND :to",
+                &[(":from", from), (":to", to)],
+                true,
+            )
+            .await?;
+        Ok(seen_items(&items))
     }
 
     async fn view_items(
