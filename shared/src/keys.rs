@@ -391,6 +391,13 @@ pub fn views_repair_source(shard_id: &str, start: &str) -> String {
     format!("{shard_id}#repair#{start}")
 }
 
+/// What every repair of shard `shard_id` writes its event ids under, in
+/// place of a shard id (one seen partition for them all): a repair reads
+/// it with the shard's own, so that two repairs never count one event.
+pub fn views_repairs_seen_source(shard_id: &str) -> String {
+    format!("{shard_id}#repairs")
+}
+
 /// The sort key of items that are alone in their partition.
 pub const VIEWS_SINGLE_SORT: &str = "-";
 

@@ -92,6 +92,8 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("ViewRetries", Unit::Count),
     ("ViewBatchesHandedBack", Unit::Count),
     ("ViewBatchesOutOfOrder", Unit::Count),
+    ("ViewRepairParts", Unit::Count),
+    ("ViewRepairsIncomplete", Unit::Count),
     ("ViewErrors", Unit::Count),
     ("ViewAggregationLag", Unit::Milliseconds),
 ];

@@ -390,6 +390,15 @@ impl LogStore for NoParents {
     ) -> Result<Vec<likes::store::LogRead>, likes::Error> {
         Ok(Vec::new())
     }
+    async fn last_arrived_by(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        _: i64,
+    ) -> Result<(Option<likes::store::LogRead>, bool), likes::Error> {
+        Ok((None, false))
+    }
 }
 
 /// The views samples: `aggregate-views.json` (Lambda's Kinesis event, three

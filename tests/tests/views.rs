@@ -426,6 +426,12 @@ async fn a_given_up_range_is_counted_once_by_a_repair() {
         ("LOCAL_VIEWS_SHARDS", "2"),
         ("FAULTS", "seed=7,kinesis_lost=0.2,stall_ms=200"),
         ("LOCAL_VIEWS_FAULTS", "seed=3,lost=1,expire=0.5"),
+        // A repair waits this long after the give-up (900 s by default),
+        // for copies to arrive (300 s) and for Lambda to be done with them
+        // (the event source's record age, 3600 s): scaled down.
+        ("VIEWS_REPAIR_AFTER_SECS", "2"),
+        ("VIEWS_DEDUP_SECS", "1"),
+        ("VIEWS_MAX_RECORD_AGE_SECS", "1"),
         ("LOCAL_SCHEDULE_SECS", "0"),
         ("CACHE_TTL_MS", "0"),
     ])
@@ -463,19 +469,34 @@ async fn a_given_up_range_is_counted_once_by_a_repair() {
         .map(|r| (*r, a.views.get(*r).copied().unwrap_or(0)))
         .collect();
     assert_ne!(before, want, "every batch was given up: views are short");
+    // Too early: an invocation of the batch could still be running.
+    let mut fresh = given_up[0].clone();
+    fresh["timestamp"] = json!(
+        aws_sdk_kinesis::primitives::DateTime::from(std::time::SystemTime::now())
+            .fmt(aws_sdk_kinesis::primitives::DateTimeFormat::DateTime)
+            .unwrap()
+    );
+    let early = likes::triggers::handle_views_event(&t.stack.app, fresh, None)
+        .await
+        .unwrap_err();
+    assert_eq!(early.code(), "repair_too_early");
     // The operator hands each message to the aggregator, again while an
-    // answer is an error (the Kinesis proxy loses some of the reads).
+    // answer is an error: too early (copies of the range may still come,
+    // about 11 s here), or the Kinesis proxy lost a read.
     let repair = |record: Value| {
         let t = &t;
         async move {
-            for _ in 0..20 {
+            let mut early = 0;
+            for _ in 0..120 {
                 match likes::triggers::handle_views_event(&t.stack.app, record.clone(), None).await
                 {
                     Ok(v) => return v["repair"].clone(),
+                    Err(e) if e.code() == "repair_too_early" => early += 1,
                     Err(e) => eprintln!("repair failed, invoked again: {e}"),
                 }
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
-            panic!("a repair kept failing");
+            panic!("a repair kept failing ({early} times too early)");
         }
     };
     let (mut counted_before, mut repaired) = (0, 0);

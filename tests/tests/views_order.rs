@@ -57,6 +57,15 @@ impl LogStore for Parents {
     ) -> Result<Vec<likes::store::LogRead>, likes::Error> {
         Ok(Vec::new())
     }
+    async fn last_arrived_by(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        _: i64,
+    ) -> Result<(Option<likes::store::LogRead>, bool), likes::Error> {
+        Ok((None, false))
+    }
 }
 
 /// A Kinesis sequence number of the usual 56 digits, `n` after a base.

@@ -11,11 +11,15 @@ use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// `GetRecords` calls one [`LogStore::read_range`] makes at most: a given-up
-/// batch is at most 10,000 records (Lambda's largest Kinesis batch), and a
-/// call returns up to 10,000; the bound stops a range whose end is never
-/// met (a shard that goes on past a wrong end) from reading forever.
+/// `GetRecords` calls one read of a shard makes at most: a given-up batch
+/// is at most 10,000 records (Lambda's largest Kinesis batch), and a call
+/// returns up to 10,000; the bound stops a read whose end is never met
+/// from going on for ever.
 const READ_RANGE_CALLS: u32 = 200;
+
+/// The pause between two `GetRecords` calls of one read: a shard serves
+/// five a second, shared with the event source.
+const READ_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The views stream, by name (`VIEWS_STREAM`), through the SDK client.
 #[derive(Debug)]
@@ -182,23 +186,90 @@ impl LogStore for KinesisLog {
                 "the range's end is no sequence number",
             ));
         }
-        let start = self
+        let mut out = Vec::new();
+        self.walk(
+            stream_arn,
+            shard_id,
+            Some((ShardIteratorType::AtSequenceNumber, from)),
+            |r| {
+                if after(&r.sequence, to) {
+                    return true;
+                }
+                out.push(r);
+                false
+            },
+        )
+        .await?;
+        Ok(out)
+    }
+
+    async fn last_arrived_by(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+        after_seq: Option<&str>,
+        until_ms: i64,
+    ) -> Result<(Option<LogRead>, bool), Error> {
+        let mut last = None;
+        let start = after_seq.map(|s| (ShardIteratorType::AfterSequenceNumber, s));
+        let end = self
+            .walk(stream_arn, shard_id, start, |r| {
+                if r.arrival_ms > until_ms {
+                    return true;
+                }
+                last = Some(r);
+                false
+            })
+            .await?;
+        Ok((last, end == WalkEnd::ShardEnd))
+    }
+}
+
+/// Where [`KinesisLog::walk`] stopped.
+#[derive(Debug, PartialEq, Eq)]
+enum WalkEnd {
+    /// Its visitor said so.
+    Stopped,
+    /// At the shard's newest record (`MillisBehindLatest` 0).
+    Tip,
+    /// At the end of a closed shard.
+    ShardEnd,
+}
+
+impl KinesisLog {
+    /// Reads shard `shard_id` from `start` (`None`: its oldest record), one
+    /// `GetRecords` call at a time a poll apart (a shard serves five reads
+    /// a second, shared with the event source), handing each record to
+    /// `visit` until it answers `true`, the tip or the shard's end; at most
+    /// [`READ_RANGE_CALLS`] calls.
+    async fn walk(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+        start: Option<(ShardIteratorType, &str)>,
+        mut visit: impl FnMut(LogRead) -> bool + Send,
+    ) -> Result<WalkEnd, Error> {
+        let call = self
             .client
             .get_shard_iterator()
             .stream_arn(stream_arn)
-            .shard_id(shard_id)
-            .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
-            .starting_sequence_number(from)
+            .shard_id(shard_id);
+        let call = match start {
+            Some((kind, seq)) => call.shard_iterator_type(kind).starting_sequence_number(seq),
+            None => call.shard_iterator_type(ShardIteratorType::TrimHorizon),
+        };
+        let start = call
             .send()
             .await
             .map_err(|e| translate("Kinesis.GetShardIterator", e))?;
         let mut iterator = start.shard_iterator;
-        let mut out = Vec::new();
-        for _ in 0..READ_RANGE_CALLS {
+        for n in 0..READ_RANGE_CALLS {
             let Some(it) = iterator.take() else {
-                // The shard is closed and read to its end.
-                return Ok(out);
+                return Ok(WalkEnd::ShardEnd);
             };
+            if n > 0 {
+                tokio::time::sleep(READ_PAUSE).await;
+            }
             let page = self
                 .client
                 .get_records()
@@ -208,28 +279,29 @@ impl LogStore for KinesisLog {
                 .await
                 .map_err(|e| translate("Kinesis.GetRecords", e))?;
             for r in page.records {
-                if after(&r.sequence_number, to) {
-                    return Ok(out);
-                }
-                out.push(LogRead {
+                let read = LogRead {
                     sequence: r.sequence_number,
                     arrival_ms: r
                         .approximate_arrival_timestamp
                         .and_then(|t| t.to_millis().ok())
                         .unwrap_or(0),
                     data: r.data.into_inner(),
-                });
+                };
+                if visit(read) {
+                    return Ok(WalkEnd::Stopped);
+                }
+            }
+            if page.next_shard_iterator.is_none() {
+                return Ok(WalkEnd::ShardEnd);
             }
             if page.millis_behind_latest == Some(0) {
-                // Read up to the tip: nothing past it yet, so nothing more
-                // of the range either.
-                return Ok(out);
+                return Ok(WalkEnd::Tip);
             }
             iterator = page.next_shard_iterator;
         }
         Err(Error::internal(
-            "reading a given-up range",
-            format_args!("{shard_id}: its end {to} not met in {READ_RANGE_CALLS} reads"),
+            "reading a views shard",
+            format_args!("{shard_id}: not done in {READ_RANGE_CALLS} reads"),
         ))
     }
 }

@@ -68,6 +68,18 @@ pub trait LogStore: Send + Sync {
         from: &str,
         to: &str,
     ) -> impl Future<Output = Result<Vec<LogRead>, Error>> + Send;
+
+    /// Reading shard `shard_id` on from `after` (exclusive; `None`: from
+    /// its oldest record), its last record that arrived at or before
+    /// `until_ms` (Unix ms), and whether the shard ended (closed, read to
+    /// its end) with no record arrived after that.
+    fn last_arrived_by(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+        after: Option<&str>,
+        until_ms: i64,
+    ) -> impl Future<Output = Result<(Option<LogRead>, bool), Error>> + Send;
 }
 
 /// A record as [`LogStore::read_range`] reads it back.

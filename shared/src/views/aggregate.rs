@@ -338,9 +338,11 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             seen_key: self.seen_key.clone(),
             seen_sort: keys::views_seen_sort(newest, chunk.last().padded()),
             seen_ids: ids,
-            // Long past the window: TTL deletes lazily, and readers bound
-            // what they read by the sort key anyway.
-            seen_expires_at: newest / 1000 + window / 1000 + 86_400,
+            // Past the window and the stream's 24 hours, with a day to
+            // spare: a repair of a given-up range reads them for as long as
+            // the stream keeps its records (`super::repair`). TTL deletes
+            // lazily, and readers bound what they read by the sort key.
+            seen_expires_at: newest / 1000 + window / 1000 + 2 * 86_400,
             items,
             records: chunk.parts.len() as u64,
             now_ms: now.as_millis() as i64,

@@ -76,6 +76,15 @@ pub struct ViewsConfig {
     pub dedup_window: Duration,
     /// `VIEWS_DAY_TTL_DAYS` (default 35): how long a day item is kept.
     pub day_ttl: Duration,
+    /// `VIEWS_REPAIR_AFTER_SECS` (default 900, Lambda's longest function
+    /// timeout): how long after Lambda gave a batch up a repair of it may
+    /// start, so that no invocation of the batch is still running
+    /// ([`repair`]).
+    pub repair_after: Duration,
+    /// `VIEWS_MAX_RECORD_AGE_SECS` (default 3600; the template sets it to
+    /// the event source's `MaximumRecordAgeInSeconds`): how long after a
+    /// record arrived Lambda is done with it, applied or given up.
+    pub max_record_age: Duration,
     /// What one viewer may put (`VIEWER_*`, see [`limits`]).
     pub viewer: limits::ViewerBounds,
     /// What days are counted by.
@@ -89,6 +98,8 @@ impl std::fmt::Debug for ViewsConfig {
             .field("stream", &self.stream)
             .field("dedup_window", &self.dedup_window)
             .field("day_ttl", &self.day_ttl)
+            .field("repair_after", &self.repair_after)
+            .field("max_record_age", &self.max_record_age)
             .field("viewer", &self.viewer)
             .finish_non_exhaustive()
     }
@@ -117,6 +128,8 @@ impl ViewsConfig {
             stream: text("VIEWS_STREAM"),
             dedup_window: Duration::from_secs(num("VIEWS_DEDUP_SECS", 300, 3_600)?),
             day_ttl: Duration::from_secs(86_400 * num("VIEWS_DAY_TTL_DAYS", 35, 3_650)?),
+            repair_after: Duration::from_secs(num("VIEWS_REPAIR_AFTER_SECS", 900, 86_400)?),
+            max_record_age: Duration::from_secs(num("VIEWS_MAX_RECORD_AGE_SECS", 3_600, 86_400)?),
             viewer: limits::ViewerBounds {
                 batches_per_sec: num("VIEWER_BATCHES_PER_SEC", 1, 1_000)? as f64,
                 batch_burst: num("VIEWER_BATCH_BURST", 10, 10_000)? as f64,

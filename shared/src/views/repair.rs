@@ -16,38 +16,53 @@
 //! the point where a batch was handed back, or all of it (an invocation
 //! that did its work and lost its answer before Lambda gave up), and
 //! copies of a record (one event id) on the shard, its parents or its
-//! children. Each was counted by a transaction that also wrote its event id
-//! into its shard's seen items, and seen items are kept a day past the
-//! dedup window, as long as the log keeps the records. So a repair:
+//! children, or in another given-up range. Each was counted by a
+//! transaction that also wrote its event id into a seen partition (the
+//! shard's, or the one all repairs of the shard share), and seen items are
+//! kept a day past the stream's 24 hours. So a repair:
 //!
-//! 1. reads the range back from the log (`GetShardIterator` at its first
+//! 1. waits until no invocation of the batch can still be running
+//!    ([`super::ViewsConfig::repair_after`] after the record's
+//!    `timestamp`): a late transaction of one could count a part after
+//!    the repair looked;
+//! 2. reads the range back from the log (`GetShardIterator` at its first
 //!    sequence number, `GetRecords` to its last);
-//! 2. reads the event ids counted on the shard, its parents and
-//!    grandparents, children and grandchildren, by chunks whose records
-//!    arrived from the dedup window (and the arrival skew) before the
-//!    range's first record to [`LATE_CHUNK_MS`] past the window after its
-//!    last;
-//! 3. applies the parts whose ids are not among them, through the same core
-//!    as the aggregator, under a checkpoint, seen partition and writer of
-//!    its own ([`keys::views_repair_source`]): a repair invoked again (a
-//!    lost answer, its deadline, an operator unsure) goes on from its
-//!    checkpoint and counts nothing twice.
+//! 3. waits until every record that may be a copy of one of the range's
+//!    (arrived up to the dedup window, and the arrival skew, after its
+//!    last) is done with: applied by the aggregator of the shard (or of its
+//!    children, once it closed), as its checkpoint shows, or past the event
+//!    source's `MaximumRecordAgeInSeconds`
+//!    ([`super::ViewsConfig::max_record_age`]), so given up to a range of
+//!    its own. A copy applied after the repair looked would not see the
+//!    repair's ids;
+//! 4. reads the event ids counted on the shard, its parents and
+//!    grandparents, children and grandchildren, and by the repairs of
+//!    their other ranges, by chunks whose newest record arrived from the
+//!    dedup window before the range's first record to [`LATE_CHUNK_MS`]
+//!    past the window after its last;
+//! 5. applies the parts whose ids are not among them, through the same
+//!    core as the aggregator, under a checkpoint and a writer of its own
+//!    ([`keys::views_repair_source`]) and the shard's repairs' seen
+//!    partition ([`keys::views_repairs_seen_source`]): a repair invoked
+//!    again (a lost answer, its deadline, an operator unsure) goes on from
+//!    its checkpoint and counts nothing twice.
 //!
-//! Unreadable records count nothing, as in the aggregator.
+//! A wait is an error, `repair_too_early`, that writes nothing: invoke
+//! the repair again later. Unreadable records count nothing, as in the
+//! aggregator.
 //!
 //! # Limits
 //!
 //! * Records past the stream's retention (24 hours after they arrived) are
 //!   gone: the outcome says how many the record named and how many were
 //!   found.
-//! * A copy of a repaired record that reaches the shard *after* the repair
-//!   is counted again: the shard's aggregator does not read the repair's
-//!   seen partition. Copies come within the dedup window of the original
-//!   (a producer's retry, a client's retry with its key); a repair, which
-//!   follows the give-up and its alarm, comes later than that.
+//! * Repairs of one shard's ranges run one at a time: two at once do not
+//!   see each other's ids (the runbook hands messages over in turn).
 //! * A chunk's seen item is sorted by its newest record's arrival, so a
 //!   copy counted in a chunk spanning more than [`LATE_CHUNK_MS`] of
 //!   arrivals is not found (a backlog an hour deep on a quiet shard).
+//! * Each repair's checkpoint item stays, and its writer's items on the
+//!   reels it counted, which readers sum with the others.
 
 use super::aggregate::{ARRIVAL_SKEW_MS, ViewAggregator, ViewPlanning};
 use super::chunk::{Part, parts, record_seq};
@@ -80,6 +95,8 @@ pub struct GivenUp {
     pub end: String,
     /// Records in the batch (`batchSize`).
     pub batch_size: Option<u64>,
+    /// When Lambda gave it up (`timestamp`, Unix ms).
+    pub given_up_ms: i64,
 }
 
 impl GivenUp {
@@ -111,6 +128,22 @@ impl GivenUp {
             start: text("startSequenceNumber")?,
             end: text("endSequenceNumber")?,
             batch_size: info["batchSize"].as_u64(),
+            given_up_ms: event["timestamp"]
+                .as_str()
+                .and_then(|t| {
+                    aws_sdk_kinesis::primitives::DateTime::from_str(
+                        t,
+                        aws_sdk_kinesis::primitives::DateTimeFormat::DateTime,
+                    )
+                    .ok()
+                })
+                .and_then(|t| t.to_millis().ok())
+                .ok_or_else(|| {
+                    Error::bad_request(
+                        "invalid_invocation_record",
+                        "timestamp must be the ISO 8601 time Lambda gave the batch up",
+                    )
+                })?,
         };
         let (Some(a), Some(b)) = (
             SequenceNumber::parse_kinesis(&g.start),
@@ -166,6 +199,29 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             shard_id,
             ..
         } = range;
+        // An invocation of the batch may still be running (up to the
+        // function's timeout after the give-up, plus a request in flight):
+        // a transaction of it landing after the seen items were read
+        // would count a part the repair counts too.
+        let not_before = range.given_up_ms + self.config.repair_after.as_millis() as i64;
+        let now = crate::clock::now_ms();
+        if now < not_before {
+            return Err(too_early(format!(
+                "a repair starts VIEWS_REPAIR_AFTER_SECS ({} s) after the give-up, when no invocation of the batch can still run: invoke it again in {} s",
+                self.config.repair_after.as_secs(),
+                (not_before - now + 999) / 1000
+            )));
+        }
+        // Keys are derived from the stream's ARN: another stream's (or a
+        // mistyped) ARN would find nothing counted, and count it all.
+        if let Some(ours) = &self.config.stream
+            && !same_stream(ours, stream_arn)
+        {
+            return Err(Error::bad_request(
+                "invalid_invocation_record",
+                format!("streamArn {stream_arn} is not this aggregator's stream ({ours})"),
+            ));
+        }
         let reads = self
             .log
             .read_range(stream_arn, shard_id, &range.start, &range.end)
@@ -181,9 +237,22 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             out.complete = true;
             return Ok(out);
         };
-        let counted = self
-            .counted_around(stream_arn, shard_id, first, last)
-            .await?;
+        // Every record that may be a copy of one of the range's (arrived
+        // within the window after it) must have been applied by the
+        // shard's aggregator, or its children's, before the repair looks:
+        // one applied later would not see the repair's ids.
+        let window = self.config.dedup_window.as_millis() as i64;
+        let bound = last + window + ARRIVAL_SKEW_MS;
+        if now < bound {
+            return Err(too_early(format!(
+                "copies of the range's records may still arrive: invoke it again in {} s",
+                (bound - now + 999) / 1000
+            )));
+        }
+        if let Some(why) = self.live_behind(range, bound).await? {
+            return Err(too_early(why));
+        }
+        let counted = self.counted_around(range, first, last).await?;
         // Unreadable records (no id) count nothing, as in the aggregator.
         let (fresh, before): (Vec<Part>, Vec<Part>) = parts(&batch.records)
             .into_iter()
@@ -195,7 +264,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             aggregator: self,
             shard_id,
             writer: keys::views_writer(stream_arn, &name),
-            seen_key: keys::views_seen_key(stream_arn, &name),
+            seen_key: keys::views_seen_key(stream_arn, &keys::views_repairs_seen_source(shard_id)),
             ancestors: Vec::new(),
         };
         let key = keys::views_checkpoint_key(stream_arn, &name);
@@ -215,37 +284,128 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         Ok(out)
     }
 
-    /// The event ids counted on `shard_id`, its parents and grandparents,
-    /// and its children and grandchildren, by chunks whose newest record
-    /// arrived from the dedup window before `first` to [`LATE_CHUNK_MS`]
-    /// past the window after `last` (arrival times, Unix ms).
+    /// Why the aggregators of `range`'s shard, or of its children once it
+    /// closed, have not yet applied every record that arrived up to
+    /// `bound` (Unix ms) after the range; `None` once they have.
+    async fn live_behind(&self, range: &GivenUp, bound: i64) -> Result<Option<String>, Error> {
+        let arn = &range.stream_arn;
+        let mut shards = vec![(range.shard_id.clone(), Some(range.end.clone()))];
+        let mut looked = 0;
+        while let Some((shard, after)) = shards.pop() {
+            looked += 1;
+            if looked > MAX_SHARDS_LOOKED {
+                return Err(Error::internal(
+                    "repairing a views range",
+                    format_args!(
+                        "more than {MAX_SHARDS_LOOKED} shards followed {}",
+                        range.shard_id
+                    ),
+                ));
+            }
+            let (last, ended) = self
+                .log
+                .last_arrived_by(arn, &shard, after.as_deref(), bound)
+                .await?;
+            if let Some(read) = last {
+                let batch = record::batch_of(arn, &shard, std::slice::from_ref(&read));
+                let applied = self
+                    .store
+                    .view_checkpoint(&keys::views_checkpoint_key(arn, &shard))
+                    .await?
+                    .and_then(|c| SequenceNumber::parse_kinesis(&c));
+                let needed = parts(&batch.records).last().map(|p| p.seq.clone());
+                // Applied, or certainly given up: past the event source's
+                // MaximumRecordAgeInSeconds, and an invocation's time.
+                let done_by = read.arrival_ms
+                    + (self.config.max_record_age + self.config.repair_after).as_millis() as i64;
+                let waiting = crate::clock::now_ms() < done_by;
+                if waiting && needed.is_some_and(|n| applied.is_none_or(|a| a < n)) {
+                    return Ok(Some(format!(
+                        "the aggregator of shard {shard} has not applied its records up to {} (those that may hold copies of the range's): invoke it again once it has caught up",
+                        read.sequence
+                    )));
+                }
+            }
+            if ended {
+                for child in self.log.children(arn, &shard).await? {
+                    shards.push((child, None));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The event ids counted on `range`'s shard, its parents and
+    /// grandparents, and its children and grandchildren (by their
+    /// aggregators, and by repairs of other ranges), by chunks whose newest
+    /// record arrived from the dedup window before `first` to
+    /// [`LATE_CHUNK_MS`] past the window after `last` (arrival times, Unix
+    /// ms).
     async fn counted_around(
         &self,
-        stream_arn: &str,
-        shard_id: &str,
+        range: &GivenUp,
         first: i64,
         last: i64,
     ) -> Result<HashSet<u64>, Error> {
+        let (arn, shard_id) = (&range.stream_arn, &range.shard_id);
         let mut shards = vec![shard_id.to_owned()];
-        for parent in self.log.parents(stream_arn, shard_id).await? {
-            shards.extend(self.log.parents(stream_arn, &parent).await?);
+        for parent in self.log.parents(arn, shard_id).await? {
+            shards.extend(self.log.parents(arn, &parent).await?);
             shards.push(parent);
         }
-        for child in self.log.children(stream_arn, shard_id).await? {
-            shards.extend(self.log.children(stream_arn, &child).await?);
+        for child in self.log.children(arn, shard_id).await? {
+            shards.extend(self.log.children(arn, &child).await?);
             shards.push(child);
         }
         let window = self.config.dedup_window.as_millis() as i64;
         let from = keys::views_seen_from(first - window - ARRIVAL_SKEW_MS);
         let to = keys::views_seen_from(last + window + LATE_CHUNK_MS + 1);
+        let ours = |sort: &str| {
+            // This range's own repair wrote these (ranges given up are
+            // disjoint): what it counted is its checkpoint's business.
+            let seq = sort
+                .split_once('#')
+                .and_then(|(_, s)| SequenceNumber::parse_kinesis(&record_seq(s)));
+            let (start, end) = (
+                SequenceNumber::parse_kinesis(&range.start),
+                SequenceNumber::parse_kinesis(&range.end),
+            );
+            matches!((seq, start, end), (Some(q), Some(a), Some(b)) if a <= q && q <= b)
+        };
         let mut counted = HashSet::new();
         for shard in &shards {
-            let key = keys::views_seen_key(stream_arn, shard);
-            for item in self.store.seen_between(&key, &from, &to).await? {
+            let live = keys::views_seen_key(arn, shard);
+            for item in self.store.seen_between(&live, &from, &to).await? {
                 counted.extend(item.ids);
+            }
+            let repairs = keys::views_seen_key(arn, &keys::views_repairs_seen_source(shard));
+            for item in self.store.seen_between(&repairs, &from, &to).await? {
+                if !(shard == shard_id && ours(&item.sort)) {
+                    counted.extend(item.ids);
+                }
             }
         }
         Ok(counted)
+    }
+}
+
+/// Shards a repair follows from its range's, children of children
+/// included, before it gives up (a stream resharded over and over).
+const MAX_SHARDS_LOOKED: usize = 64;
+
+/// The `repair_too_early` error: nothing was written; invoke it again.
+fn too_early(why: String) -> Error {
+    Error::bad_request("repair_too_early", why)
+}
+
+/// Whether `arn` is the stream configured as `ours` (`VIEWS_STREAM`: an
+/// ARN, or a name).
+fn same_stream(ours: &str, arn: &str) -> bool {
+    if ours.starts_with("arn:") {
+        ours == arn
+    } else {
+        arn.rsplit_once(":stream/")
+            .is_some_and(|(_, name)| name == ours)
     }
 }
 
@@ -290,11 +450,30 @@ mod tests {
             "arn:aws:kinesis:us-east-2:123456789012:stream/mystream"
         );
         assert_eq!(g.batch_size, Some(500));
+        assert_eq!(g.given_up_ms, 1_573_691_886_021);
         assert!(g.start < g.end);
     }
 
     #[test]
+    fn a_stream_is_named_by_its_arn_or_its_name() {
+        let arn = "arn:aws:kinesis:us-east-2:123456789012:stream/views";
+        assert!(same_stream(arn, arn));
+        assert!(same_stream("views", arn));
+        assert!(!same_stream("other", arn));
+        assert!(!same_stream(
+            "arn:aws:kinesis:us-east-2:123456789012:stream/other",
+            arn
+        ));
+    }
+
+    #[test]
     fn a_record_missing_a_field_or_out_of_order_is_a_400() {
+        let mut r = record();
+        r["timestamp"] = json!("yesterday");
+        assert_eq!(
+            GivenUp::parse(&r).unwrap_err().code(),
+            "invalid_invocation_record"
+        );
         for (field, value) in [
             ("shardId", json!(null)),
             ("streamArn", json!("")),
