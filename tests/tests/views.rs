@@ -509,7 +509,7 @@ async fn a_given_up_range_is_counted_once_by_a_repair() {
             "{r}"
         );
         counted_before += r["counted_before"].as_u64().unwrap();
-        repaired += r["repaired"].as_u64().unwrap();
+        repaired += r["applied_now"].as_u64().unwrap();
     }
     eprintln!(
         "{} given-up batches: {counted_before} parts counted before, {repaired} repaired",

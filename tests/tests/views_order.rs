@@ -57,14 +57,14 @@ impl LogStore for Parents {
     ) -> Result<Vec<likes::store::LogRead>, likes::Error> {
         Ok(Vec::new())
     }
-    async fn last_arrived_by(
+    async fn next_records(
         &self,
         _: &str,
         _: &str,
-        _: Option<&str>,
-        _: i64,
-    ) -> Result<(Option<likes::store::LogRead>, bool), likes::Error> {
-        Ok((None, false))
+        _: likes::store::ReadFrom<'_>,
+        _: usize,
+    ) -> Result<(Vec<likes::store::LogRead>, bool), likes::Error> {
+        Ok((Vec::new(), false))
     }
 }
 

@@ -6,6 +6,8 @@
 //!   applied when the repair is asked for: the repair waits
 //!   (`repair_too_early`) until the shard's aggregator has applied it, then
 //!   leaves the record out;
+//! * the same with the copy on a child shard (the range's shard split
+//!   right after it);
 //! * a record and its copy in two given-up ranges: the second repair finds
 //!   the first's ids and leaves the copy out.
 //!
@@ -20,7 +22,7 @@ use base64::Engine;
 use common::TestStack;
 use likes::keys::ReelId;
 use likes::store::dynamodb::DynamoViews;
-use likes::store::{LogPut, LogPutResult, LogRead, LogStore};
+use likes::store::{LogPut, LogPutResult, LogRead, LogStore, ReadFrom};
 use likes::views::ViewsConfig;
 use likes::views::aggregate::ViewAggregator;
 use likes::views::read::ViewReader;
@@ -39,9 +41,13 @@ fn seq(n: u64) -> String {
     format!("4959{:052}", n)
 }
 
-/// One shard's records by sequence number, with their arrival (Unix ms).
+/// Each shard's records by sequence number, with their arrival (Unix ms);
+/// each shard's children.
 #[derive(Default)]
-struct Log(BTreeMap<String, BTreeMap<String, (i64, ViewRecord)>>);
+struct Log(
+    BTreeMap<String, BTreeMap<String, (i64, ViewRecord)>>,
+    BTreeMap<String, Vec<String>>,
+);
 
 impl LogStore for Log {
     async fn put(&self, _: &[LogPut]) -> Result<Vec<LogPutResult>, likes::Error> {
@@ -50,8 +56,8 @@ impl LogStore for Log {
     async fn parents(&self, _: &str, _: &str) -> Result<Vec<String>, likes::Error> {
         Ok(Vec::new())
     }
-    async fn children(&self, _: &str, _: &str) -> Result<Vec<String>, likes::Error> {
-        Ok(Vec::new())
+    async fn children(&self, _: &str, shard: &str) -> Result<Vec<String>, likes::Error> {
+        Ok(self.1.get(shard).cloned().unwrap_or_default())
     }
     async fn read_range(
         &self,
@@ -65,20 +71,24 @@ impl LogStore for Log {
             .map(|(s, (at, r))| read(s, *at, r))
             .collect())
     }
-    async fn last_arrived_by(
+    async fn next_records(
         &self,
         _: &str,
         shard: &str,
-        after: Option<&str>,
-        until_ms: i64,
-    ) -> Result<(Option<LogRead>, bool), likes::Error> {
-        let last = self.0[shard]
+        from: ReadFrom<'_>,
+        n: usize,
+    ) -> Result<(Vec<LogRead>, bool), likes::Error> {
+        let next = self.0[shard]
             .iter()
-            .filter(|(s, _)| after.is_none_or(|a| s.as_str() > a))
-            .take_while(|(_, (at, _))| *at <= until_ms)
-            .last()
-            .map(|(s, (at, r))| read(s, *at, r));
-        Ok((last, false))
+            .filter(|(s, _)| match from {
+                ReadFrom::Oldest => true,
+                ReadFrom::At(a) => s.as_str() >= a,
+                ReadFrom::After(a) => s.as_str() > a,
+            })
+            .take(n)
+            .map(|(s, (at, r))| read(s, *at, r))
+            .collect();
+        Ok((next, false))
     }
 }
 
@@ -210,7 +220,7 @@ async fn a_copy_not_yet_applied_makes_the_repair_wait_then_count_nothing_twice()
     assert_eq!((r.views("a").await, r.views("b").await), (1, 4));
     let out = r.repair(&given_up(s, 10, 10)).await.unwrap();
     assert!(out.complete, "{out:?}");
-    assert_eq!((out.found, out.counted_before, out.repaired), (1, 1, 0));
+    assert_eq!((out.found, out.counted_before, out.applied_now), (1, 1, 0));
     assert_eq!(
         r.views("a").await,
         1,
@@ -236,17 +246,22 @@ async fn a_record_and_its_copy_in_two_given_up_ranges_count_once() {
     let e: KinesisEvent = serde_json::from_value(next).unwrap();
     r.aggregator.handle(&e, None).await.unwrap();
     let first = r.repair(&given_up(s, 10, 10)).await.unwrap();
-    assert_eq!((first.repaired, first.views_repaired), (1, 3), "{first:?}");
+    assert_eq!((first.applied_now, first.views_now), (1, 3), "{first:?}");
     let second = r.repair(&given_up(s, 20, 20)).await.unwrap();
     assert_eq!(
-        (second.counted_before, second.repaired),
+        (second.counted_before, second.applied_now),
         (1, 0),
         "{second:?}"
     );
     assert_eq!(r.views("c").await, 3);
     // Each invoked again: the same answers, nothing counted.
     let again = r.repair(&given_up(s, 10, 10)).await.unwrap();
-    assert_eq!((again.repaired, again.applied_now), (1, 0), "{again:?}");
+    assert_eq!(
+        (again.counted_before, again.applied_now),
+        (1, 0),
+        "{again:?}"
+    );
+    assert!(again.complete);
     assert_eq!(r.repair(&given_up(s, 20, 20)).await.unwrap(), second);
     assert_eq!((r.views("c").await, r.views("d").await), (3, 1));
     // A message naming another stream is refused: its keys would find
@@ -256,5 +271,32 @@ async fn a_record_and_its_copy_in_two_given_up_ranges_count_once() {
         json!("arn:aws:kinesis:us-east-1:123456789012:stream/Other");
     let e = r.repair(&other).await.unwrap_err();
     assert_eq!(e.code(), "invalid_invocation_record");
+    r.t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_on_a_child_shard_is_waited_for_too() {
+    let at = now_ms() - 20 * 60_000;
+    let (s, child) = ("shardId-000000000003", "shardId-000000000004");
+    let mut log = Log::default();
+    log.0
+        .entry(s.into())
+        .or_default()
+        .insert(seq(10), (at, view(7, "u7", "e", 2, at)));
+    // The shard split right after 10: the producer's copy went to a child.
+    log.0
+        .entry(child.into())
+        .or_default()
+        .insert(seq(50), (at + 2_000, view(7, "u7", "e", 2, at)));
+    log.1.insert(s.into(), vec![child.into()]);
+    let next = event(&log, child, &[50]);
+    let r = Repairs::start(log).await;
+    let early = r.repair(&given_up(s, 10, 10)).await.unwrap_err();
+    assert_eq!(early.code(), "repair_too_early", "{early}");
+    let e: KinesisEvent = serde_json::from_value(next).unwrap();
+    r.aggregator.handle(&e, None).await.unwrap();
+    let out = r.repair(&given_up(s, 10, 10)).await.unwrap();
+    assert_eq!((out.counted_before, out.applied_now), (1, 0), "{out:?}");
+    assert_eq!(r.views("e").await, 2);
     r.t.stop().await;
 }

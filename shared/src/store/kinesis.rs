@@ -4,7 +4,7 @@
 
 use super::dynamodb::translate;
 use crate::error::Error;
-use crate::store::{LogPut, LogPutResult, LogRead, LogStore};
+use crate::store::{LogPut, LogPutResult, LogRead, LogStore, ReadFrom};
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
@@ -19,7 +19,7 @@ const READ_RANGE_CALLS: u32 = 200;
 
 /// The pause between two `GetRecords` calls of one read: a shard serves
 /// five a second, shared with the event source.
-const READ_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+const READ_PAUSE: std::time::Duration = std::time::Duration::from_millis(400);
 
 /// The views stream, by name (`VIEWS_STREAM`), through the SDK client.
 #[derive(Debug)]
@@ -191,7 +191,8 @@ impl LogStore for KinesisLog {
             stream_arn,
             shard_id,
             Some((ShardIteratorType::AtSequenceNumber, from)),
-            |r| {
+            None,
+            |r: LogRead| {
                 if after(&r.sequence, to) {
                     return true;
                 }
@@ -203,25 +204,26 @@ impl LogStore for KinesisLog {
         Ok(out)
     }
 
-    async fn last_arrived_by(
+    async fn next_records(
         &self,
         stream_arn: &str,
         shard_id: &str,
-        after_seq: Option<&str>,
-        until_ms: i64,
-    ) -> Result<(Option<LogRead>, bool), Error> {
-        let mut last = None;
-        let start = after_seq.map(|s| (ShardIteratorType::AfterSequenceNumber, s));
+        from: ReadFrom<'_>,
+        n: usize,
+    ) -> Result<(Vec<LogRead>, bool), Error> {
+        let start = match from {
+            ReadFrom::Oldest => None,
+            ReadFrom::At(s) => Some((ShardIteratorType::AtSequenceNumber, s)),
+            ReadFrom::After(s) => Some((ShardIteratorType::AfterSequenceNumber, s)),
+        };
+        let mut out = Vec::with_capacity(n);
         let end = self
-            .walk(stream_arn, shard_id, start, |r| {
-                if r.arrival_ms > until_ms {
-                    return true;
-                }
-                last = Some(r);
-                false
+            .walk(stream_arn, shard_id, start, Some(n), |r| {
+                out.push(r);
+                out.len() >= n
             })
             .await?;
-        Ok((last, end == WalkEnd::ShardEnd))
+        Ok((out, end == WalkEnd::ShardEnd))
     }
 }
 
@@ -238,15 +240,16 @@ enum WalkEnd {
 
 impl KinesisLog {
     /// Reads shard `shard_id` from `start` (`None`: its oldest record), one
-    /// `GetRecords` call at a time a poll apart (a shard serves five reads
-    /// a second, shared with the event source), handing each record to
-    /// `visit` until it answers `true`, the tip or the shard's end; at most
-    /// [`READ_RANGE_CALLS`] calls.
+    /// `GetRecords` call (of at most `limit` records) at a time, a pause
+    /// apart (a shard serves five reads a second, shared with the event
+    /// source), handing each record to `visit` until it answers `true`, the
+    /// tip or the shard's end; at most [`READ_RANGE_CALLS`] calls.
     async fn walk(
         &self,
         stream_arn: &str,
         shard_id: &str,
         start: Option<(ShardIteratorType, &str)>,
+        limit: Option<usize>,
         mut visit: impl FnMut(LogRead) -> bool + Send,
     ) -> Result<WalkEnd, Error> {
         let call = self
@@ -275,6 +278,7 @@ impl KinesisLog {
                 .get_records()
                 .stream_arn(stream_arn)
                 .shard_iterator(it)
+                .set_limit(limit.map(|n| n.min(10_000) as i32))
                 .send()
                 .await
                 .map_err(|e| translate("Kinesis.GetRecords", e))?;

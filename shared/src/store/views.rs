@@ -69,17 +69,28 @@ pub trait LogStore: Send + Sync {
         to: &str,
     ) -> impl Future<Output = Result<Vec<LogRead>, Error>> + Send;
 
-    /// Reading shard `shard_id` on from `after` (exclusive; `None`: from
-    /// its oldest record), its last record that arrived at or before
-    /// `until_ms` (Unix ms), and whether the shard ended (closed, read to
-    /// its end) with no record arrived after that.
-    fn last_arrived_by(
+    /// Up to `n` records of shard `shard_id` from `from`, in shard order,
+    /// and whether the shard ended (closed, read to its end) before `n`
+    /// were found; fewer than `n` and not ended: the rest is not written
+    /// yet.
+    fn next_records(
         &self,
         stream_arn: &str,
         shard_id: &str,
-        after: Option<&str>,
-        until_ms: i64,
-    ) -> impl Future<Output = Result<(Option<LogRead>, bool), Error>> + Send;
+        from: ReadFrom<'_>,
+        n: usize,
+    ) -> impl Future<Output = Result<(Vec<LogRead>, bool), Error>> + Send;
+}
+
+/// Where [`LogStore::next_records`] starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadFrom<'a> {
+    /// The shard's oldest record still kept.
+    Oldest,
+    /// The record with this sequence number.
+    At(&'a str),
+    /// The record after the one with this sequence number.
+    After(&'a str),
 }
 
 /// A record as [`LogStore::read_range`] reads it back.

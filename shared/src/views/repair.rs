@@ -29,19 +29,20 @@
 //!    sequence number, `GetRecords` to its last);
 //! 3. waits until every record that may be a copy of one of the range's
 //!    (arrived up to the dedup window, and the arrival skew, after its
-//!    last) is done with: applied by the aggregator of the shard (or of its
-//!    children, once it closed), as its checkpoint shows, or past the event
-//!    source's `MaximumRecordAgeInSeconds`
-//!    ([`super::ViewsConfig::max_record_age`]), so given up to a range of
-//!    its own. A copy applied after the repair looked would not see the
-//!    repair's ids;
+//!    last) is done with: applied by the aggregator of the shard or of
+//!    its children, as their checkpoints show (a few records read past
+//!    each), or past the event source's `MaximumRecordAgeInSeconds`
+//!    ([`super::ViewsConfig::max_record_age`]) and an invocation's time,
+//!    so given up to ranges of their own. A copy applied after the repair
+//!    looked would not see the repair's ids;
 //! 4. reads the event ids counted on the shard, its parents and
 //!    grandparents, children and grandchildren, and by the repairs of
 //!    their other ranges, by chunks whose newest record arrived from the
 //!    dedup window before the range's first record to [`LATE_CHUNK_MS`]
 //!    past the window after its last;
-//! 5. applies the parts whose ids are not among them, through the same
-//!    core as the aggregator, under a checkpoint and a writer of its own
+//! 5. applies the parts whose ids are not among them, each id once,
+//!    through the same core as the aggregator, under a checkpoint and a
+//!    writer of its own
 //!    ([`keys::views_repair_source`]) and the shard's repairs' seen
 //!    partition ([`keys::views_repairs_seen_source`]): a repair invoked
 //!    again (a lost answer, its deadline, an operator unsure) goes on from
@@ -56,8 +57,9 @@
 //! * Records past the stream's retention (24 hours after they arrived) are
 //!   gone: the outcome says how many the record named and how many were
 //!   found.
-//! * Repairs of one shard's ranges run one at a time: two at once do not
-//!   see each other's ids (the runbook hands messages over in turn).
+//! * Repairs run one at a time: two at once, of ranges of one shard or of
+//!   a parent and a child, do not see each other's ids (the runbook hands
+//!   messages over in turn).
 //! * A chunk's seen item is sorted by its newest record's arrival, so a
 //!   copy counted in a chunk spanning more than [`LATE_CHUNK_MS`] of
 //!   arrivals is not found (a backlog an hour deep on a quiet shard).
@@ -67,11 +69,11 @@
 use super::aggregate::{ARRIVAL_SKEW_MS, ViewAggregator, ViewPlanning};
 use super::chunk::{Part, parts, record_seq};
 use super::record;
-use crate::aggregate::core;
+use crate::aggregate::core::{self, Planner};
 use crate::aggregate::records::SequenceNumber;
 use crate::error::Error;
 use crate::keys;
-use crate::store::{LogStore, ViewStore};
+use crate::store::{LogRead, LogStore, ReadFrom, ViewStore};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -164,22 +166,22 @@ impl GivenUp {
     }
 }
 
-/// What a repair did, over all its invocations.
+/// What one invocation of a repair did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RepairOutcome {
     /// Records the invocation record named (`batchSize`).
     pub named: Option<u64>,
     /// Records of the range the log still holds.
     pub found: usize,
-    /// Parts (a record's up to 40 reels each) counted before the repair,
-    /// or copies of such: left out.
+    /// Parts (a record's up to 40 reels each) left out: counted before this
+    /// invocation (by the aggregators of the shard and of the shards around
+    /// it, by a repair of another range, or by an earlier invocation of
+    /// this one), or copies of another part of the range.
     pub counted_before: usize,
-    /// Parts this repair counted, now and in its earlier invocations.
-    pub repaired: usize,
-    /// Views in those parts.
-    pub views_repaired: u64,
-    /// Parts counted by this invocation.
+    /// Parts this invocation counted.
     pub applied_now: usize,
+    /// Views in those parts.
+    pub views_now: u64,
     /// Every part of the range found is counted; otherwise invoke the
     /// repair again with the same record (see `failed_from`).
     pub complete: bool,
@@ -252,13 +254,20 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         if let Some(why) = self.live_behind(range, bound).await? {
             return Err(too_early(why));
         }
-        let counted = self.counted_around(range, first, last).await?;
-        // Unreadable records (no id) count nothing, as in the aggregator.
-        let (fresh, before): (Vec<Part>, Vec<Part>) = parts(&batch.records)
-            .into_iter()
-            .filter(|p| p.id.is_some())
-            .partition(|p| p.id.is_some_and(|id| !counted.contains(&id)));
-        out.counted_before = before.len();
+        let all = parts(&batch.records);
+        let ids: HashSet<u64> = all.iter().filter_map(|p| p.id).collect();
+        let counted = self.counted_around(range, first, last, &ids).await?;
+        // Unreadable records (no id) count nothing, as in the aggregator;
+        // a copy within the range counts once.
+        let mut fresh: Vec<Part> = Vec::new();
+        let mut taken = HashSet::new();
+        for p in all {
+            match p.id {
+                Some(id) if !counted.contains(&id) && taken.insert(id) => fresh.push(p),
+                Some(_) => out.counted_before += 1,
+                None => {}
+            }
+        }
         let name = keys::views_repair_source(shard_id, &range.start);
         let planning = ViewPlanning {
             aggregator: self,
@@ -268,30 +277,37 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             ancestors: Vec::new(),
         };
         let key = keys::views_checkpoint_key(stream_arn, &name);
-        let (run, checkpoint) = core::run(&planning, &self.backoff, &key, &fresh, deadline).await?;
-        let done: Vec<&Part> = fresh
+        let before = planning.checkpoint(&key).await?.0;
+        let (run, after) = core::run(&planning, &self.backoff, &key, &fresh, deadline).await?;
+        let within =
+            |p: &&Part, k: &Option<SequenceNumber>| k.as_ref().is_some_and(|k| p.seq <= *k);
+        out.views_now = fresh
             .iter()
-            .filter(|p| checkpoint.as_ref().is_some_and(|k| p.seq <= *k))
-            .collect();
-        out.repaired = done.len();
-        out.views_repaired = done
-            .iter()
+            .filter(|p| within(p, &after) && !within(p, &before))
             .flat_map(|p| p.views.iter().map(|(_, n)| u64::from(*n)))
             .sum();
         out.applied_now = run.applied;
         out.failed_from = run.failed_from.map(|s| record_seq(&s));
-        out.complete = out.failed_from.is_none() && done.len() == fresh.len();
+        out.complete = out.failed_from.is_none() && fresh.iter().all(|p| within(&p, &after));
         Ok(out)
     }
 
-    /// Why the aggregators of `range`'s shard, or of its children once it
-    /// closed, have not yet applied every record that arrived up to
-    /// `bound` (Unix ms) after the range; `None` once they have.
+    /// Why the aggregators of `range`'s shard and of its children have not
+    /// yet applied every record that arrived by `bound` (Unix ms) after the
+    /// range; `None` once they have, or once such records are past the
+    /// event source's record age (applied, or given up to ranges of their
+    /// own).
     async fn live_behind(&self, range: &GivenUp, bound: i64) -> Result<Option<String>, Error> {
+        let done_by =
+            bound + (self.config.max_record_age + self.config.repair_after).as_millis() as i64;
+        if crate::clock::now_ms() >= done_by {
+            return Ok(None);
+        }
         let arn = &range.stream_arn;
-        let mut shards = vec![(range.shard_id.clone(), Some(range.end.clone()))];
+        let end = SequenceNumber::parse_kinesis(&range.end);
+        let mut shards = vec![(range.shard_id.clone(), end)];
         let mut looked = 0;
-        while let Some((shard, after)) = shards.pop() {
+        while let Some((shard, floor)) = shards.pop() {
             looked += 1;
             if looked > MAX_SHARDS_LOOKED {
                 return Err(Error::internal(
@@ -302,34 +318,51 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
                     ),
                 ));
             }
-            let (last, ended) = self
-                .log
-                .last_arrived_by(arn, &shard, after.as_deref(), bound)
-                .await?;
-            if let Some(read) = last {
-                let batch = record::batch_of(arn, &shard, std::slice::from_ref(&read));
-                let applied = self
-                    .store
-                    .view_checkpoint(&keys::views_checkpoint_key(arn, &shard))
-                    .await?
-                    .and_then(|c| SequenceNumber::parse_kinesis(&c));
-                let needed = parts(&batch.records).last().map(|p| p.seq.clone());
-                // Applied, or certainly given up: past the event source's
-                // MaximumRecordAgeInSeconds, and an invocation's time.
-                let done_by = read.arrival_ms
-                    + (self.config.max_record_age + self.config.repair_after).as_millis() as i64;
-                let waiting = crate::clock::now_ms() < done_by;
-                if waiting && needed.is_some_and(|n| applied.is_none_or(|a| a < n)) {
-                    return Ok(Some(format!(
-                        "the aggregator of shard {shard} has not applied its records up to {} (those that may hold copies of the range's): invoke it again once it has caught up",
-                        read.sequence
-                    )));
+            let applied = self
+                .store
+                .view_checkpoint(&keys::views_checkpoint_key(arn, &shard))
+                .await?
+                .and_then(|c| SequenceNumber::parse_kinesis(&c));
+            // The first record that may not be applied whole: the
+            // checkpoint's own (a record's later parts may be pending),
+            // else the one after the range, else the shard's first.
+            let at = applied
+                .as_ref()
+                .and_then(|a| SequenceNumber::parse_kinesis(&record_seq(a.padded())));
+            let (from, floor_text);
+            match (&at, &floor) {
+                (Some(a), Some(f)) if a <= f => {
+                    floor_text = f.as_reported().to_owned();
+                    from = ReadFrom::After(&floor_text);
                 }
+                (Some(a), _) => {
+                    floor_text = a.as_reported().to_owned();
+                    from = ReadFrom::At(&floor_text);
+                }
+                (None, Some(f)) => {
+                    floor_text = f.as_reported().to_owned();
+                    from = ReadFrom::After(&floor_text);
+                }
+                (None, None) => from = ReadFrom::Oldest,
             }
-            if ended {
-                for child in self.log.children(arn, &shard).await? {
-                    shards.push((child, None));
-                }
+            let (next, _) = self
+                .log
+                .next_records(arn, &shard, from, PENDING_LOOKAHEAD)
+                .await?;
+            let pending = next.iter().find(|r| {
+                last_part(arn, &shard, r).is_some_and(|p| applied.as_ref().is_none_or(|a| *a < p))
+            });
+            let unsure = pending.is_none()
+                && next.len() == PENDING_LOOKAHEAD
+                && next.last().is_some_and(|r| r.arrival_ms <= bound);
+            if pending.is_some_and(|r| r.arrival_ms <= bound) || unsure {
+                return Ok(Some(format!(
+                    "the aggregator of shard {shard} has not applied the records that arrived within the dedup window after the range (those that may be copies of its records): invoke the repair again once it has caught up, or after {} s",
+                    (done_by - crate::clock::now_ms() + 999) / 1000
+                )));
+            }
+            for child in self.log.children(arn, &shard).await? {
+                shards.push((child, None));
             }
         }
         Ok(None)
@@ -346,6 +379,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         range: &GivenUp,
         first: i64,
         last: i64,
+        ids: &HashSet<u64>,
     ) -> Result<HashSet<u64>, Error> {
         let (arn, shard_id) = (&range.stream_arn, &range.shard_id);
         let mut shards = vec![shard_id.to_owned()];
@@ -360,34 +394,33 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         let window = self.config.dedup_window.as_millis() as i64;
         let from = keys::views_seen_from(first - window - ARRIVAL_SKEW_MS);
         let to = keys::views_seen_from(last + window + LATE_CHUNK_MS + 1);
-        let ours = |sort: &str| {
-            // This range's own repair wrote these (ranges given up are
-            // disjoint): what it counted is its checkpoint's business.
-            let seq = sort
-                .split_once('#')
-                .and_then(|(_, s)| SequenceNumber::parse_kinesis(&record_seq(s)));
-            let (start, end) = (
-                SequenceNumber::parse_kinesis(&range.start),
-                SequenceNumber::parse_kinesis(&range.end),
-            );
-            matches!((seq, start, end), (Some(q), Some(a), Some(b)) if a <= q && q <= b)
-        };
+        // Only the range's ids are kept: an hour of a busy shard's ids
+        // would not fit a function's memory.
         let mut counted = HashSet::new();
         for shard in &shards {
-            let live = keys::views_seen_key(arn, shard);
-            for item in self.store.seen_between(&live, &from, &to).await? {
-                counted.extend(item.ids);
-            }
-            let repairs = keys::views_seen_key(arn, &keys::views_repairs_seen_source(shard));
-            for item in self.store.seen_between(&repairs, &from, &to).await? {
-                if !(shard == shard_id && ours(&item.sort)) {
-                    counted.extend(item.ids);
+            for source in [shard.clone(), keys::views_repairs_seen_source(shard)] {
+                let key = keys::views_seen_key(arn, &source);
+                for item in self.store.seen_between(&key, &from, &to).await? {
+                    counted.extend(item.ids.into_iter().filter(|id| ids.contains(id)));
                 }
             }
         }
         Ok(counted)
     }
 }
+
+/// The sequence number of `read`'s last part (of shard `shard` of `arn`):
+/// where the checkpoint stands once the record is applied whole; `None`
+/// for a record without parts (no views), which counts nothing.
+fn last_part(arn: &str, shard: &str, read: &LogRead) -> Option<SequenceNumber> {
+    let batch = record::batch_of(arn, shard, std::slice::from_ref(read));
+    parts(&batch.records).last().map(|p| p.seq.clone())
+}
+
+/// Records of a shard the gate reads past its checkpoint or the range:
+/// records without parts (never written by the view function) are passed
+/// over, up to this many.
+const PENDING_LOOKAHEAD: usize = 4;
 
 /// Shards a repair follows from its range's, children of children
 /// included, before it gives up (a stream resharded over and over).
