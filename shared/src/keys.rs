@@ -398,6 +398,15 @@ pub fn views_repairs_seen_source(shard_id: &str) -> String {
     format!("{shard_id}#repairs")
 }
 
+/// `lease#{hash}` (sort key [`VIEWS_SINGLE_SORT`]): the lease that lets one
+/// repair of the views stream `stream_arn` run at a time.
+pub fn views_repair_lease_key(stream_arn: &str) -> String {
+    format!(
+        "lease#{}",
+        &digest_hex("likes/views-repair-lease/v1", &[stream_arn])[..32]
+    )
+}
+
 /// The sort key of items that are alone in their partition.
 pub const VIEWS_SINGLE_SORT: &str = "-";
 

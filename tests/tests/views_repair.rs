@@ -9,7 +9,8 @@
 //! * the same with the copy on a child shard (the range's shard split
 //!   right after it);
 //! * a record and its copy in two given-up ranges: the second repair finds
-//!   the first's ids and leaves the copy out.
+//!   the first's ids and leaves the copy out; while another repair holds
+//!   the stream's lease, a repair waits (`repair_in_progress`).
 //!
 //! The records arrived 20 minutes ago: past `VIEWS_REPAIR_AFTER_SECS` and
 //! the dedup window, well within `VIEWS_MAX_RECORD_AGE_SECS`, so only the
@@ -22,7 +23,7 @@ use base64::Engine;
 use common::TestStack;
 use likes::keys::ReelId;
 use likes::store::dynamodb::DynamoViews;
-use likes::store::{LogPut, LogPutResult, LogRead, LogStore, ReadFrom};
+use likes::store::{LogPut, LogPutResult, LogRead, LogStore, ReadFrom, ViewStore};
 use likes::views::ViewsConfig;
 use likes::views::aggregate::ViewAggregator;
 use likes::views::read::ViewReader;
@@ -245,6 +246,19 @@ async fn a_record_and_its_copy_in_two_given_up_ranges_count_once() {
     // 10 and 20 given up as two batches; 30 applied.
     let e: KinesisEvent = serde_json::from_value(next).unwrap();
     r.aggregator.handle(&e, None).await.unwrap();
+    // Another repair of the stream holds the lease: this one waits.
+    let store = DynamoViews::new(r.t.stack.client.clone(), "ViewsTable");
+    let lease = likes::keys::views_repair_lease_key(ARN);
+    assert!(
+        store
+            .take_lease(&lease, "other", now_ms(), now_ms() + 60_000)
+            .await
+            .unwrap()
+    );
+    let busy = r.repair(&given_up(s, 10, 10)).await.unwrap_err();
+    assert_eq!(busy.code(), "repair_in_progress", "{busy}");
+    assert_eq!(r.views("c").await, 0);
+    store.release_lease(&lease, "other").await.unwrap();
     let first = r.repair(&given_up(s, 10, 10)).await.unwrap();
     assert_eq!((first.applied_now, first.views_now), (1, 3), "{first:?}");
     let second = r.repair(&given_up(s, 20, 20)).await.unwrap();

@@ -204,6 +204,24 @@ pub trait ViewStore: Send + Sync {
         to: &str,
     ) -> impl Future<Output = Result<Vec<SeenItem>, Error>> + Send;
 
+    /// Takes the lease `key` for `holder` until `until_ms` (Unix ms), if it
+    /// is free: never taken, given back, expired by `now_ms`, or already
+    /// `holder`'s. `Ok(false)`: another holder has it.
+    fn take_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    /// Gives the lease `key` back, if `holder` still has it.
+    fn release_lease(
+        &self,
+        key: &str,
+        holder: &str,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
     /// The view items `(pk, sk)` that exist, read consistently.
     fn view_items(
         &self,

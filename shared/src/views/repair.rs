@@ -57,9 +57,8 @@
 //! * Records past the stream's retention (24 hours after they arrived) are
 //!   gone: the outcome says how many the record named and how many were
 //!   found.
-//! * Repairs run one at a time: two at once, of ranges of one shard or of
-//!   a parent and a child, do not see each other's ids (the runbook hands
-//!   messages over in turn).
+//! * Repairs of one stream run one at a time (a lease; another answers
+//!   `repair_in_progress`): two at once would not see each other's ids.
 //! * A chunk's seen item is sorted by its newest record's arrival, so a
 //!   copy counted in a chunk spanning more than [`LATE_CHUNK_MS`] of
 //!   arrivals is not found (a backlog an hour deep on a quiet shard).
@@ -196,11 +195,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         range: &GivenUp,
         deadline: Option<Instant>,
     ) -> Result<RepairOutcome, Error> {
-        let GivenUp {
-            stream_arn,
-            shard_id,
-            ..
-        } = range;
+        let stream_arn = &range.stream_arn;
         // An invocation of the batch may still be running (up to the
         // function's timeout after the give-up, plus a request in flight):
         // a transaction of it landing after the seen items were read
@@ -224,6 +219,41 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
                 format!("streamArn {stream_arn} is not this aggregator's stream ({ours})"),
             ));
         }
+        // One repair at a time: two would not see each other's ids. The
+        // lease lapses a minute past this invocation's deadline (its last
+        // transaction landed by then), should it not be given back.
+        let lease = keys::views_repair_lease_key(stream_arn);
+        let holder = format!("{:016x}", fastrand::u64(..));
+        let runs_for = deadline.map_or(self.config.repair_after, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        let until = now + runs_for.as_millis() as i64 + LEASE_MARGIN_MS;
+        if !self.store.take_lease(&lease, &holder, now, until).await? {
+            return Err(Error::bad_request(
+                "repair_in_progress",
+                "another repair of this stream is running (one at a time): invoke this one again once it is done",
+            ));
+        }
+        let result = self.repair_held(range, deadline, now).await;
+        if let Err(e) = self.store.release_lease(&lease, &holder).await {
+            // It lapses by itself.
+            tracing::warn!(error = %e, "could not give the repair lease back");
+        }
+        result
+    }
+
+    /// [`Self::repair`] once its lease is held.
+    async fn repair_held(
+        &self,
+        range: &GivenUp,
+        deadline: Option<Instant>,
+        now: i64,
+    ) -> Result<RepairOutcome, Error> {
+        let GivenUp {
+            stream_arn,
+            shard_id,
+            ..
+        } = range;
         let reads = self
             .log
             .read_range(stream_arn, shard_id, &range.start, &range.end)
@@ -421,6 +451,9 @@ fn last_part(arn: &str, shard: &str, read: &LogRead) -> Option<SequenceNumber> {
 /// records without parts (never written by the view function) are passed
 /// over, up to this many.
 const PENDING_LOOKAHEAD: usize = 4;
+
+/// How long past its invocation's deadline a repair's lease lapses.
+const LEASE_MARGIN_MS: i64 = 60_000;
 
 /// Shards a repair follows from its range's, children of children
 /// included, before it gives up (a stream resharded over and over).

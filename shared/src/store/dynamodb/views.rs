@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::keys;
 use crate::store::{ChunkResult, SeenItem, ViewChunkWrite, ViewItem, ViewStore};
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -131,6 +132,65 @@ impl ViewStore for DynamoViews {
             .query_all(key, "sk > :after", &[(":after", after)], true)
             .await?;
         Ok(seen_items(&items))
+    }
+
+    async fn take_lease(
+        &self,
+        key: &str,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<bool, Error> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.views_table)
+            .set_key(Some(Self::key(key, keys::VIEWS_SINGLE_SORT)))
+            .update_expression("SET #h = :h, #u = :u, #exp = :exp")
+            .condition_expression("attribute_not_exists(#h) OR #u < :now OR #h = :h")
+            .expression_attribute_names("#h", "holder")
+            .expression_attribute_names("#u", "until_ms")
+            .expression_attribute_names("#exp", "expires_at")
+            .expression_attribute_values(":h", AttributeValue::S(holder.to_owned()))
+            .expression_attribute_values(":u", AttributeValue::N(until_ms.to_string()))
+            .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+            // Gone a day after it lapsed (TTL), if never given back.
+            .expression_attribute_values(
+                ":exp",
+                AttributeValue::N((until_ms / 1000 + 86_400).to_string()),
+            )
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                Ok(false)
+            }
+            Err(e) => Err(translate("UpdateItem", e)),
+        }
+    }
+
+    async fn release_lease(&self, key: &str, holder: &str) -> Result<(), Error> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.views_table)
+            .set_key(Some(Self::key(key, keys::VIEWS_SINGLE_SORT)))
+            .update_expression("REMOVE #h, #u")
+            .condition_expression("#h = :h")
+            .expression_attribute_names("#h", "holder")
+            .expression_attribute_names("#u", "until_ms")
+            .expression_attribute_values(":h", AttributeValue::S(holder.to_owned()))
+            .send()
+            .await;
+        match result {
+            // Given back, or lapsed and taken by another since.
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
+                Ok(())
+            }
+            Err(e) => Err(translate("UpdateItem", e)),
+        }
     }
 
     async fn seen_between(&self, key: &str, from: &str, to: &str) -> Result<Vec<SeenItem>, Error> {
