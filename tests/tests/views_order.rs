@@ -63,8 +63,9 @@ impl LogStore for Parents {
         _: &str,
         _: likes::store::ReadFrom<'_>,
         _: usize,
-    ) -> Result<(Vec<likes::store::LogRead>, bool), likes::Error> {
-        Ok((Vec::new(), false))
+        _: i64,
+    ) -> Result<likes::store::NextRecords, likes::Error> {
+        Ok(likes::store::NextRecords::default())
     }
 }
 

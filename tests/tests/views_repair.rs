@@ -23,7 +23,7 @@ use base64::Engine;
 use common::TestStack;
 use likes::keys::ReelId;
 use likes::store::dynamodb::DynamoViews;
-use likes::store::{LogPut, LogPutResult, LogRead, LogStore, ReadFrom, ViewStore};
+use likes::store::{LogPut, LogPutResult, LogRead, LogStore, NextRecords, ReadFrom, ViewStore};
 use likes::views::ViewsConfig;
 use likes::views::aggregate::ViewAggregator;
 use likes::views::read::ViewReader;
@@ -78,8 +78,9 @@ impl LogStore for Log {
         shard: &str,
         from: ReadFrom<'_>,
         n: usize,
-    ) -> Result<(Vec<LogRead>, bool), likes::Error> {
-        let next = self.0[shard]
+        _: i64,
+    ) -> Result<NextRecords, likes::Error> {
+        let records: Vec<LogRead> = self.0[shard]
             .iter()
             .filter(|(s, _)| match from {
                 ReadFrom::Oldest => true,
@@ -89,7 +90,13 @@ impl LogStore for Log {
             .take(n)
             .map(|(s, (at, r))| read(s, *at, r))
             .collect();
-        Ok((next, false))
+        // Fewer than asked for: read to the tip of an open shard.
+        let rest_after = records.len() < n;
+        Ok(NextRecords {
+            records,
+            ended: false,
+            rest_after,
+        })
     }
 }
 
@@ -259,6 +266,14 @@ async fn a_record_and_its_copy_in_two_given_up_ranges_count_once() {
     assert_eq!(busy.code(), "repair_in_progress", "{busy}");
     assert_eq!(r.views("c").await, 0);
     store.release_lease(&lease, "other").await.unwrap();
+    // A lease never given back (a crashed repair) lapses.
+    let then = now_ms() - 120_000;
+    assert!(
+        store
+            .take_lease(&lease, "crashed", then, then + 60_000)
+            .await
+            .unwrap()
+    );
     let first = r.repair(&given_up(s, 10, 10)).await.unwrap();
     assert_eq!((first.applied_now, first.views_now), (1, 3), "{first:?}");
     let second = r.repair(&given_up(s, 20, 20)).await.unwrap();

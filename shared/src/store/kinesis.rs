@@ -4,7 +4,7 @@
 
 use super::dynamodb::translate;
 use crate::error::Error;
-use crate::store::{LogPut, LogPutResult, LogRead, LogStore, ReadFrom};
+use crate::store::{LogPut, LogPutResult, LogRead, LogStore, NextRecords, ReadFrom};
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
@@ -16,6 +16,10 @@ use std::sync::Mutex;
 /// returns up to 10,000; the bound stops a read whose end is never met
 /// from going on for ever.
 const READ_RANGE_CALLS: u32 = 200;
+
+/// `GetRecords` calls one [`LogStore::next_records`] makes at most: a
+/// repair's look past a checkpoint must fit an invocation.
+const NEXT_RECORDS_CALLS: u32 = 8;
 
 /// The pause between two `GetRecords` calls of one read: a shard serves
 /// five a second, shared with the event source.
@@ -187,20 +191,27 @@ impl LogStore for KinesisLog {
             ));
         }
         let mut out = Vec::new();
-        self.walk(
-            stream_arn,
-            shard_id,
-            Some((ShardIteratorType::AtSequenceNumber, from)),
-            None,
-            |r: LogRead| {
+        let walk = Walk {
+            start: Some((ShardIteratorType::AtSequenceNumber, from)),
+            limit: None,
+            calls: READ_RANGE_CALLS,
+            rest_after: None,
+        };
+        let end = self
+            .walk(stream_arn, shard_id, walk, |r: LogRead| {
                 if after(&r.sequence, to) {
                     return true;
                 }
                 out.push(r);
                 false
-            },
-        )
-        .await?;
+            })
+            .await?;
+        if end == WalkEnd::OutOfCalls {
+            return Err(Error::internal(
+                "reading a given-up range",
+                format_args!("{shard_id}: its end {to} not met in {READ_RANGE_CALLS} reads"),
+            ));
+        }
         Ok(out)
     }
 
@@ -210,21 +221,45 @@ impl LogStore for KinesisLog {
         shard_id: &str,
         from: ReadFrom<'_>,
         n: usize,
-    ) -> Result<(Vec<LogRead>, bool), Error> {
+        after_ms: i64,
+    ) -> Result<NextRecords, Error> {
         let start = match from {
             ReadFrom::Oldest => None,
             ReadFrom::At(s) => Some((ShardIteratorType::AtSequenceNumber, s)),
             ReadFrom::After(s) => Some((ShardIteratorType::AfterSequenceNumber, s)),
         };
-        let mut out = Vec::with_capacity(n);
+        let mut records = Vec::with_capacity(n);
+        let walk = Walk {
+            start,
+            limit: Some(n),
+            calls: NEXT_RECORDS_CALLS,
+            rest_after: Some(after_ms),
+        };
         let end = self
-            .walk(stream_arn, shard_id, start, Some(n), |r| {
-                out.push(r);
-                out.len() >= n
+            .walk(stream_arn, shard_id, walk, |r| {
+                records.push(r);
+                records.len() >= n
             })
             .await?;
-        Ok((out, end == WalkEnd::ShardEnd))
+        Ok(NextRecords {
+            records,
+            ended: end == WalkEnd::ShardEnd,
+            rest_after: matches!(end, WalkEnd::RestAfter | WalkEnd::Tip),
+        })
     }
+}
+
+/// How [`KinesisLog::walk`] reads.
+struct Walk<'a> {
+    /// Where: a sequence number, or `None` for the shard's oldest record.
+    start: Option<(ShardIteratorType, &'a str)>,
+    /// Records a call returns at most (`None`: the API's 10,000).
+    limit: Option<usize>,
+    /// Calls at most; then [`WalkEnd::OutOfCalls`].
+    calls: u32,
+    /// Stop once every record not read yet arrived after this (Unix ms):
+    /// `MillisBehindLatest` says how far behind the tip the page is.
+    rest_after: Option<i64>,
 }
 
 /// Where [`KinesisLog::walk`] stopped.
@@ -232,24 +267,26 @@ impl LogStore for KinesisLog {
 enum WalkEnd {
     /// Its visitor said so.
     Stopped,
-    /// At the shard's newest record (`MillisBehindLatest` 0).
+    /// At the shard's newest record: an empty page, `MillisBehindLatest` 0.
     Tip,
+    /// Every record after the page arrived after [`Walk::rest_after`].
+    RestAfter,
     /// At the end of a closed shard.
     ShardEnd,
+    /// [`Walk::calls`] made.
+    OutOfCalls,
 }
 
 impl KinesisLog {
-    /// Reads shard `shard_id` from `start` (`None`: its oldest record), one
-    /// `GetRecords` call (of at most `limit` records) at a time, a pause
-    /// apart (a shard serves five reads a second, shared with the event
-    /// source), handing each record to `visit` until it answers `true`, the
-    /// tip or the shard's end; at most [`READ_RANGE_CALLS`] calls.
+    /// Reads shard `shard_id` as `walk` says, one `GetRecords` call at a
+    /// time, a pause apart (a shard serves five reads a second, shared with
+    /// the event source), handing each record to `visit` until it answers
+    /// `true`, or the walk ends otherwise ([`WalkEnd`]).
     async fn walk(
         &self,
         stream_arn: &str,
         shard_id: &str,
-        start: Option<(ShardIteratorType, &str)>,
-        limit: Option<usize>,
+        walk: Walk<'_>,
         mut visit: impl FnMut(LogRead) -> bool + Send,
     ) -> Result<WalkEnd, Error> {
         let call = self
@@ -257,7 +294,7 @@ impl KinesisLog {
             .get_shard_iterator()
             .stream_arn(stream_arn)
             .shard_id(shard_id);
-        let call = match start {
+        let call = match walk.start {
             Some((kind, seq)) => call.shard_iterator_type(kind).starting_sequence_number(seq),
             None => call.shard_iterator_type(ShardIteratorType::TrimHorizon),
         };
@@ -266,7 +303,7 @@ impl KinesisLog {
             .await
             .map_err(|e| translate("Kinesis.GetShardIterator", e))?;
         let mut iterator = start.shard_iterator;
-        for n in 0..READ_RANGE_CALLS {
+        for n in 0..walk.calls {
             let Some(it) = iterator.take() else {
                 return Ok(WalkEnd::ShardEnd);
             };
@@ -278,10 +315,11 @@ impl KinesisLog {
                 .get_records()
                 .stream_arn(stream_arn)
                 .shard_iterator(it)
-                .set_limit(limit.map(|n| n.min(10_000) as i32))
+                .set_limit(walk.limit.map(|n| n.min(10_000) as i32))
                 .send()
                 .await
                 .map_err(|e| translate("Kinesis.GetRecords", e))?;
+            let empty = page.records.is_empty();
             for r in page.records {
                 let read = LogRead {
                     sequence: r.sequence_number,
@@ -298,15 +336,22 @@ impl KinesisLog {
             if page.next_shard_iterator.is_none() {
                 return Ok(WalkEnd::ShardEnd);
             }
-            if page.millis_behind_latest == Some(0) {
+            let behind = page.millis_behind_latest;
+            // Only an empty page says the tip is reached: a page's figure
+            // is taken at its last record, and more may share its time.
+            if empty && behind == Some(0) {
                 return Ok(WalkEnd::Tip);
+            }
+            // The records after the page arrived after its last one, which
+            // is `behind` ms behind the tip.
+            if let (Some(after), Some(behind)) = (walk.rest_after, behind)
+                && crate::clock::now_ms() - behind > after
+            {
+                return Ok(WalkEnd::RestAfter);
             }
             iterator = page.next_shard_iterator;
         }
-        Err(Error::internal(
-            "reading a views shard",
-            format_args!("{shard_id}: not done in {READ_RANGE_CALLS} reads"),
-        ))
+        Ok(WalkEnd::OutOfCalls)
     }
 }
 

@@ -50,6 +50,6 @@ pub use reconcile::{
 };
 pub use resize::{FoldResult, ResizeStore};
 pub use views::{
-    LogPut, LogPutResult, LogRead, LogStore, ReadFrom, SeenItem, ViewChunkWrite, ViewItem,
-    ViewItemWrite, ViewStore,
+    LogPut, LogPutResult, LogRead, LogStore, NextRecords, ReadFrom, SeenItem, ViewChunkWrite,
+    ViewItem, ViewItemWrite, ViewStore,
 };

@@ -70,16 +70,30 @@ pub trait LogStore: Send + Sync {
     ) -> impl Future<Output = Result<Vec<LogRead>, Error>> + Send;
 
     /// Up to `n` records of shard `shard_id` from `from`, in shard order,
-    /// and whether the shard ended (closed, read to its end) before `n`
-    /// were found; fewer than `n` and not ended: the rest is not written
-    /// yet.
+    /// read until `n` are found, the shard ends (closed, read to its end),
+    /// or every record not read yet arrived after `after_ms` (Unix ms), in
+    /// a few calls at most.
     fn next_records(
         &self,
         stream_arn: &str,
         shard_id: &str,
         from: ReadFrom<'_>,
         n: usize,
-    ) -> impl Future<Output = Result<(Vec<LogRead>, bool), Error>> + Send;
+        after_ms: i64,
+    ) -> impl Future<Output = Result<NextRecords, Error>> + Send;
+}
+
+/// What [`LogStore::next_records`] found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NextRecords {
+    /// The records, in shard order.
+    pub records: Vec<LogRead>,
+    /// Fewer than asked for: the shard ended (closed) after them.
+    pub ended: bool,
+    /// Fewer than asked for: every record after them arrived after
+    /// `after_ms` (or none is written yet). Neither this nor `ended`: the
+    /// calls ran out, and what follows is unknown.
+    pub rest_after: bool,
 }
 
 /// Where [`LogStore::next_records`] starts.

@@ -223,8 +223,8 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         // lease lapses a minute past this invocation's deadline (its last
         // transaction landed by then), should it not be given back.
         let lease = keys::views_repair_lease_key(stream_arn);
-        let holder = format!("{:016x}", fastrand::u64(..));
-        let runs_for = deadline.map_or(self.config.repair_after, |d| {
+        let holder = lease_holder();
+        let runs_for = deadline.map_or(LEASE_WITHOUT_DEADLINE, |d| {
             d.saturating_duration_since(Instant::now())
         });
         let until = now + runs_for.as_millis() as i64 + LEASE_MARGIN_MS;
@@ -281,7 +281,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
                 (bound - now + 999) / 1000
             )));
         }
-        if let Some(why) = self.live_behind(range, bound).await? {
+        if let Some(why) = self.live_behind(range, bound, deadline).await? {
             return Err(too_early(why));
         }
         let all = parts(&batch.records);
@@ -327,19 +327,34 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
     /// range; `None` once they have, or once such records are past the
     /// event source's record age (applied, or given up to ranges of their
     /// own).
-    async fn live_behind(&self, range: &GivenUp, bound: i64) -> Result<Option<String>, Error> {
+    async fn live_behind(
+        &self,
+        range: &GivenUp,
+        bound: i64,
+        deadline: Option<Instant>,
+    ) -> Result<Option<String>, Error> {
+        let now = crate::clock::now_ms();
         let done_by =
             bound + (self.config.max_record_age + self.config.repair_after).as_millis() as i64;
-        if crate::clock::now_ms() >= done_by {
+        if now >= done_by {
             return Ok(None);
         }
+        let wait = |why: String| {
+            Ok(Some(format!(
+                "{why}: invoke the repair again once it has caught up, or after {} s",
+                (done_by - now + 999) / 1000
+            )))
+        };
         let arn = &range.stream_arn;
         let end = SequenceNumber::parse_kinesis(&range.end);
         let mut shards = vec![(range.shard_id.clone(), end)];
-        let mut looked = 0;
+        let mut looked: HashSet<String> = HashSet::new();
         while let Some((shard, floor)) = shards.pop() {
-            looked += 1;
-            if looked > MAX_SHARDS_LOOKED {
+            // A merged child is met from both its parents.
+            if !looked.insert(shard.clone()) {
+                continue;
+            }
+            if looked.len() > MAX_SHARDS_LOOKED {
                 return Err(Error::internal(
                     "repairing a views range",
                     format_args!(
@@ -347,6 +362,9 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
                         range.shard_id
                     ),
                 ));
+            }
+            if deadline.is_some_and(|d| Instant::now() + core::DEADLINE_SAFETY >= d) {
+                return wait("the look at the aggregators' progress ran out of time".into());
             }
             let applied = self
                 .store
@@ -359,37 +377,45 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             let at = applied
                 .as_ref()
                 .and_then(|a| SequenceNumber::parse_kinesis(&record_seq(a.padded())));
-            let (from, floor_text);
-            match (&at, &floor) {
+            let text;
+            let from = match (&at, &floor) {
                 (Some(a), Some(f)) if a <= f => {
-                    floor_text = f.as_reported().to_owned();
-                    from = ReadFrom::After(&floor_text);
+                    text = f.as_reported().to_owned();
+                    ReadFrom::After(&text)
                 }
                 (Some(a), _) => {
-                    floor_text = a.as_reported().to_owned();
-                    from = ReadFrom::At(&floor_text);
+                    text = a.as_reported().to_owned();
+                    ReadFrom::At(&text)
                 }
                 (None, Some(f)) => {
-                    floor_text = f.as_reported().to_owned();
-                    from = ReadFrom::After(&floor_text);
+                    text = f.as_reported().to_owned();
+                    ReadFrom::After(&text)
                 }
-                (None, None) => from = ReadFrom::Oldest,
-            }
-            let (next, _) = self
+                (None, None) => ReadFrom::Oldest,
+            };
+            let next = self
                 .log
-                .next_records(arn, &shard, from, PENDING_LOOKAHEAD)
+                .next_records(arn, &shard, from, PENDING_LOOKAHEAD, bound)
                 .await?;
-            let pending = next.iter().find(|r| {
+            let pending = next.records.iter().find(|r| {
                 last_part(arn, &shard, r).is_some_and(|p| applied.as_ref().is_none_or(|a| *a < p))
             });
-            let unsure = pending.is_none()
-                && next.len() == PENDING_LOOKAHEAD
-                && next.last().is_some_and(|r| r.arrival_ms <= bound);
-            if pending.is_some_and(|r| r.arrival_ms <= bound) || unsure {
-                return Ok(Some(format!(
-                    "the aggregator of shard {shard} has not applied the records that arrived within the dedup window after the range (those that may be copies of its records): invoke the repair again once it has caught up, or after {} s",
-                    (done_by - crate::clock::now_ms() + 999) / 1000
-                )));
+            if pending.is_some_and(|r| r.arrival_ms <= bound) {
+                return wait(format!(
+                    "the aggregator of shard {shard} has not applied the records that arrived within the dedup window after the range (those that may be copies of its records)"
+                ));
+            }
+            // Nothing pending among the records read: past them, every
+            // record arrived after the bound, or the shard ended; else
+            // (records without parts only, or the calls ran out) unknown.
+            let known = pending.is_some()
+                || next.ended
+                || next.rest_after
+                || next.records.last().is_some_and(|r| r.arrival_ms > bound);
+            if !known {
+                return wait(format!(
+                    "shard {shard}'s records past its checkpoint could not be told apart"
+                ));
             }
             for child in self.log.children(arn, &shard).await? {
                 shards.push((child, None));
@@ -454,6 +480,19 @@ const PENDING_LOOKAHEAD: usize = 4;
 
 /// How long past its invocation's deadline a repair's lease lapses.
 const LEASE_MARGIN_MS: i64 = 60_000;
+
+/// How long a repair without a deadline (not in Lambda) holds its lease:
+/// Lambda's longest function timeout.
+const LEASE_WITHOUT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(900);
+
+/// A lease holder's name, unique among every instance's: the standard
+/// library's per-process random keys (from the OS) and a counter.
+fn lease_holder() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(fastrand::u64(..));
+    format!("{:016x}", h.finish())
+}
 
 /// Shards a repair follows from its range's, children of children
 /// included, before it gives up (a stream resharded over and over).
