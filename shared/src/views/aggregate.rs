@@ -119,14 +119,12 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         if malformed > 0 {
             tracing::error!(shard = %batch.shard_id, malformed, "views records this version cannot read: applied as nothing");
         }
-        let mut ancestors = Vec::new();
-        for parent in self.log.parents(&batch.stream_arn, &batch.shard_id).await? {
-            // A split of a split within the window: its parents too.
-            for grand in self.log.parents(&batch.stream_arn, &parent).await? {
-                ancestors.push(keys::views_seen_key(&batch.stream_arn, &grand));
-            }
-            ancestors.push(keys::views_seen_key(&batch.stream_arn, &parent));
-        }
+        let ancestors = self
+            .ancestors(&batch.stream_arn, &batch.shard_id)
+            .await?
+            .iter()
+            .map(|a| keys::views_seen_key(&batch.stream_arn, a))
+            .collect();
         let planning = ViewPlanning {
             aggregator: self,
             shard_id: &batch.shard_id,
@@ -150,6 +148,22 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             .filter(|p| checkpoint.as_ref().is_some_and(|k| p.seq <= *k))
             .count();
         out.skipped = covered.saturating_sub(out.applied) + batch.duplicates;
+        Ok(out)
+    }
+
+    /// The shards `shard_id` of `stream_arn` was split or merged from, and
+    /// theirs (a split of a split within the dedup window), grandparents
+    /// before parents.
+    pub(super) async fn ancestors(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+    ) -> Result<Vec<String>, Error> {
+        let mut out = Vec::new();
+        for parent in self.log.parents(stream_arn, shard_id).await? {
+            out.extend(self.log.parents(stream_arn, &parent).await?);
+            out.push(parent);
+        }
         Ok(out)
     }
 

@@ -191,12 +191,18 @@ pub fn ordered(event: &KinesisEvent) -> Result<Batch, String> {
     if let Some(b) = &bound {
         readable.retain(|c: &LogRecord| c.seq < *b);
     }
-    readable.sort_by(|a, b| a.seq.cmp(&b.seq));
-    let before = readable.len();
-    readable.dedup_by(|later, first| later.seq == first.seq);
-    out.duplicates = before - readable.len();
-    out.records = readable;
+    (out.records, out.duplicates) = in_sequence(readable);
     Ok(out)
+}
+
+/// `records` in sequence order, each once; and how many copies were left
+/// out.
+fn in_sequence(mut records: Vec<LogRecord>) -> (Vec<LogRecord>, usize) {
+    records.sort_by(|a, b| a.seq.cmp(&b.seq));
+    let before = records.len();
+    records.dedup_by(|later, first| later.seq == first.seq);
+    let duplicates = before - records.len();
+    (records, duplicates)
 }
 
 /// Records read back from shard `shard_id` of `stream_arn`
@@ -204,7 +210,7 @@ pub fn ordered(event: &KinesisEvent) -> Result<Batch, String> {
 /// each once, those without a readable sequence number left out (the log
 /// gives none such).
 pub fn batch_of(stream_arn: &str, shard_id: &str, reads: &[crate::store::LogRead]) -> Batch {
-    let mut records: Vec<LogRecord> = reads
+    let records: Vec<LogRecord> = reads
         .iter()
         .filter_map(|r| {
             Some(LogRecord {
@@ -214,13 +220,11 @@ pub fn batch_of(stream_arn: &str, shard_id: &str, reads: &[crate::store::LogRead
             })
         })
         .collect();
-    records.sort_by(|a, b| a.seq.cmp(&b.seq));
-    let before = records.len();
-    records.dedup_by(|later, first| later.seq == first.seq);
+    let (records, duplicates) = in_sequence(records);
     Batch {
         shard_id: shard_id.to_owned(),
         stream_arn: stream_arn.to_owned(),
-        duplicates: before - records.len(),
+        duplicates,
         records,
         out_of_order: false,
         unreadable: None,

@@ -439,10 +439,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
     ) -> Result<HashSet<u64>, Error> {
         let (arn, shard_id) = (&range.stream_arn, &range.shard_id);
         let mut shards = vec![shard_id.to_owned()];
-        for parent in self.log.parents(arn, shard_id).await? {
-            shards.extend(self.log.parents(arn, &parent).await?);
-            shards.push(parent);
-        }
+        shards.extend(self.ancestors(arn, shard_id).await?);
         for child in self.log.children(arn, shard_id).await? {
             shards.extend(self.log.children(arn, &child).await?);
             shards.push(child);
