@@ -29,12 +29,12 @@
 //! ([`KinesisStats::cbor_untouched`]) so a run can tell it got no faults.
 //!
 //! [`KinesisRates`]: crate::config::KinesisRates
+//! [`KinesisStats::cbor_untouched`]: crate::stats::KinesisStats::cbor_untouched
 
 use crate::state::{Lost, Shared, bump};
 use crate::{Answer, Dropped, json_answer, upstream_answer};
 use bytes::Bytes;
 use hyper::HeaderMap;
-use serde::Serialize;
 use serde_json::{Value, json};
 
 /// The `X-Amz-Target` prefix of every Kinesis Data Streams operation.
@@ -45,26 +45,6 @@ const DATA_OPS: [&str; 3] = ["PutRecords", "PutRecord", "GetRecords"];
 
 const THROTTLED: &str = "ProvisionedThroughputExceededException";
 const INTERNAL: &str = "InternalFailure";
-
-/// What the proxy did to `PutRecords` records, as [`Stats::kinesis`]
-/// reports it.
-///
-/// [`Stats::kinesis`]: crate::Stats::kinesis
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct KinesisStats {
-    /// Records in the `PutRecords` requests received.
-    pub records_received: u64,
-    /// Records forwarded to the emulator.
-    pub records_forwarded: u64,
-    /// Records failed by the proxy (`kinesis_partial`): never forwarded.
-    pub records_failed_injected: u64,
-    /// Records the emulator itself failed in its answers.
-    pub records_failed_upstream: u64,
-    /// Requests in CBOR, which the proxy cannot answer in kind and so
-    /// passes through without faults: disable CBOR in such a client
-    /// (`AWS_CBOR_DISABLE=true` for the Java SDK) to get them.
-    pub cbor_untouched: u64,
-}
 
 /// Whether a request is a Kinesis one, by its `X-Amz-Target`.
 pub(crate) fn is_kinesis(target: Option<&str>) -> bool {

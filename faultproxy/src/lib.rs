@@ -47,7 +47,7 @@
 //!   transaction in flight and what they get, citing the AWS documents.
 //! * `state`: the schedule, the capacity model, the conflict model's holds
 //!   and the counters, behind one lock that is never held across an await.
-//! * `stats`: what the counters are ([`Stats`]).
+//! * `stats`: what the counters are ([`Stats`], the Kinesis ones too).
 //! * this file: the HTTP server and the forwarding, which releases a
 //!   transaction's holds when its answer is back.
 
@@ -61,8 +61,7 @@ mod stats;
 
 pub use config::{Faults, KinesisRates, Rates};
 pub use conflicts::ModeledConflicts;
-pub use kinesis::KinesisStats;
-pub use stats::{KeyLoad, Stats, TokenStats};
+pub use stats::{KeyLoad, KinesisStats, Stats, TokenStats};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;

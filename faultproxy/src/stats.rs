@@ -1,11 +1,12 @@
 //! What the proxy counts, as [`Proxy::stats`] and `GET /__proxy/stats`
-//! report it; `state` keeps the counts up to date.
+//! report it; `state` and `kinesis` keep the counts up to date. The
+//! Kinesis counts are here too, not with the Kinesis classes: the counts
+//! are what the counting code depends on, never the other way round.
 //!
 //! [`Proxy::stats`]: crate::Proxy::stats
 
 use crate::config::Faults;
 use crate::conflicts::ModeledConflicts;
-use crate::kinesis::KinesisStats;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -101,4 +102,22 @@ impl Stats {
     pub fn total_read_units(&self) -> f64 {
         self.read_units.values().sum()
     }
+}
+
+/// What the proxy did to `PutRecords` records, as [`Stats::kinesis`]
+/// reports it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct KinesisStats {
+    /// Records in the `PutRecords` requests received.
+    pub records_received: u64,
+    /// Records forwarded to the emulator.
+    pub records_forwarded: u64,
+    /// Records failed by the proxy (`kinesis_partial`): never forwarded.
+    pub records_failed_injected: u64,
+    /// Records the emulator itself failed in its answers.
+    pub records_failed_upstream: u64,
+    /// Requests in CBOR, which the proxy cannot answer in kind and so
+    /// passes through without faults: disable CBOR in such a client
+    /// (`AWS_CBOR_DISABLE=true` for the Java SDK) to get them.
+    pub cbor_untouched: u64,
 }

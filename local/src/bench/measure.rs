@@ -5,7 +5,8 @@
 //! part of what is measured (units and shard count before the retries,
 //! the stored count after the drain), so [`run_variant`] spells it out.
 
-use super::load::{self, Load, Sample, Target, percentile};
+use super::load::{self, Load, Sample, Target};
+use super::rank::percentile;
 use super::scale::{ScaleFigures, resize_midway, wait_resized};
 use super::store::{presize_viral, stored_count};
 use super::units::{Units, attribute};

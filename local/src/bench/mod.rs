@@ -47,6 +47,7 @@
 //! * [`Variant`] (`variant.rs`): the variants and their stacks' settings;
 //! * `measure.rs`: one variant's run, step by step;
 //! * `load.rs`: the open-loop load and the retries of refused likes;
+//! * `rank.rs`: percentiles of samples;
 //! * `watch.rs`: the viral reel polled over time: the onset timeline and
 //!   stream mode's freshness;
 //! * `units.rs`: write units by whose likes they served;
@@ -61,6 +62,7 @@
 
 mod load;
 mod measure;
+mod rank;
 pub mod ratio;
 mod report;
 mod scale;

@@ -4,8 +4,10 @@
 //! issue 21's target. `scripts/benchmarks.sh` puts it into BENCHMARKS.md
 //! as it is, so its format is that file's.
 
-use super::variant::{CONFLICT_HOLD_MS, SCALE_FROM, SCALE_TO, STREAM_SHARDS, Variant};
-use super::views::{VIEWS_PER_REQUEST, VIEWS_SHARDS, ViewsResult, WARMUP};
+use super::variant::{
+    CONFLICT_HOLD_MS, SCALE_FROM, SCALE_TO, STREAM_SHARDS, VIEWS_SHARDS, Variant,
+};
+use super::views::{VIEWS_PER_REQUEST, ViewsResult, WARMUP};
 use super::{BACKGROUND_REELS, BenchOptions, RunResult};
 use std::collections::BTreeMap;
 

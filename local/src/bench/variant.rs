@@ -39,7 +39,7 @@ pub enum Variant {
     StreamScaleMixed,
     /// Views, not likes: one viral reel's views through the views pipeline
     /// (`POST /views` → Kinesis → the views aggregator), closed-loop at the
-    /// rate the machine sustains (`views.rs`, which runs and reports it on
+    /// rate the machine sustains (`views/`, which runs and reports it on
     /// its own: none of the likes' figures apply).
     Views,
 }
@@ -63,6 +63,8 @@ pub(super) const SCALE_FROM: u32 = 32;
 /// ... and after it: the aggregator's chunks must follow the settings
 /// while the stream shards keep writing.
 pub(super) const SCALE_TO: u32 = 64;
+/// `views`' stream shards (`LOCAL_VIEWS_SHARDS`).
+pub(super) const VIEWS_SHARDS: u32 = 4;
 
 impl Variant {
     /// Every variant, in the order `BENCH_VARIANTS` runs them by default.
@@ -180,7 +182,7 @@ impl Variant {
     /// everything scaled with it, then the variant's own switches.
     pub(super) fn stack_env(self, opts: &BenchOptions) -> Vec<(String, String)> {
         if self.is_views() {
-            return super::views::stack_env();
+            return views_env();
         }
         let cap = opts.write_cap;
         let mut faults = format!("seed=1,write_cap={cap}");
@@ -226,6 +228,33 @@ impl Variant {
         env.push(("CACHE_TTL_MS".into(), cache.into()));
         env
     }
+}
+
+/// The `views` variant's stack environment, here with every other
+/// variant's so that the run in `views/` takes its settings from this
+/// room rather than this room from it: the views stream on with
+/// [`VIEWS_SHARDS`] shards, the fault proxy in front of DynamoDB (and
+/// Kinesis) with DynamoDB's own cap of 1,000 write units per key a second
+/// (views write per chunk, not per view, so no scaled-down cap is
+/// reached), the read cache off so that the figures read back are the
+/// table's, and no scheduled functions (the likes' resharder has nothing
+/// to do here).
+fn views_env() -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("FAULTS".into(), "seed=1,write_cap=1000".into()),
+        ("LOCAL_VIEWS".into(), "on".into()),
+        ("LOCAL_VIEWS_SHARDS".into(), VIEWS_SHARDS.to_string()),
+        ("CACHE_TTL_MS".into(), "0".into()),
+        ("LOCAL_SCHEDULE_SECS".into(), "0".into()),
+    ];
+    // Where kinesis-mock is (an isolated stack does not read the process
+    // environment): installed elsewhere, or already running.
+    for k in ["LOCAL_KINESIS_DIR", "LOCAL_KINESIS_ENDPOINT"] {
+        if let Ok(v) = std::env::var(k) {
+            env.push((k.into(), v));
+        }
+    }
+    env
 }
 
 impl fmt::Display for Variant {

@@ -4,7 +4,8 @@
 //! mode's freshness. Polled from outside the product, so that what is
 //! drawn is what the table held, not what the product believed.
 
-use super::load::{Sample, percentile};
+use super::load::Sample;
+use super::rank::percentile;
 use super::store::Item;
 use super::{Second, VIRAL};
 use anyhow::{Context, Result};

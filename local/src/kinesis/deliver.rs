@@ -6,7 +6,6 @@
 
 use super::def::KinesisSourceDef;
 use super::event::{KinesisRecord, compare_sequences, event};
-use super::mapping::POLL;
 use super::{Handler, KinesisSourceStats};
 use crate::streams::batch::{self, Counter, Counters, Rules, Source, StreamRecord};
 use crate::streams::faults::SourceFaults;
@@ -26,13 +25,17 @@ pub(super) struct Views {
     stream_arn: String,
 }
 
-/// The delivery of `def`'s source on `stream_arn` to `handler`.
+/// The delivery of `def`'s source on `stream_arn` to `handler`, sending a
+/// failed batch again after `poll`: the mapping's next read of the shard,
+/// as Lambda's next poll. The mapping owns that interval and passes it in,
+/// since the mapping is what hands batches here, not the other way round.
 pub(super) fn delivery(
     handler: Handler,
     def: &KinesisSourceDef,
     stream_arn: String,
     faults: SourceFaults,
     stats: Arc<KinesisSourceStats>,
+    poll: Duration,
 ) -> Delivery {
     let rules = Rules {
         max_retries: def.max_retries,
@@ -40,7 +43,7 @@ pub(super) fn delivery(
         report_failures: def.report_failures,
         max_record_age: def.max_record_age,
         timeout: def.timeout,
-        poll: POLL,
+        poll,
     };
     batch::Delivery::new(
         Views {

@@ -166,6 +166,7 @@ impl KinesisSource {
                 stream_arn(&def.stream),
                 settings.faults,
                 stats.clone(),
+                mapping::POLL,
             )),
             def,
             stats: stats.clone(),

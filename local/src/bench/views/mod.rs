@@ -28,9 +28,9 @@
 //! * the unique-viewer estimate (`GET /reels/viral/views`, uncached)
 //!   against the true distinct count, and exactness after the drain.
 
-use super::load::percentile;
+use super::rank::percentile;
 use super::store::Item;
-use super::variant::Variant;
+use super::variant::{VIEWS_SHARDS, Variant};
 use super::{BenchOptions, VIRAL};
 use crate::stack::{Stack, StackOptions};
 use anyhow::{Context, Result, anyhow};
@@ -51,8 +51,6 @@ use sizes::*;
 #[cfg(test)]
 pub(super) use tests::test_views_result;
 
-/// Shards of the views stream (`LOCAL_VIEWS_SHARDS`).
-pub(super) const VIEWS_SHARDS: u32 = 4;
 /// Views of the viral reel in one request, drawn uniformly in this range.
 pub(super) const VIEWS_PER_REQUEST: (u32, u32) = (10, 20);
 /// How often the table's sum is read for freshness.
@@ -183,30 +181,6 @@ impl Sample {
     }
 }
 
-/// The stack's environment: the views stream on with [`VIEWS_SHARDS`]
-/// shards, the fault proxy in front of DynamoDB (and Kinesis) with
-/// DynamoDB's own cap of 1,000 write units per key a second (views write
-/// per chunk, not per view, so no scaled-down cap is reached), the read
-/// cache off so that the figures read back are the table's, and no
-/// scheduled functions (the likes' resharder has nothing to do here).
-pub(super) fn stack_env() -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = vec![
-        ("FAULTS".into(), "seed=1,write_cap=1000".into()),
-        ("LOCAL_VIEWS".into(), "on".into()),
-        ("LOCAL_VIEWS_SHARDS".into(), VIEWS_SHARDS.to_string()),
-        ("CACHE_TTL_MS".into(), "0".into()),
-        ("LOCAL_SCHEDULE_SECS".into(), "0".into()),
-    ];
-    // Where kinesis-mock is (an isolated stack does not read the process
-    // environment): installed elsewhere, or already running.
-    for k in ["LOCAL_KINESIS_DIR", "LOCAL_KINESIS_ENDPOINT"] {
-        if let Ok(v) = std::env::var(k) {
-            env.push((k.into(), v));
-        }
-    }
-    env
-}
-
 /// The HTTP side of the load.
 struct Client {
     http: reqwest::Client,
@@ -239,7 +213,7 @@ fn user(prefix: &str, n: u32) -> String {
 pub(super) async fn run_views(opts: &BenchOptions, run: u32) -> Result<ViewsResult> {
     let mut so = StackOptions::isolated(opts.template.clone());
     so.views = true;
-    so.env.extend(stack_env());
+    so.env.extend(Variant::Views.stack_env(opts));
     let template = crate::template::Template::load(&opts.template)?;
     let table = template
         .table_env
