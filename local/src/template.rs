@@ -2,9 +2,9 @@
 //! and which function serves each route.
 
 use anyhow::{Context, Result, anyhow, bail};
-use serde_yaml::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
+use yaml_serde::Value;
 
 /// A DynamoDB table as the template defines it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,7 +102,7 @@ impl Template {
     }
 
     pub fn parse(text: &str) -> Result<Self> {
-        let doc: Value = serde_yaml::from_str(text).context("template.yaml is not valid YAML")?;
+        let doc: Value = yaml_serde::from_str(text).context("template.yaml is not valid YAML")?;
         let resources = doc
             .get("Resources")
             .and_then(Value::as_mapping)
@@ -257,7 +257,7 @@ fn describe(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Tagged(t) => format!("{} {}", t.tag, describe(&t.value)),
-        other => serde_yaml::to_string(other)
+        other => yaml_serde::to_string(other)
             .unwrap_or_default()
             .trim()
             .to_owned(),

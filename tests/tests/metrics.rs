@@ -258,7 +258,7 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
         );
     }
     let template = std::fs::read_to_string(common::repo_root().join("template.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&template).unwrap();
+    let doc: yaml_serde::Value = yaml_serde::from_str(&template).unwrap();
     for (id, res) in doc["Resources"].as_mapping().unwrap() {
         if res["Type"] == "AWS::CloudWatch::Alarm" && res["Properties"]["Namespace"] == "Likes" {
             let name = res["Properties"]["MetricName"].as_str().unwrap();

@@ -93,7 +93,7 @@ impl Doc {
     fn load() -> Doc {
         let path = repo_root().join("openapi.yaml");
         let text = std::fs::read_to_string(&path).expect("openapi.yaml at the repo root");
-        Doc(serde_yaml::from_str(&text).expect("openapi.yaml is YAML with a JSON data model"))
+        Doc(yaml_serde::from_str(&text).expect("openapi.yaml is YAML with a JSON data model"))
     }
 
     /// Follows local `$ref`s to what they name.
@@ -274,7 +274,7 @@ struct TemplateRoute {
 /// The template's HttpApi routes, and the API's default authorizer's kind.
 fn template_routes() -> (Vec<TemplateRoute>, Option<String>) {
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).expect("template.yaml");
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("template.yaml is YAML");
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).expect("template.yaml is YAML");
     let resources = doc["Resources"].as_mapping().expect("Resources");
     let mut routes = Vec::new();
     let mut default_kind = None;

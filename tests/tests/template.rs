@@ -30,7 +30,7 @@ fn template() -> Template {
 #[test]
 fn the_template_never_enables_dev_auth() {
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
     let mut blocks = vec![doc["Globals"]["Function"]["Environment"]["Variables"].clone()];
     for (_, res) in doc["Resources"].as_mapping().unwrap() {
         blocks.push(res["Properties"]["Environment"]["Variables"].clone());
@@ -276,7 +276,7 @@ fn the_only_index_is_the_sparse_resize_index() {
     );
     assert_eq!(idx.projection, "KEYS_ONLY");
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
     for (id, res) in doc["Resources"].as_mapping().unwrap() {
         if res["Type"] == "AWS::DynamoDB::Table" {
             assert!(
@@ -292,7 +292,7 @@ fn the_only_index_is_the_sparse_resize_index() {
 #[test]
 fn admin_routes_use_iam_and_a_schedule_drives_resizes() {
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
     let res = &doc["Resources"];
     assert_eq!(
         res["LikesApi"]["Properties"]["Auth"]["EnableIamAuthorizer"],
@@ -343,7 +343,7 @@ fn admin_routes_use_iam_and_a_schedule_drives_resizes() {
 #[test]
 fn tracing_alarms_and_dashboard_are_in_the_template() {
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
     assert_eq!(doc["Globals"]["Function"]["Tracing"], "Active");
     let res = &doc["Resources"];
     for alarm in [
@@ -384,7 +384,7 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         let dims = p["Dimensions"].as_sequence().expect("dimensions");
         assert!(
             matches!(&dims[..], [d] if d["Name"] == "FunctionName"
-                && matches!(&d["Value"], serde_yaml::Value::Tagged(t)
+                && matches!(&d["Value"], yaml_serde::Value::Tagged(t)
                     if t.tag == "!Ref" && t.value == function)),
             "{alarm}: the errors of {function}: {dims:?}"
         );
@@ -395,8 +395,8 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         );
     }
     // Every alarm notifies the alarm topic (when one is given).
-    let actions: serde_yaml::Value =
-        serde_yaml::from_str("!If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]")
+    let actions: yaml_serde::Value =
+        yaml_serde::from_str("!If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]")
             .unwrap();
     for (id, r) in res.as_mapping().unwrap() {
         if r["Type"] == "AWS::CloudWatch::Alarm" {
@@ -443,7 +443,7 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         assert!(
             matches!(
                 &res[function]["Properties"]["Role"],
-                serde_yaml::Value::Tagged(t) if t.value == format!("{function}Role.Arn")
+                yaml_serde::Value::Tagged(t) if t.value == format!("{function}Role.Arn")
             ),
             "{function} keeps its own role"
         );
@@ -460,7 +460,7 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
 #[test]
 fn every_alarm_is_on_the_dashboards_alarm_widget() {
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
     let bodies = common::dashboard_bodies();
     assert_eq!(bodies.len(), 2, "classic and stream mode");
     for (stream, body) in bodies {
@@ -523,9 +523,9 @@ fn every_alarm_is_on_the_dashboards_alarm_widget() {
 /// retention.
 #[test]
 fn the_guardrails_are_in_the_template() {
-    use serde_yaml::Value;
+    use yaml_serde::Value;
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
-    let doc: Value = serde_yaml::from_str(&text).unwrap();
+    let doc: Value = yaml_serde::from_str(&text).unwrap();
     let res = &doc["Resources"];
     fn is_ref(v: &Value, name: &str) -> bool {
         match v {
@@ -667,7 +667,7 @@ fn the_guardrails_are_in_the_template() {
 #[test]
 fn reconciliation_runs_daily_and_resumes() {
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
     let t = template();
     let ours: Vec<_> = t
         .schedules
@@ -808,11 +808,11 @@ fn string_like(pattern: &str, value: &str) -> bool {
     go(&p, &v)
 }
 
-fn strings(v: &serde_yaml::Value) -> Vec<String> {
+fn strings(v: &yaml_serde::Value) -> Vec<String> {
     match v {
-        serde_yaml::Value::Sequence(s) => s.iter().flat_map(strings).collect(),
-        serde_yaml::Value::String(s) => vec![s.clone()],
-        serde_yaml::Value::Tagged(t) => strings(&t.value),
+        yaml_serde::Value::Sequence(s) => s.iter().flat_map(strings).collect(),
+        yaml_serde::Value::String(s) => vec![s.clone()],
+        yaml_serde::Value::Tagged(t) => strings(&t.value),
         _ => vec![],
     }
 }
@@ -838,7 +838,7 @@ struct Statement {
 
 fn dynamodb_statements() -> Vec<Statement> {
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let doc: yaml_serde::Value = yaml_serde::from_str(&text).unwrap();
     let mut out = Vec::new();
     for (id, res) in doc["Resources"].as_mapping().unwrap() {
         if res["Type"] != "AWS::Serverless::Function" {
@@ -847,8 +847,8 @@ fn dynamodb_statements() -> Vec<Statement> {
         let function = id.as_str().unwrap().to_owned();
         // A function with a role of its own (`Role: !GetAtt <Role>.Arn`, so
         // that SAM attaches no managed policy): that role's inline policies.
-        let policies: Vec<serde_yaml::Value> = match &res["Properties"]["Role"] {
-            serde_yaml::Value::Tagged(t) if t.tag == "!GetAtt" => {
+        let policies: Vec<yaml_serde::Value> = match &res["Properties"]["Role"] {
+            yaml_serde::Value::Tagged(t) if t.tag == "!GetAtt" => {
                 let role = t
                     .value
                     .as_str()
@@ -871,7 +871,7 @@ fn dynamodb_statements() -> Vec<Statement> {
                 // `!If [Condition, statement, !Ref AWS::NoValue]`: the
                 // statement, under that condition.
                 let (st, when) = match st {
-                    serde_yaml::Value::Tagged(t) if t.tag == "!If" => {
+                    yaml_serde::Value::Tagged(t) if t.tag == "!If" => {
                         let parts = t.value.as_sequence().expect("!If [cond, then, else]");
                         assert_eq!(
                             strings(&parts[2]),
@@ -1181,7 +1181,7 @@ fn like_rows_are_written_only_inside_transactions() {
 /// cannot: their descriptions say so.)
 #[test]
 fn every_number_a_function_reads_from_a_parameter_is_one_the_code_accepts() {
-    use serde_yaml::Value;
+    use yaml_serde::Value;
     let doc = template_doc();
     let params = &doc["Parameters"];
     // Variable → the Number parameter it is `!Ref`.
@@ -1303,19 +1303,19 @@ fn make_lambda_build_builds_every_function_of_the_template() {
 
 // ---- Views: the stream, its producer and its aggregator -------------------
 
-fn template_doc() -> serde_yaml::Value {
+fn template_doc() -> yaml_serde::Value {
     let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
-    serde_yaml::from_str(&text).unwrap()
+    yaml_serde::from_str(&text).unwrap()
 }
 
 /// `!<tag> <value>` (`!Ref X`, `!GetAtt X.Arn`).
-fn is_tagged(v: &serde_yaml::Value, tag: &str, value: &str) -> bool {
-    matches!(v, serde_yaml::Value::Tagged(t)
+fn is_tagged(v: &yaml_serde::Value, tag: &str, value: &str) -> bool {
+    matches!(v, yaml_serde::Value::Tagged(t)
         if t.tag == tag && t.value.as_str() == Some(value))
 }
 
 /// The `Type: Kinesis` event of `function`, if it has one.
-fn kinesis_event(function: &str) -> Option<serde_yaml::Value> {
+fn kinesis_event(function: &str) -> Option<yaml_serde::Value> {
     template_doc()["Resources"][function]["Properties"]["Events"]
         .as_mapping()?
         .values()
@@ -1326,10 +1326,10 @@ fn kinesis_event(function: &str) -> Option<serde_yaml::Value> {
 /// Every policy statement of `function`: its own role's inline policies
 /// (`Role: !GetAtt <Role>.Arn`) or the `Policies` SAM puts in the role it
 /// makes, each `!If [cond, statement, !Ref AWS::NoValue]` as its statement.
-fn all_statements(doc: &serde_yaml::Value, function: &str) -> Vec<serde_yaml::Value> {
+fn all_statements(doc: &yaml_serde::Value, function: &str) -> Vec<yaml_serde::Value> {
     let props = &doc["Resources"][function]["Properties"];
-    let documents: Vec<serde_yaml::Value> = match &props["Role"] {
-        serde_yaml::Value::Tagged(t) => {
+    let documents: Vec<yaml_serde::Value> = match &props["Role"] {
+        yaml_serde::Value::Tagged(t) => {
             let role = t.value.as_str().unwrap().trim_end_matches(".Arn");
             doc["Resources"][role]["Properties"]["Policies"]
                 .as_sequence()
@@ -1344,13 +1344,13 @@ fn all_statements(doc: &serde_yaml::Value, function: &str) -> Vec<serde_yaml::Va
         .iter()
         .flat_map(|d| d["Statement"].as_sequence().cloned().unwrap_or_default())
         .map(|st| match st {
-            serde_yaml::Value::Tagged(t) if t.tag == "!If" => t.value[1].clone(),
+            yaml_serde::Value::Tagged(t) if t.tag == "!If" => t.value[1].clone(),
             other => other,
         })
         .collect()
 }
 
-fn functions(doc: &serde_yaml::Value) -> Vec<String> {
+fn functions(doc: &yaml_serde::Value) -> Vec<String> {
     doc["Resources"]
         .as_mapping()
         .unwrap()
@@ -1600,13 +1600,13 @@ fn the_views_stream_is_encrypted_and_on_demand_by_default() {
         strings(&mode["AllowedValues"]),
         ["ON_DEMAND", "PROVISIONED"]
     );
-    let when: serde_yaml::Value = serde_yaml::from_str(
+    let when: yaml_serde::Value = yaml_serde::from_str(
         "!If [ViewsStreamProvisioned, !Ref ViewsStreamShards, !Ref AWS::NoValue]",
     )
     .unwrap();
     assert_eq!(p["ShardCount"], when);
-    let provisioned: serde_yaml::Value =
-        serde_yaml::from_str("!Equals [!Ref ViewsStreamMode, PROVISIONED]").unwrap();
+    let provisioned: yaml_serde::Value =
+        yaml_serde::from_str("!Equals [!Ref ViewsStreamMode, PROVISIONED]").unwrap();
     assert_eq!(doc["Conditions"]["ViewsStreamProvisioned"], provisioned);
     let outputs = &doc["Outputs"];
     assert!(is_tagged(

@@ -5,9 +5,9 @@
 //! a template without them (today's) still loads everywhere else.
 
 use anyhow::{Context, Result, anyhow};
-use serde_yaml::Value;
 use std::path::Path;
 use std::time::Duration;
+use yaml_serde::Value;
 
 /// The stream's logical id, and its local name when the template has none.
 pub const STREAM_ID: &str = "ViewsStream";
@@ -76,7 +76,7 @@ impl KinesisSourceDef {
 
     /// From a template's text; the defaults for whatever it lacks.
     pub fn parse(text: &str) -> Result<Self> {
-        let doc: Value = serde_yaml::from_str(text).context("template.yaml is not valid YAML")?;
+        let doc: Value = yaml_serde::from_str(text).context("template.yaml is not valid YAML")?;
         let mut def = KinesisSourceDef::default();
         let resources = doc.get("Resources");
         if let Some(stream) = resources.and_then(|r| r.get(STREAM_ID)) {

@@ -30,7 +30,7 @@ pub fn repo_root() -> PathBuf {
 /// each is given its branch for the mode. The other `${...}` references are
 /// left as they are: they all sit inside JSON strings.
 pub fn dashboard_bodies() -> Vec<(bool, Value)> {
-    use serde_yaml::Value as Yaml;
+    use yaml_serde::Value as Yaml;
     fn text(v: &Yaml) -> String {
         match v {
             Yaml::String(s) => s.clone(),
@@ -41,11 +41,11 @@ pub fn dashboard_bodies() -> Vec<(bool, Value)> {
         }
     }
     let template = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
-    let doc: Yaml = serde_yaml::from_str(&template).unwrap();
+    let doc: Yaml = yaml_serde::from_str(&template).unwrap();
     let (body, vars) = match &doc["Resources"]["OperationsDashboard"]["Properties"]["DashboardBody"]
     {
         Yaml::Tagged(t) if t.tag == "!Sub" => match &t.value {
-            Yaml::String(body) => (body.clone(), serde_yaml::Mapping::new()),
+            Yaml::String(body) => (body.clone(), yaml_serde::Mapping::new()),
             Yaml::Sequence(s) if s.len() == 2 => (
                 s[0].as_str().expect("the body").to_owned(),
                 s[1].as_mapping().expect("the variables").clone(),

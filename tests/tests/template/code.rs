@@ -909,8 +909,8 @@ fn every_action_granted_is_one_its_function_performs() {
         assert!(!performed.is_empty(), "{method}: performs nothing?");
     }
     let d = domain();
-    let doc: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(repo_root().join("template.yaml")).unwrap())
+    let doc: yaml_serde::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(repo_root().join("template.yaml")).unwrap())
             .unwrap();
     let statements = dynamodb_statements();
     let functions: BTreeSet<&str> = statements.iter().map(|s| s.function.as_str()).collect();
@@ -1047,8 +1047,8 @@ const KEYS_OUTSIDE_TX: &[(&str, &str, &[&str])] = &[
 fn every_counters_call_a_function_makes_outside_transactions_is_granted() {
     let store = store_methods();
     let d = domain();
-    let doc: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(repo_root().join("template.yaml")).unwrap())
+    let doc: yaml_serde::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(repo_root().join("template.yaml")).unwrap())
             .unwrap();
     let statements = dynamodb_statements();
     let kinds = super::key_kinds();
