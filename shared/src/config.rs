@@ -138,8 +138,8 @@ pub struct Config {
     /// transactions (see `docs/counting.md` for the switch).
     pub stream_since_ms: i64,
     /// `AGGREGATE_CHUNK_REELS` (default and most 49, stream mode): reels one
-    /// aggregation transaction adds to (a checkpoint and, per reel, a
-    /// settings check and a shard update: 100 items at most).
+    /// aggregation transaction adds to (a checkpoint and a shard update per
+    /// reel; the bound is `keys::MAX_CHUNK_REELS`, which says why 49).
     pub aggregate_chunk_reels: usize,
 }
 
