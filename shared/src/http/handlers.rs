@@ -4,7 +4,7 @@ use super::request::{self, Command};
 use super::routes::{self, Function, Route};
 use crate::App;
 use crate::error::Error;
-use crate::keys::{Action, ReelId};
+use crate::keys::{Action, ReelId, UserId};
 use crate::reshard::Begin;
 use crate::service::WritePath;
 use crate::service::WriteRequest;
@@ -172,167 +172,29 @@ async fn execute(
             action,
             idempotency_key,
         } => {
-            let out = app
-                .service
-                .write(WriteRequest {
-                    user,
-                    reel: reel.clone(),
-                    action,
-                    idempotency_key,
-                    request_id,
-                })
-                .await?;
-            match out.path {
-                WritePath::Applied | WritePath::Replayed | WritePath::Committed
-                    if action == Action::Like =>
-                {
-                    writes.likes = 1
-                }
-                WritePath::Applied | WritePath::Replayed | WritePath::Committed => {
-                    writes.unlikes = 1
-                }
-                _ => writes.duplicates = 1,
-            }
-            writes.path = Some(out.path.as_str());
-            Ok((
-                StatusCode::OK,
-                json!({ "reel_id": reel.as_str(), "liked": out.liked, "changed": out.changed, "count": out.count }),
-            ))
-        }
-        Command::Count { reel, user } => {
-            let (count, liked) = match &user {
-                Some(u) => {
-                    let (c, l) =
-                        tokio::join!(app.service.count(&reel), app.service.liked(u, &reel));
-                    (c?, Some(l?))
-                }
-                None => (app.service.count(&reel).await?, None),
+            let req = WriteRequest {
+                user,
+                reel,
+                action,
+                idempotency_key,
+                request_id,
             };
-            let mut body = json!({
-                "reel_id": reel.as_str(),
-                "count": count.count,
-                "age_ms": count.age().as_millis() as u64,
-            });
-            if let Some(liked) = liked {
-                body["liked_by_me"] = Value::Bool(liked);
-            }
-            Ok((StatusCode::OK, body))
+            like_or_unlike(app, req, writes).await
         }
-        Command::Counts { reels } => {
-            let counts = app.service.counts(&reels).await?;
-            let mut map = serde_json::Map::with_capacity(reels.len());
-            let mut age_ms = 0u64;
-            let mut unavailable: Vec<&str> = Vec::new();
-            for r in &reels {
-                if let Some(c) = counts.get(r) {
-                    map.insert(r.as_str().to_owned(), json!(c.count));
-                    age_ms = age_ms.max(c.age().as_millis() as u64);
-                } else if !unavailable.contains(&r.as_str()) {
-                    // Its sum failed; the others are answered anyway.
-                    unavailable.push(r.as_str());
-                }
-            }
-            // age_ms is that of the oldest sum in the answer.
-            let mut body = json!({ "counts": map, "age_ms": age_ms });
-            if !unavailable.is_empty() {
-                body["unavailable"] = json!(unavailable);
-            }
-            Ok((StatusCode::OK, body))
-        }
+        Command::Count { reel, user } => reel_count(app, &reel, user.as_ref()).await,
+        Command::Counts { reels } => reel_counts(app, &reels).await,
         Command::Views {
             viewer,
             views,
             idempotency_key,
-        } => {
-            let producer = app.views.producer.as_ref().ok_or_else(views_off)?;
-            let total: u64 = views.iter().map(|(_, n)| u64::from(*n)).sum();
-            producer.admit(&viewer, total).await?;
-            let record = crate::views::record::ViewRecord {
-                id: crate::views::accept::event_id(&viewer, idempotency_key.as_deref(), &views),
-                viewer: viewer.as_str().to_owned(),
-                at_ms: crate::clock::now_ms(),
-                views,
-            };
-            let accepted = producer.put(&record).await?;
-            Ok((StatusCode::ACCEPTED, json!({ "accepted": accepted })))
-        }
-        Command::ReelViews { reel } => {
-            let reader = app.views.reader.as_ref().ok_or_else(views_off)?;
-            let c = reader.counts(&reel).await?;
-            Ok((
-                StatusCode::OK,
-                json!({
-                    "reel_id": reel.as_str(),
-                    "views": c.views,
-                    "unique_viewers": c.unique_viewers,
-                    "views_7d": c.views_7d,
-                    "unique_viewers_7d": c.unique_viewers_7d,
-                    "age_ms": c.age().as_millis() as u64,
-                }),
-            ))
-        }
-        Command::LikesAndViews { reels } => {
-            let reader = app.views.reader.as_ref().ok_or_else(views_off)?;
-            // Likes as `GET /likes` sums them; views reel by reel, at most
-            // VIEW_READS_IN_FLIGHT at a time (each is two queries, cached),
-            // so a feed of 100 reels is no burst of 200 queries.
-            let views_of = async {
-                let mut out = Vec::with_capacity(reels.len());
-                for group in reels.chunks(VIEW_READS_IN_FLIGHT) {
-                    out.extend(
-                        futures::future::join_all(group.iter().map(|r| reader.counts(r))).await,
-                    );
-                }
-                out
-            };
-            let (likes, views) = tokio::join!(app.service.counts(&reels), views_of);
-            let likes = likes?;
-            let mut map = serde_json::Map::with_capacity(reels.len());
-            let mut age_ms = 0u64;
-            let mut unavailable: Vec<&str> = Vec::new();
-            for (r, v) in reels.iter().zip(views) {
-                match (likes.get(r), v) {
-                    (Some(l), Ok(v)) => {
-                        age_ms = age_ms
-                            .max(l.age().as_millis() as u64)
-                            .max(v.age().as_millis() as u64);
-                        map.insert(
-                            r.as_str().to_owned(),
-                            json!({
-                                "likes": l.count,
-                                "views": v.views,
-                                "unique_viewers": v.unique_viewers,
-                                "views_7d": v.views_7d,
-                                "unique_viewers_7d": v.unique_viewers_7d,
-                            }),
-                        );
-                    }
-                    _ => unavailable.push(r.as_str()),
-                }
-            }
-            let mut body = json!({ "counts": map, "age_ms": age_ms });
-            if !unavailable.is_empty() {
-                body["unavailable"] = json!(unavailable);
-            }
-            Ok((StatusCode::OK, body))
-        }
+        } => accept_views(app, &viewer, views, idempotency_key).await,
+        Command::ReelViews { reel } => views_of_reel(app, &reel).await,
+        Command::LikesAndViews { reels } => likes_and_views(app, &reels).await,
         Command::Health => {
             app.service.ready().await?;
             Ok((StatusCode::OK, json!({ "status": "ok" })))
         }
-        Command::ListResized => {
-            let reels = app.reshard.list().await?;
-            // Most shards first; the listing stops at ADMIN_LIST_MAX reels.
-            let list: Vec<Value> = reels
-                .iter()
-                .take(ADMIN_LIST_MAX)
-                .map(|(r, s)| shards_json(r, s, None))
-                .collect();
-            Ok((
-                StatusCode::OK,
-                json!({ "count": reels.len(), "truncated": reels.len() > ADMIN_LIST_MAX, "reels": list }),
-            ))
-        }
+        Command::ListResized => resized_reels(app).await,
         Command::ShardState { reel } => {
             let s = app.reshard.state(&reel).await?;
             Ok((StatusCode::OK, shards_json(&reel, &s, None)))
@@ -341,34 +203,228 @@ async fn execute(
             reel,
             shards,
             principal,
-        } => {
-            // Attributable: who asked, whatever came of it.
-            tracing::info!(reel = %reel, shards, principal = %principal, "admin resize asked");
-            let (outcome, s) = app.reshard.begin(&reel, shards).await?;
-            // 202: a resize is under way (started now or joined); 200: the
-            // reel already has that many shards.
-            let status = match outcome {
-                Begin::Unchanged => StatusCode::OK,
-                Begin::Started | Begin::Joined => StatusCode::ACCEPTED,
-            };
-            Ok((status, shards_json(&reel, &s, Some(outcome))))
+        } => resize(app, &reel, shards, &principal).await,
+        Command::Erase { user, principal } => erase_user(app, &user, &principal).await,
+    }
+}
+
+impl WriteMetrics {
+    /// A transaction that committed under this request's token (now, or
+    /// an earlier attempt's, replayed) is a like or unlike applied; a
+    /// write that wrote nothing, a duplicate absorbed.
+    fn tally(&mut self, action: Action, path: WritePath) {
+        match path {
+            WritePath::Applied | WritePath::Replayed | WritePath::Committed
+                if action == Action::Like =>
+            {
+                self.likes = 1
+            }
+            WritePath::Applied | WritePath::Replayed | WritePath::Committed => self.unlikes = 1,
+            _ => self.duplicates = 1,
         }
-        Command::Erase { user, principal } => {
-            // Attributable, as a resize is; the user id is what was asked.
-            tracing::info!(principal = %principal, "admin erasure of a user's likes asked");
-            // A quarter of the budget: the last unlike started may take the
-            // whole budget itself, and the request stays within its bound.
-            let done = app
-                .service
-                .erase(&user, app.config.request_budget / 4)
-                .await?;
-            tracing::info!(principal = %principal, removed = done.removed, complete = done.complete, "admin erasure");
-            Ok((
-                StatusCode::OK,
-                json!({ "user_id": user.as_str(), "removed": done.removed, "complete": done.complete }),
-            ))
+        self.path = Some(path.as_str());
+    }
+}
+
+/// `PUT` or `DELETE /reels/{reel_id}/like`.
+async fn like_or_unlike(
+    app: &App,
+    req: WriteRequest,
+    writes: &mut WriteMetrics,
+) -> Result<(StatusCode, Value), Error> {
+    let (reel, action) = (req.reel.clone(), req.action);
+    let out = app.service.write(req).await?;
+    writes.tally(action, out.path);
+    Ok((
+        StatusCode::OK,
+        json!({ "reel_id": reel.as_str(), "liked": out.liked, "changed": out.changed, "count": out.count }),
+    ))
+}
+
+/// `GET /reels/{reel_id}/likes`, with `liked_by_me` for a known caller.
+async fn reel_count(
+    app: &App,
+    reel: &ReelId,
+    user: Option<&UserId>,
+) -> Result<(StatusCode, Value), Error> {
+    let (count, liked) = match user {
+        Some(u) => {
+            let (c, l) = tokio::join!(app.service.count(reel), app.service.liked(u, reel));
+            (c?, Some(l?))
+        }
+        None => (app.service.count(reel).await?, None),
+    };
+    let mut body = json!({
+        "reel_id": reel.as_str(),
+        "count": count.count,
+        "age_ms": count.age().as_millis() as u64,
+    });
+    if let Some(liked) = liked {
+        body["liked_by_me"] = Value::Bool(liked);
+    }
+    Ok((StatusCode::OK, body))
+}
+
+/// `GET /likes?reel_ids=...`.
+async fn reel_counts(app: &App, reels: &[ReelId]) -> Result<(StatusCode, Value), Error> {
+    let counts = app.service.counts(reels).await?;
+    let mut map = serde_json::Map::with_capacity(reels.len());
+    let mut age_ms = 0u64;
+    let mut unavailable: Vec<&str> = Vec::new();
+    for r in reels {
+        if let Some(c) = counts.get(r) {
+            map.insert(r.as_str().to_owned(), json!(c.count));
+            age_ms = age_ms.max(c.age().as_millis() as u64);
+        } else if !unavailable.contains(&r.as_str()) {
+            // Its sum failed; the others are answered anyway.
+            unavailable.push(r.as_str());
         }
     }
+    // age_ms is that of the oldest sum in the answer.
+    Ok((StatusCode::OK, batch_body(map, age_ms, &unavailable)))
+}
+
+/// A batch answer; `unavailable` only when some reel has none.
+fn batch_body(counts: serde_json::Map<String, Value>, age_ms: u64, unavailable: &[&str]) -> Value {
+    let mut body = json!({ "counts": counts, "age_ms": age_ms });
+    if !unavailable.is_empty() {
+        body["unavailable"] = json!(unavailable);
+    }
+    body
+}
+
+/// `POST /views`: the viewer's bounds are checked before anything is put,
+/// so a refused batch costs no stream record.
+async fn accept_views(
+    app: &App,
+    viewer: &UserId,
+    views: Vec<(ReelId, u32)>,
+    idempotency_key: Option<String>,
+) -> Result<(StatusCode, Value), Error> {
+    let producer = app.views.producer.as_ref().ok_or_else(views_off)?;
+    let total: u64 = views.iter().map(|(_, n)| u64::from(*n)).sum();
+    producer.admit(viewer, total).await?;
+    let record = crate::views::record::ViewRecord {
+        id: crate::views::accept::event_id(viewer, idempotency_key.as_deref(), &views),
+        viewer: viewer.as_str().to_owned(),
+        at_ms: crate::clock::now_ms(),
+        views,
+    };
+    let accepted = producer.put(&record).await?;
+    Ok((StatusCode::ACCEPTED, json!({ "accepted": accepted })))
+}
+
+/// `GET /reels/{reel_id}/views`.
+async fn views_of_reel(app: &App, reel: &ReelId) -> Result<(StatusCode, Value), Error> {
+    let reader = app.views.reader.as_ref().ok_or_else(views_off)?;
+    let c = reader.counts(reel).await?;
+    Ok((
+        StatusCode::OK,
+        json!({
+            "reel_id": reel.as_str(),
+            "views": c.views,
+            "unique_viewers": c.unique_viewers,
+            "views_7d": c.views_7d,
+            "unique_viewers_7d": c.unique_viewers_7d,
+            "age_ms": c.age().as_millis() as u64,
+        }),
+    ))
+}
+
+/// `GET /counts?reel_ids=...`.
+async fn likes_and_views(app: &App, reels: &[ReelId]) -> Result<(StatusCode, Value), Error> {
+    let reader = app.views.reader.as_ref().ok_or_else(views_off)?;
+    // Likes as `GET /likes` sums them; views reel by reel, at most
+    // VIEW_READS_IN_FLIGHT at a time (each is two queries, cached),
+    // so a feed of 100 reels is no burst of 200 queries.
+    let views_of = async {
+        let mut out = Vec::with_capacity(reels.len());
+        for group in reels.chunks(VIEW_READS_IN_FLIGHT) {
+            out.extend(futures::future::join_all(group.iter().map(|r| reader.counts(r))).await);
+        }
+        out
+    };
+    let (likes, views) = tokio::join!(app.service.counts(reels), views_of);
+    let likes = likes?;
+    let mut map = serde_json::Map::with_capacity(reels.len());
+    let mut age_ms = 0u64;
+    let mut unavailable: Vec<&str> = Vec::new();
+    for (r, v) in reels.iter().zip(views) {
+        match (likes.get(r), v) {
+            (Some(l), Ok(v)) => {
+                age_ms = age_ms
+                    .max(l.age().as_millis() as u64)
+                    .max(v.age().as_millis() as u64);
+                map.insert(
+                    r.as_str().to_owned(),
+                    json!({
+                        "likes": l.count,
+                        "views": v.views,
+                        "unique_viewers": v.unique_viewers,
+                        "views_7d": v.views_7d,
+                        "unique_viewers_7d": v.unique_viewers_7d,
+                    }),
+                );
+            }
+            _ => unavailable.push(r.as_str()),
+        }
+    }
+    Ok((StatusCode::OK, batch_body(map, age_ms, &unavailable)))
+}
+
+/// `GET /admin/reels`: most shards first; the listing stops at
+/// ADMIN_LIST_MAX reels.
+async fn resized_reels(app: &App) -> Result<(StatusCode, Value), Error> {
+    let reels = app.reshard.list().await?;
+    let list: Vec<Value> = reels
+        .iter()
+        .take(ADMIN_LIST_MAX)
+        .map(|(r, s)| shards_json(r, s, None))
+        .collect();
+    Ok((
+        StatusCode::OK,
+        json!({ "count": reels.len(), "truncated": reels.len() > ADMIN_LIST_MAX, "reels": list }),
+    ))
+}
+
+/// `POST /admin/reels/{reel_id}/shards`.
+async fn resize(
+    app: &App,
+    reel: &ReelId,
+    shards: u32,
+    principal: &str,
+) -> Result<(StatusCode, Value), Error> {
+    // Attributable: who asked, whatever came of it.
+    tracing::info!(reel = %reel, shards, principal = %principal, "admin resize asked");
+    let (outcome, s) = app.reshard.begin(reel, shards).await?;
+    // 202: a resize is under way (started now or joined); 200: the
+    // reel already has that many shards.
+    let status = match outcome {
+        Begin::Unchanged => StatusCode::OK,
+        Begin::Started | Begin::Joined => StatusCode::ACCEPTED,
+    };
+    Ok((status, shards_json(reel, &s, Some(outcome))))
+}
+
+/// `DELETE /admin/users/{user_id}/likes`.
+async fn erase_user(
+    app: &App,
+    user: &UserId,
+    principal: &str,
+) -> Result<(StatusCode, Value), Error> {
+    // Attributable, as a resize is; the user id is what was asked.
+    tracing::info!(principal = %principal, "admin erasure of a user's likes asked");
+    // A quarter of the budget: the last unlike started may take the
+    // whole budget itself, and the request stays within its bound.
+    let done = app
+        .service
+        .erase(user, app.config.request_budget / 4)
+        .await?;
+    tracing::info!(principal = %principal, removed = done.removed, complete = done.complete, "admin erasure");
+    Ok((
+        StatusCode::OK,
+        json!({ "user_id": user.as_str(), "removed": done.removed, "complete": done.complete }),
+    ))
 }
 
 /// A views route on an instance without views configured (the template
