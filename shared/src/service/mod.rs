@@ -29,6 +29,8 @@
 //!   back).
 //! * `write`: the exactly-once like/unlike path, its retries, and the count
 //!   it answers with.
+//! * `attempts`: what one write sends and keeps across its attempts (its
+//!   token, its transaction, their tally).
 //! * `erase`: every like of one user removed (an operator's erasure).
 //! * `limits`: what one caller may make this instance write.
 //! * `reels`: which ids are reels (a deployment's own check plugs in
@@ -53,6 +55,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod attempts;
 mod erase;
 #[cfg(test)]
 mod fake;

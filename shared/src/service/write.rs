@@ -1,13 +1,14 @@
 //! The like/unlike write path: exactly once, retried within the request's
 //! budget, answered with the count adjusted by the request's own change.
 
+use super::attempts::{Attempts, request_token};
 use super::read::Cached;
 use super::{Count, LikeService, WriteOutcome, WritePath, WriteRequest};
 use crate::config::Counting;
 use crate::error::Error;
 use crate::keys::{Action, ReelId};
-use crate::store::{CounterStore, KeyRecordSpec, LikeTx, RetryReason, TxResult};
-use crate::token::{RequestIdentity, RequestToken};
+use crate::store::{CounterStore, RetryReason, Settings, TxResult};
+use crate::token::RequestToken;
 use moka::ops::compute::{CompResult, Op};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -31,154 +32,202 @@ impl<S: CounterStore> LikeService<S> {
     pub(super) async fn write_unbounded(&self, req: WriteRequest) -> Result<WriteOutcome, Error> {
         let started = Instant::now();
         let settings = self.settings(&req.reel).await?;
-        let token = match (&req.idempotency_key, &req.request_id) {
-            (Some(k), _) => RequestToken::derive(
-                &req.user,
-                &req.reel,
-                req.action,
-                &RequestIdentity::ClientKey(k),
-            ),
-            (None, Some(id)) => RequestToken::derive(
-                &req.user,
-                &req.reel,
-                req.action,
-                &RequestIdentity::RequestId(id),
-            ),
-            (None, None) => RequestToken::random(),
-        };
-        let now = crate::clock::since_epoch();
-        let record = req.idempotency_key.as_ref().map(|_| KeyRecordSpec {
-            key_token: token.clone(),
-            // Rounded up to the hour, so that the record does not differ
-            // between a request's attempts for this reason.
-            expires_at: ((now + self.key_ttl).as_secs() as i64 / 3600 + 1) * 3600,
-        });
-        let mut tx = LikeTx {
-            user: req.user.clone(),
-            reel: req.reel.clone(),
-            action: req.action,
-            shard: self.shard_for(&token, settings.write_shards),
-            token: token.clone(),
-            now_ms: now.as_millis() as i64,
-            record,
-        };
-        let wanted = req.action == Action::Like;
-        let mut attempt = 0u32;
-        let mut retries = 0u32;
-        let mut follow_ups = 0u32;
-        let mut last_retry = RetryReason::Conflict;
-        let (mut conflicts, mut throttles) = (0u32, 0u32);
-        let mut sent_at: Instant;
-        // (path, liked, changed)
-        let (path, liked, changed) = loop {
-            attempt += 1;
-            if attempt > 1 {
-                let delay = self.backoff.delay(attempt - 1);
-                let in_budget = started.elapsed() + delay + self.call_timeout <= self.budget;
-                if !self.backoff.allows(attempt - 1) || !in_budget {
-                    tracing::warn!(reel = %req.reel, action = req.action.as_str(), attempts = attempt - 1, reason = ?last_retry, in_budget, "transaction retries exhausted");
-                    return Err(match last_retry {
-                        RetryReason::Throttled | RetryReason::OwnThrottled => Error::Throttled,
-                        RetryReason::Conflict
-                        | RetryReason::OwnConflict
-                        | RetryReason::InProgress => Error::Contended,
-                    });
-                }
-                retries += 1;
-                tokio::time::sleep(delay).await;
+        let token = request_token(&req);
+        let mut tries = Attempts::new(self.like_tx(&req, &token, &settings));
+        let (path, changed) = loop {
+            tries.made += 1;
+            if tries.made > 1 {
+                self.wait_to_retry(&req, started, &mut tries).await?;
             }
-            sent_at = Instant::now();
-            match self.store.write_like(&tx).await? {
-                TxResult::Committed { replayed: false } => {
-                    break (WritePath::Applied, wanted, true);
-                }
-                TxResult::Committed { replayed: true } => {
-                    break (WritePath::Replayed, wanted, true);
-                }
-                TxResult::CommittedUnsure => {
-                    break (WritePath::Committed, wanted, true);
-                }
-                TxResult::AlreadyInState => match &tx.record {
-                    // Record that this key changed nothing, so that a retry
-                    // after the user changed state does not act on it then.
-                    Some(spec) => {
-                        let r = self.store.record_unchanged(spec, req.action).await?;
-                        break (
-                            if r.changed {
-                                WritePath::ResolvedByRecord
-                            } else {
-                                WritePath::AlreadyInState
-                            },
-                            wanted,
-                            r.changed,
-                        );
-                    }
-                    None => break (WritePath::AlreadyInState, wanted, false),
-                },
-                TxResult::KeyUsed => {
-                    let changed = self
-                        .store
-                        .key_record(&token)
-                        .await?
-                        .is_some_and(|r| r.changed);
-                    break (WritePath::ResolvedByRecord, wanted, changed);
-                }
-                TxResult::Retry(reason) => {
-                    last_retry = reason;
-                    match reason {
-                        RetryReason::Conflict | RetryReason::OwnConflict => {
-                            conflicts += 1;
-                            self.conflicts.fetch_add(1, Ordering::Relaxed);
-                        }
-                        RetryReason::Throttled | RetryReason::OwnThrottled => {
-                            throttles += 1;
-                            self.throttles.fetch_add(1, Ordering::Relaxed);
-                        }
-                        RetryReason::InProgress => {}
-                    }
-                    // Only the reel's own item, the shard, says a crowd is
-                    // at it; the caller's row or record says nothing of
-                    // the reel (one user racing themselves).
-                    if matches!(reason, RetryReason::Conflict | RetryReason::Throttled) {
-                        self.observe_contention(&req.reel, &req.user, &settings)
-                            .await;
-                    }
-                }
-                TxResult::ParameterMismatch if tx.record.is_some() => {
-                    // The token is bound to another body: an earlier request
-                    // with this key (a like carries its own liked_at; a
-                    // resize may have moved the shard). Its record, written
-                    // atomically with any change it made, is the answer.
-                    if let Some(r) = self.store.key_record(&token).await? {
-                        break (WritePath::ResolvedByRecord, wanted, r.changed);
-                    }
-                    // No record: nothing committed under this key, so acting
-                    // now is not acting twice. A fresh token, the same record.
-                    follow_ups += 1;
-                    tx.token = token.follow_up(follow_ups);
-                    tx.shard = self.shard_for(&tx.token, settings.write_shards);
-                    last_retry = RetryReason::Conflict;
-                }
-                TxResult::ParameterMismatch => {
-                    // Without a key the token comes from the request id: the
-                    // same request delivered again after a resize moved its
-                    // shard. Never write again; the like row tells the state.
-                    let row = self.store.like_row(&req.user, &req.reel).await?;
-                    // DynamoDB remembers the token, so the first delivery
-                    // most likely committed: answer as it did. A like knows
-                    // for sure (its row carries the token); an unlike's row
-                    // is gone either way, so its `changed` is a best guess.
-                    let changed = match (req.action, row) {
-                        (Action::Like, Some(row)) => row.token.as_deref() == Some(token.as_str()),
-                        (Action::Like, None) => false,
-                        (Action::Unlike, _) => true,
-                    };
-                    break (WritePath::ResolvedByRow, wanted, changed);
-                }
+            tries.sent_at = Instant::now();
+            let result = self.store.write_like(&tries.tx).await?;
+            if let Some(done) = self
+                .settle(&req, &token, &settings, &mut tries, result)
+                .await?
+            {
+                break done;
             }
         };
         let committed_at = Instant::now();
-        let count = match path {
+        let keyed = tries.tx.record.is_some();
+        let count = self
+            .count_after_write(&req, path, keyed, tries.sent_at, committed_at)
+            .await?;
+        tracing::info!(
+            reel = %req.reel,
+            action = req.action.as_str(),
+            shard = ?tries.tx.shard,
+            retries = tries.retries,
+            outcome = path.as_str(),
+            changed,
+            keyed,
+            "write"
+        );
+        Ok(WriteOutcome {
+            // Every path ends in the state asked for: written now, by an
+            // earlier attempt, or already so.
+            liked: req.action == Action::Like,
+            changed,
+            count: count.max(0),
+            path,
+            retries: tries.retries,
+            conflicts: tries.conflicts,
+            throttles: tries.throttles,
+            shard: tries.tx.shard,
+        })
+    }
+
+    /// The retry policy, before every attempt but the first: waits out the
+    /// backoff, or gives up when the policy allows no more attempts or one
+    /// more could not finish within the request's budget.
+    async fn wait_to_retry(
+        &self,
+        req: &WriteRequest,
+        started: Instant,
+        tries: &mut Attempts,
+    ) -> Result<(), Error> {
+        let delay = self.backoff.delay(tries.made - 1);
+        let in_budget = started.elapsed() + delay + self.call_timeout <= self.budget;
+        if !self.backoff.allows(tries.made - 1) || !in_budget {
+            tracing::warn!(reel = %req.reel, action = req.action.as_str(), attempts = tries.made - 1, reason = ?tries.last_retry, in_budget, "transaction retries exhausted");
+            return Err(match tries.last_retry {
+                RetryReason::Throttled | RetryReason::OwnThrottled => Error::Throttled,
+                RetryReason::Conflict | RetryReason::OwnConflict | RetryReason::InProgress => {
+                    Error::Contended
+                }
+            });
+        }
+        tries.retries += 1;
+        tokio::time::sleep(delay).await;
+        Ok(())
+    }
+
+    /// What one attempt's `result` settles: the path and whether this
+    /// request changed the like, or `None` to try again.
+    async fn settle(
+        &self,
+        req: &WriteRequest,
+        token: &RequestToken,
+        settings: &Settings,
+        tries: &mut Attempts,
+        result: TxResult,
+    ) -> Result<Option<(WritePath, bool)>, Error> {
+        Ok(Some(match result {
+            TxResult::Committed { replayed: false } => (WritePath::Applied, true),
+            TxResult::Committed { replayed: true } => (WritePath::Replayed, true),
+            TxResult::CommittedUnsure => (WritePath::Committed, true),
+            TxResult::AlreadyInState => match &tries.tx.record {
+                // Record that this key changed nothing, so that a retry
+                // after the user changed state does not act on it then.
+                Some(spec) => {
+                    let r = self.store.record_unchanged(spec, req.action).await?;
+                    let path = if r.changed {
+                        WritePath::ResolvedByRecord
+                    } else {
+                        WritePath::AlreadyInState
+                    };
+                    (path, r.changed)
+                }
+                None => (WritePath::AlreadyInState, false),
+            },
+            TxResult::KeyUsed => {
+                let changed = self
+                    .store
+                    .key_record(token)
+                    .await?
+                    .is_some_and(|r| r.changed);
+                (WritePath::ResolvedByRecord, changed)
+            }
+            TxResult::Retry(reason) => {
+                self.note_retry(req, settings, tries, reason).await;
+                return Ok(None);
+            }
+            TxResult::ParameterMismatch if tries.tx.record.is_some() => {
+                // The token is bound to another body: an earlier request
+                // with this key (a like carries its own liked_at; a
+                // resize may have moved the shard). Its record, written
+                // atomically with any change it made, is the answer.
+                if let Some(r) = self.store.key_record(token).await? {
+                    return Ok(Some((WritePath::ResolvedByRecord, r.changed)));
+                }
+                // No record: nothing committed under this key, so acting
+                // now is not acting twice. A fresh token, the same record.
+                tries.follow_ups += 1;
+                tries.tx.token = token.follow_up(tries.follow_ups);
+                tries.tx.shard = self.shard_for(&tries.tx.token, settings.write_shards);
+                tries.last_retry = RetryReason::Conflict;
+                return Ok(None);
+            }
+            TxResult::ParameterMismatch => (
+                WritePath::ResolvedByRow,
+                self.changed_by_first_delivery(req, token).await?,
+            ),
+        }))
+    }
+
+    /// Counts a retry by its reason, for the request's metrics and the
+    /// instance's totals, and tells the observer of a crowd on the reel.
+    async fn note_retry(
+        &self,
+        req: &WriteRequest,
+        settings: &Settings,
+        tries: &mut Attempts,
+        reason: RetryReason,
+    ) {
+        tries.last_retry = reason;
+        match reason {
+            RetryReason::Conflict | RetryReason::OwnConflict => {
+                tries.conflicts += 1;
+                self.conflicts.fetch_add(1, Ordering::Relaxed);
+            }
+            RetryReason::Throttled | RetryReason::OwnThrottled => {
+                tries.throttles += 1;
+                self.throttles.fetch_add(1, Ordering::Relaxed);
+            }
+            RetryReason::InProgress => {}
+        }
+        // Only the reel's own item, the shard, says a crowd is
+        // at it; the caller's row or record says nothing of
+        // the reel (one user racing themselves).
+        if matches!(reason, RetryReason::Conflict | RetryReason::Throttled) {
+            self.observe_contention(&req.reel, &req.user, settings)
+                .await;
+        }
+    }
+
+    /// Whether an unkeyed request whose token DynamoDB found bound to
+    /// another body changed the like when first delivered.
+    async fn changed_by_first_delivery(
+        &self,
+        req: &WriteRequest,
+        token: &RequestToken,
+    ) -> Result<bool, Error> {
+        // Without a key the token comes from the request id: the
+        // same request delivered again after a resize moved its
+        // shard. Never write again; the like row tells the state.
+        let row = self.store.like_row(&req.user, &req.reel).await?;
+        // DynamoDB remembers the token, so the first delivery
+        // most likely committed: answer as it did. A like knows
+        // for sure (its row carries the token); an unlike's row
+        // is gone either way, so its `changed` is a best guess.
+        Ok(match (req.action, row) {
+            (Action::Like, Some(row)) => row.token.as_deref() == Some(token.as_str()),
+            (Action::Like, None) => false,
+            (Action::Unlike, _) => true,
+        })
+    }
+
+    /// The count a write answers with, `path` the way it went and `keyed`
+    /// whether it carried an `Idempotency-Key`.
+    async fn count_after_write(
+        &self,
+        req: &WriteRequest,
+        path: WritePath,
+        keyed: bool,
+        sent_at: Instant,
+        committed_at: Instant,
+    ) -> Result<i64, Error> {
+        Ok(match path {
             // Stream mode: the shards get the change only once the stream
             // has carried it to the aggregator.
             WritePath::Applied if self.counting == Counting::Stream => {
@@ -190,7 +239,7 @@ impl<S: CounterStore> LikeService<S> {
             // SDK's retry after a lost answer), just now. A keyed one may
             // replay a commit of minutes ago, counted since: read below.
             WritePath::Replayed | WritePath::Committed
-                if self.counting == Counting::Stream && tx.record.is_none() =>
+                if self.counting == Counting::Stream && !keyed =>
             {
                 self.count_after_own_streamed_change(&req.reel, req.action.delta(), committed_at)
                     .await?
@@ -209,32 +258,12 @@ impl<S: CounterStore> LikeService<S> {
             }
             // Nothing was written now: the cached total stands as it is.
             _ => self.count(&req.reel).await?.count,
-        };
-        tracing::info!(
-            reel = %req.reel,
-            action = req.action.as_str(),
-            shard = ?tx.shard,
-            retries,
-            outcome = path.as_str(),
-            changed,
-            keyed = tx.record.is_some(),
-            "write"
-        );
-        Ok(WriteOutcome {
-            liked,
-            changed,
-            count: count.max(0),
-            path,
-            retries,
-            conflicts,
-            throttles,
-            shard: tx.shard,
         })
     }
 
     /// The write shard for `token`: the one its hash picks among
     /// `write_shards`, or none in stream mode (the row alone is written).
-    fn shard_for(&self, token: &RequestToken, write_shards: u32) -> Option<u32> {
+    pub(super) fn shard_for(&self, token: &RequestToken, write_shards: u32) -> Option<u32> {
         (self.counting == Counting::Transactional)
             .then(|| self.shard_key.shard(token, write_shards))
     }
