@@ -108,8 +108,9 @@ done
 grep -q '^ready:' "$LOCAL_OUT" || { echo "lambda-figures: the local stack did not start" >&2; exit 1; }
 DYNAMODB=$(sed -n 's/^ *DynamoDB: *\(http:[^ ]*\).*/\1/p' "$LOCAL_OUT")
 TABLES=$(sed -n 's/^ *tables: *//p' "$LOCAL_OUT")
-COUNTERS_TABLE=${TABLES%%,*}
-LIKES_TABLE=$(echo "${TABLES#*,}" | tr -d ' ')
+# The banner lists the template's tables in its order: counters, likes, views.
+COUNTERS_TABLE=$(echo "$TABLES" | cut -d, -f1 | tr -d ' ')
+LIKES_TABLE=$(echo "$TABLES" | cut -d, -f2 | tr -d ' ')
 # The views stream (kinesis-mock) the stack started: the view functions'
 # first requests put on it and list its shards.
 KINESIS=$(sed -n 's/^ *views: .* on \(http:[^ ]*\) .*/\1/p' "$LOCAL_OUT")

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # End-to-end check of `make serve` as a user runs it: start the local stack
-# binary on free ports, wait for /healthz, run the README's five-minute tour
-# against it as written (the curl session, the demo burst, a resize, a
-# reconciliation), check `make reconcile`'s command and the admin route
-# again on their own, then stop the stack with SIGTERM and require a clean,
-# prompt exit.
+# binary on free ports (FAULTS and the event sources' faults unset), first
+# with COUNTING=stream, then as is, and require each first start to be quiet
+# (no WARN or ERROR line in its log; a banner that lists the three tables
+# and says the fault proxy injects nothing). On the second stack, once
+# /healthz answers, run the README's five-minute tour against it as written
+# (the curl session, the demo burst, a resize, a reconciliation), check
+# `make reconcile`'s command and the admin route again on their own, then
+# stop the stack with SIGTERM and require a clean, prompt exit (the first
+# stack too).
 #
 # The tour (also described in docs/testing.md):
 # - It is every ```sh block between `<!-- tour:begin -->` and
@@ -32,18 +36,69 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 work=$(mktemp -d)
 log=$work/serve.log
 pid=""
+base=""
 trap '[ -z "$pid" ] || kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 
-PORT=0 DYNAMODB_PORT=0 "$bin" serve >"$log" 2>&1 &
-pid=$!
-base=""
-for _ in $(seq 1 100); do
-  base=$(sed -n 's#^ready: \(http://[^ ]*\)/healthz$#\1#p' "$log")
-  [ -n "$base" ] && break
-  kill -0 "$pid" 2>/dev/null || { cat "$log"; echo "smoke: serve exited early" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$base" ] || { cat "$log"; echo "smoke: serve never became ready" >&2; exit 1; }
+# start_serve LOG [VAR=VALUE...]: starts `serve` (pid in $pid) with its
+# stdout and stderr in LOG, and waits until it is ready (base URL in $base).
+start_serve() {
+  local out=$1
+  shift
+  env "$@" PORT=0 DYNAMODB_PORT=0 "$bin" serve >"$out" 2>&1 &
+  pid=$!
+  base=""
+  for _ in $(seq 1 100); do
+    base=$(sed -n 's#^ready: \(http://[^ ]*\)/healthz$#\1#p' "$out")
+    [ -n "$base" ] && break
+    kill -0 "$pid" 2>/dev/null || { cat "$out"; echo "smoke: serve exited early" >&2; exit 1; }
+    sleep 0.1
+  done
+  [ -n "$base" ] || { cat "$out"; echo "smoke: serve never became ready" >&2; exit 1; }
+}
+
+# stop_serve: SIGTERM, then a clean, prompt exit.
+stop_serve() {
+  kill -TERM "$pid"
+  for _ in $(seq 1 50); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "smoke: serve did not stop on SIGTERM" >&2
+    exit 1
+  fi
+  wait "$pid" || { cat "$log"; echo "smoke: serve exited non-zero" >&2; exit 1; }
+  pid=""
+}
+
+# check_quiet_start LOG WHAT: a clean first start says nothing alarming. Its
+# log (tracing's lines: time, level, target; colours stripped) has no WARN
+# or ERROR line, and the banner names the template's three tables.
+check_quiet_start() {
+  local plain noisy
+  plain=$(sed 's/\x1b\[[0-9;]*m//g' "$1")
+  noisy=$(grep -E ' (WARN|ERROR) ' <<<"$plain" || true)
+  if [ -n "$noisy" ]; then
+    cat "$1"
+    printf 'smoke: %s logged warnings or errors on a clean start:\n%s\n' "$2" "$noisy" >&2
+    exit 1
+  fi
+  grep -qx '  tables:   CountersTable, LikesTable, ViewsTable' <<<"$plain" \
+    || { cat "$1"; echo "smoke: $2: the banner does not list CountersTable, LikesTable, ViewsTable" >&2; exit 1; }
+  grep -q '^  faults:   none: ' <<<"$plain" \
+    || { cat "$1"; echo "smoke: $2: the banner does not say that no faults are injected" >&2; exit 1; }
+}
+
+# ---- A quiet first start, in both counting modes ----------------------------
+# FAULTS unset: the banner's faults line is the no-faults one.
+log=$work/serve-stream.log
+start_serve "$log" -u FAULTS -u LOCAL_STREAM_FAULTS -u LOCAL_VIEWS_FAULTS COUNTING=stream
+check_quiet_start "$log" "serve (COUNTING=stream)"
+stop_serve
+
+log=$work/serve.log
+start_serve "$log" -u FAULTS -u LOCAL_STREAM_FAULTS -u LOCAL_VIEWS_FAULTS
+check_quiet_start "$log" serve
 dynamo=$(sed -n 's#^  DynamoDB: \(http://[^ ]*\) .*#\1#p' "$log")
 # Output is captured first and matched with a here-string: `cmd | grep -q`
 # lets grep exit at its first match, and a writer that writes again after
@@ -182,16 +237,6 @@ grep -q '"phase":"growing"' <<<"$started" || { echo "$started"; echo "smoke: res
 state=$(curl -fsS "$base/admin/reels/smoke/shards")
 grep -q '"read_shards":4' <<<"$state" || { echo "$state"; echo "smoke: resize state wrong" >&2; exit 1; }
 
-kill -TERM "$pid"
-for _ in $(seq 1 50); do
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
-if kill -0 "$pid" 2>/dev/null; then
-  echo "smoke: serve did not stop on SIGTERM" >&2
-  exit 1
-fi
-wait "$pid" || { cat "$log"; echo "smoke: serve exited non-zero" >&2; exit 1; }
-pid=""
+stop_serve
 echo "make serve + README tour smoke test:"
 echo "smoke: 1 passed, 0 failed"

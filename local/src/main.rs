@@ -12,6 +12,7 @@ use likes_local::demo::{self, DemoOptions};
 use likes_local::stack::client_for;
 use likes_local::template::Template;
 use likes_local::{Dynamo, Stack, StackOptions, out, outln};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -56,6 +57,9 @@ async fn main() -> Result<()> {
                 .unwrap_or_else(|_| "info,aws_config=warn,aws_smithy_runtime=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: a log file (`make serve 2>log`, the
+        // scripts' serve.log) reads and greps as plain text.
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .log_internal_errors(false)
         .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -149,17 +153,15 @@ async fn serve() -> Result<()> {
             "AWS_ENDPOINT_URL_DYNAMODB"
         }
     );
-    outln!(
-        "  tables:   {}, {}",
-        stack.config.counters_table,
-        stack.config.likes_table
-    );
-    if let Some(p) = &stack.proxy {
-        outln!(
-            "  faults:   functions reach DynamoDB through the fault proxy {} (FAULTS, and the playground's lost shard); stats: curl {}/__proxy/stats",
-            p.url,
-            p.url
-        );
+    outln!("  tables:   {}", stack.tables.join(", "));
+    // The first line labelled, the others under it.
+    for (i, line) in stack.fault_lines().iter().enumerate() {
+        let label = if i == 0 {
+            "  faults:   "
+        } else {
+            "            "
+        };
+        outln!("{label}{line}");
     }
     outln!(
         "  playground: {}/  (a heart, a viral burst, resize, lose a shard, drop the cache; docs/local.md)",

@@ -9,14 +9,18 @@
 //!   ([`client_for`], [`streams_client_for`]);
 //! * `schedule`: the scheduled functions, run on a local timer;
 //! * `views`: the views stream: the Kinesis emulator, the stream, and the
-//!   views function's event source.
+//!   views function's event source;
+//! * `banner`: what `serve`'s banner says about faults
+//!   ([`Stack::fault_lines`]).
 
+mod banner;
 mod emulator;
 mod schedule;
 mod sdk;
 mod tables;
 mod views;
 
+pub use banner::FaultSettings;
 pub use sdk::{client_for, kinesis_client_for, streams_client_for};
 pub use views::Views;
 
@@ -36,7 +40,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tables::{ensure_table, table_name};
+use tables::{ensure_table, existing_tables, table_name};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -117,14 +121,26 @@ impl StackOptions {
     }
 }
 
+/// The value of the variable `name`, trimmed, unless unset or empty.
+fn given(opts: &StackOptions, name: &str) -> Option<String> {
+    opts.lookup(name)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
 /// A running stack. Dropping it does not stop it; call [`Stack::shutdown`].
 pub struct Stack {
     /// The gateway's URL: every route of the template under one base.
     pub base_url: String,
     /// The URL of DynamoDB (the embedded emulator's, or the one given).
     pub dynamo_endpoint: String,
+    /// The names of the template's tables, in its order.
+    pub tables: Vec<String>,
     /// The configuration the functions run with.
     pub config: Config,
+    /// The faults asked for at the start ([`Stack::fault_lines`] says
+    /// which act where).
+    pub faults: FaultSettings,
     /// An SDK client on the same endpoint, for tools and tests that look at
     /// the tables directly (never through the fault proxy).
     pub client: Client,
@@ -134,7 +150,9 @@ pub struct Stack {
     /// gateway's with another `CACHE_TTL_MS`; this stays the first one.
     pub app: Arc<App>,
     /// The fault-injection proxy between the functions and DynamoDB, when
-    /// `FAULTS` asked for one.
+    /// `FAULTS` asked for faults, or always with
+    /// [`StackOptions::playground`] (passing everything through until
+    /// asked).
     pub proxy: Option<Arc<Proxy>>,
     /// Stream mode: the aggregate function's event sources.
     pub streams: Vec<crate::streams::StreamSource>,
@@ -188,15 +206,19 @@ impl Stack {
         config.auth_mode = AuthMode::Dev;
 
         let client = client_for(&config, &dynamo_endpoint, &lookup_opts).await;
+        let existing = existing_tables(&client).await;
+        let mut tables = Vec::new();
         for table in &template.tables {
             let name = table_name(&template, &lookup_opts, &table.logical_id);
-            ensure_table(&client, &name, table).await?;
+            ensure_table(&client, &name, table, existing.as_ref()).await?;
+            tables.push(name);
         }
 
         // With FAULTS set, the functions reach DynamoDB through the fault
         // proxy; the tables were made, and tests look at them, directly.
-        let faults = lookup_opts.lookup("FAULTS").unwrap_or_default();
-        let faults = Faults::parse(&faults).map_err(|e| anyhow!("FAULTS: {e}"))?;
+        let faults_spec = lookup_opts.lookup("FAULTS").unwrap_or_default();
+        let faults = Faults::parse(&faults_spec).map_err(|e| anyhow!("FAULTS: {e}"))?;
+        let asked = (!faults.is_passthrough()).then(|| faults_spec.trim().to_owned());
         // Its Kinesis classes act in a proxy of their own in front of the
         // views stream; its DynamoDB classes leave Kinesis alone.
         let kinesis_faults = faults.clone();
@@ -363,10 +385,17 @@ impl Stack {
         }));
 
         let streams_client = streams_client_for(&config, &dynamo_endpoint, &lookup_opts).await;
+        let faults = FaultSettings {
+            proxy: asked,
+            stream_source: given(&lookup_opts, "LOCAL_STREAM_FAULTS"),
+            views_source: given(&lookup_opts, "LOCAL_VIEWS_FAULTS"),
+        };
         Ok(Stack {
             base_url: format!("http://{addr}"),
             dynamo_endpoint,
+            tables,
             config,
+            faults,
             client,
             app,
             proxy,

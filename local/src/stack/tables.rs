@@ -14,6 +14,7 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus, TimeToLiveSpecification,
     TimeToLiveStatus,
 };
+use std::collections::HashSet;
 use std::time::Duration;
 
 /// The name of the table `logical_id`: the variable the template wires to
@@ -27,15 +28,58 @@ pub(super) fn table_name(template: &Template, opts: &StackOptions, logical_id: &
         .unwrap_or_else(|| logical_id.to_owned())
 }
 
+/// The names of the tables on the endpoint, every page of `ListTables`:
+/// how the stack finds the ones to create without asking for a table that
+/// is not there (a `DescribeTable` of a missing table is an error answer,
+/// which dynoxide logs as a warning, one per table on every first start).
+/// `None` when the endpoint does not list them (an IAM policy without
+/// `dynamodb:ListTables`, on AWS): [`ensure_table`] then asks for each.
+pub(super) async fn existing_tables(client: &Client) -> Option<HashSet<String>> {
+    let mut names = HashSet::new();
+    let mut start: Option<String> = None;
+    loop {
+        let page = match client
+            .list_tables()
+            .set_exclusive_start_table_name(start.clone())
+            .send()
+            .await
+        {
+            Ok(page) => page,
+            Err(e) => {
+                tracing::debug!(
+                    error = %sdk_error("listing tables".into(), &e),
+                    "asking for each table instead"
+                );
+                return None;
+            }
+        };
+        names.extend(page.table_names().iter().cloned());
+        match page.last_evaluated_table_name() {
+            // A page that ends where it started would repeat forever.
+            Some(last) if start.as_deref() != Some(last) => start = Some(last.to_owned()),
+            _ => return Some(names),
+        }
+    }
+}
+
 /// Creates `name` from the template's definition unless it exists, and
-/// waits until it is ACTIVE.
-pub(super) async fn ensure_table(client: &Client, name: &str, def: &TableDef) -> Result<()> {
-    let exists = client
-        .describe_table()
-        .table_name(name)
-        .send()
-        .await
-        .is_ok();
+/// waits until it is ACTIVE. `existing`: the tables on the endpoint
+/// ([`existing_tables`]); `None`: ask for `name` itself.
+pub(super) async fn ensure_table(
+    client: &Client,
+    name: &str,
+    def: &TableDef,
+    existing: Option<&HashSet<String>>,
+) -> Result<()> {
+    let exists = match existing {
+        Some(names) => names.contains(name),
+        None => client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .is_ok(),
+    };
     if !exists {
         let mut req = client
             .create_table()
