@@ -6,7 +6,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: check-cargo lint one-test serve kinesis-local test demo resize reconcile plan bench lambda-figures benchmarks unit lint-template smoke playground-test sam-local schemathesis fuzz fmt clippy lambda-build sam-build deploy invoke help
+.PHONY: check-cargo lint serve kinesis-local test demo resize reconcile plan bench lambda-figures benchmarks unit lint-template smoke recipes playground-test sam-local schemathesis fuzz fmt clippy lambda-build sam-build deploy help
 
 ## This list: each target with a `##` comment above it, and the comment.
 help:
@@ -44,11 +44,12 @@ reconcile: check-cargo
 ## All tests: fmt, clippy and rustdoc with warnings as errors, the
 ## template lint, unit + integration tests (the HTTP
 ## contract in both counting modes), an end-to-end run of the `make serve`
-## binary with the README's tour against it, the playground page in headless
+## binary with the README's tour against it, the docs' cargo-lambda recipe
+## run as written, the playground page in headless
 ## Chromium, every function under `sam local invoke` with every sample
 ## event, schemathesis against the `make serve` binary in both modes, and a
 ## bounded fuzz run (FUZZ_SECONDS, default 60).
-test: check-cargo lint lint-template smoke playground-test unit sam-local schemathesis fuzz
+test: check-cargo lint lint-template smoke recipes playground-test unit sam-local schemathesis fuzz
 
 ## Formatting, clippy (warnings are errors) and rustdoc (warnings are
 ## errors) on the whole workspace, as CI enforces them.
@@ -57,8 +58,8 @@ lint: check-cargo
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --locked
 
-## The workspace's unit and integration tests, and the HTTP contract and
-## the exactly-once fault test once more in stream mode.
+## The fast loop: the workspace's unit and integration tests, and the HTTP
+## contract and the exactly-once fault test once more in stream mode.
 unit:
 	$(CARGO) test --workspace --locked
 	# The HTTP contract once more in stream mode (COUNTING=stream).
@@ -74,6 +75,14 @@ lint-template:
 smoke:
 	$(CARGO) build --locked --quiet -p likes-local --bin likes-local
 	scripts/smoke-serve.sh target/debug/likes-local
+
+## The docs' recipes a user copies, run as written: docs/deploying.md's
+## cargo-lambda one (`make serve`, `cargo lambda watch`, invokes of like and
+## read), with cargo-lambda pinned in target/cargo-lambda-venv (installed on
+## first use). Skipped without python3, except under CI=true.
+recipes: check-cargo
+	$(CARGO) build --locked --quiet -p likes-local --bin likes-local
+	CARGO=$(CARGO) scripts/recipe-test.sh target/debug/likes-local
 
 ## The pinned Kinesis emulator (kinesis-mock) in target/kinesis-local, with
 ## npm ci; `make serve` and the tests install it themselves on first use.
@@ -143,19 +152,3 @@ sam-build:
 ## `sam deploy --guided` after a SAM build.
 deploy: sam-build
 	sam deploy --guided
-
-## `sam local invoke` against the DynamoDB of `make serve` (needs Docker).
-## Start `DYNAMODB_HOST=0.0.0.0 make serve` first. On Linux add
-## SAM_FLAGS="--add-host host.docker.internal:host-gateway".
-## The endpoint goes in through --env-vars: SAM CLI leaves the template's
-## conditional AWS_ENDPOINT_URL_DYNAMODB unresolved (empty) otherwise.
-DYNAMODB_ENDPOINT ?= http://host.docker.internal:8000
-EVENT ?= events/like.json
-FUNCTION ?= LikeFunction
-SAM_FLAGS ?=
-SAM_ENV_FILE := $(or $(TMPDIR),/tmp)/likes-sam-env.json
-invoke: sam-build
-	printf '{"Parameters": {"AWS_ENDPOINT_URL_DYNAMODB": "%s"}}\n' "$(DYNAMODB_ENDPOINT)" > $(SAM_ENV_FILE)
-	AWS_ACCESS_KEY_ID=$${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=$${AWS_SECRET_ACCESS_KEY:-local} AWS_REGION=$${AWS_REGION:-us-east-1} \
-	  sam local invoke $(FUNCTION) -e $(EVENT) --env-vars $(SAM_ENV_FILE) $(SAM_FLAGS) \
-	  --parameter-overrides JwtIssuer=https://issuer.example.com JwtAudience=local
