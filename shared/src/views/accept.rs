@@ -15,8 +15,18 @@ pub const MAX_VIEW_ENTRIES: usize = 100;
 /// Views one entry may carry.
 pub const MAX_VIEW_COUNT: u32 = 1_000;
 
-/// A batch's entries, each reel once (entries of one reel summed), in the
-/// order first given; `Err` for anything else than the documented body.
+/// A batch's entries, each reel once (entries of one reel summed), sorted
+/// by reel id; `Err` for anything else than the documented body.
+///
+/// Sorted because the record carries them in this order and the
+/// aggregator cuts a record into parts of `chunk::PART_REELS`
+/// reels in that order, each part with an event id of its own (the
+/// record's [`event_id`] mixed with the part's number). A client's retry
+/// of a keyed batch with its entries in another order is the same event:
+/// sorted here, it is also cut into the same parts, so each part id stands
+/// for the same reels in every copy. Sorting here, when the record is
+/// written, rather than when it is cut: a record already in the log keeps
+/// the cut it was (partly) applied with.
 pub fn parse_batch(body: &[u8]) -> Result<Vec<(ReelId, u32)>, Error> {
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -58,6 +68,8 @@ pub fn parse_batch(body: &[u8]) -> Result<Vec<(ReelId, u32)>, Error> {
             None => out.push((reel, count)),
         }
     }
+    // Each reel is there once: the order is total.
+    out.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
     Ok(out)
 }
 
@@ -234,5 +246,49 @@ mod tests {
         assert_ne!(id(&u, Some("k"), &b), id(&v, Some("k"), &b));
         assert_ne!(id(&u, Some("k"), &b), id(&u, Some("k2"), &b));
         assert_ne!(id(&u, None, &b), id(&u, None, &b));
+    }
+
+    #[cfg(feature = "dynamodb")]
+    #[test]
+    fn a_keyed_batch_in_another_order_is_cut_into_the_same_parts() {
+        use super::super::chunk::{PART_REELS, parts};
+        use super::super::record::LogRecord;
+        use crate::aggregate::records::SequenceNumber;
+        let u = UserId::parse("u1").unwrap();
+        // 90 reels (three parts), given in two orders; the second also
+        // splits one reel's views in two entries.
+        let entry = |i: usize, n: u32| format!(r#"{{"reel_id":"r{i}","count":{n}}}"#);
+        let forward: Vec<String> = (0..90).map(|i| entry(i, 2)).collect();
+        let mut backward: Vec<String> = (1..90).rev().map(|i| entry(i, 2)).collect();
+        backward.push(entry(0, 1));
+        backward.insert(50, entry(0, 1));
+        let body = |e: &[String]| format!(r#"{{"views":[{}]}}"#, e.join(","));
+        // What the handler writes for each (a record), as the aggregator
+        // reads it back and cuts it.
+        let cut = |body: String| {
+            let views = parse_batch(body.as_bytes()).unwrap();
+            let record = ViewRecord {
+                id: event_id(&u, Some("k"), &views),
+                viewer: u.as_str().to_owned(),
+                at_ms: 1_700_000_000_000,
+                views,
+            };
+            let read = LogRecord {
+                seq: SequenceNumber::parse_kinesis("7").unwrap(),
+                arrival_ms: 1_000,
+                body: ViewRecord::decode(&record.encode()),
+            };
+            parts(&[read])
+                .into_iter()
+                .map(|p| (p.seq.as_reported().to_owned(), p.id, p.views))
+                .collect::<Vec<_>>()
+        };
+        let (a, b) = (cut(body(&forward)), cut(body(&backward)));
+        assert_eq!(a.len(), 90_usize.div_ceil(PART_REELS));
+        assert_eq!(a, b);
+        // In reel order: the first part is r0, r1, r10, r11, ...
+        let first: Vec<&str> = a[0].2.iter().take(3).map(|(r, _)| r.as_str()).collect();
+        assert_eq!(first, ["r0", "r1", "r10"]);
+        assert_eq!(a[0].2[0].1, 2);
     }
 }

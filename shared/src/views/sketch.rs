@@ -17,8 +17,37 @@
 //! worth tripling the write cost. The hash seed is the library's fixed
 //! default, so sketches written by different invocations, writers and
 //! versions of this code merge.
+//!
+//! # How a viewer is hashed
+//!
+//! A viewer id goes into a sketch as exactly these bytes: its UTF-8 bytes,
+//! then one `0xff` byte ([`ViewerBytes`]). The library hashes them with
+//! MurmurHash3 x64 128 (seed 9001, its `DEFAULT_UPDATE_SEED`): the low 26
+//! bits of the first half are the coupon's slot (the register is their
+//! low `lg_k` bits), the leading zeros of the second half + 1 (at most 63)
+//! its value.
+//!
+//! Why pinned, and why that `0xff`: `HllSketch::update` takes any `Hash`
+//! value and hashes it by feeding its `Hash` impl the library's Murmur
+//! hasher. The sketches stored before issue 35 were written with
+//! `update(viewer: &str)`, so through std's `Hash for str`, which writes
+//! the bytes and then `0xff` (`Hasher::write_str`'s default: a framing
+//! byte no UTF-8 string contains, so no id's input is a prefix of
+//! another's). std does not promise that impl across compiler versions;
+//! if it changed, every viewer already in a stored sketch would hash
+//! somewhere else and count again (unique viewers silently inflated, with
+//! nothing to tell old registers from new). [`ViewerBytes`] makes the same
+//! two `Hasher::write` calls itself (std's `Hasher` API is stable), so the
+//! input is ours: today's values exactly, whatever std does to `str`. The
+//! library's `raw_bytes` wrapper (the bytes without the `0xff`, what the
+//! Java and C++ DataSketches hash) would have moved every stored viewer.
+//! The test `viewers_hash_exactly_as_the_stored_sketches_do` holds the
+//! coupons of fixed ids as the deployed code computed them; the crate is
+//! pinned (`=0.6.0`) because its hasher and seed are part of the stored
+//! format too.
 
 use datasketches::hll::{HllSketch, HllType, HllUnion};
+use std::hash::{Hash, Hasher};
 
 /// log2 of the registers of every sketch written.
 pub const LG_K: u8 = 12;
@@ -49,14 +78,26 @@ impl Sketch {
         Sketch(HllSketch::new(LG_K, HllType::Hll4).unwrap_or_else(|_| unreachable!()))
     }
 
-    /// Adds a viewer.
+    /// Adds a viewer (hashed as [`ViewerBytes`]).
     pub fn add(&mut self, viewer: &str) {
-        self.0.update(viewer);
+        self.0.update(ViewerBytes(viewer));
     }
 
     /// The bytes stored.
     pub fn to_bytes(&self) -> Vec<u8> {
         self.0.serialize()
+    }
+}
+
+/// A viewer id as a sketch hashes it: its UTF-8 bytes, then `0xff`, in two
+/// `Hasher::write` calls (see the module notes). Never hash a viewer id
+/// any other way, and never change this: stored sketches hold its values.
+pub struct ViewerBytes<'a>(pub &'a str);
+
+impl Hash for ViewerBytes<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(self.0.as_bytes());
+        state.write(&[0xff]);
     }
 }
 
@@ -134,6 +175,95 @@ mod tests {
         // Dense HLL_4 at lg_k 12: the header and registers, plus a few
         // 4-byte overflow entries (not a format bound: a sanity check).
         assert!((2_088..=2_200).contains(&ab.len()), "{}", ab.len());
+    }
+
+    /// Viewer ids within `UserId`'s rules (1 to 256 bytes, no control
+    /// characters): ASCII, the shortest, a one-byte space, an identity
+    /// provider's `sub`, non-ASCII UTF-8 (2, 3 and 4-byte characters), the
+    /// longest.
+    fn golden_ids() -> Vec<String> {
+        vec![
+            "a".into(),
+            " ".into(),
+            "user-42".into(),
+            "auth0|5f8a1c2e9b3d4e0071a2b3c4".into(),
+            "Zoë".into(),
+            "用户名".into(),
+            "🦀👀".into(),
+            "v".repeat(256),
+        ]
+    }
+
+    /// The coupon each golden viewer puts in a sketch, as HLL_4 at
+    /// `lg_k = 12` serializes it in LIST mode: little-endian, the low 26
+    /// bits the slot (the low 26 bits of MurmurHash3's first half; the
+    /// register is the slot's low 12 bits), the upper 6 the register
+    /// value (the leading zeros of the second half + 1). Computed once
+    /// with the code as deployed before issue 35 (`HllSketch::update(&str)`,
+    /// `rustc` 1.95.0): stored sketches hold these. Never edit them to
+    /// make the test pass: a change here changes what every stored sketch
+    /// means (the same viewer would count twice).
+    const GOLDEN_COUPONS: [u32; 8] = [
+        0x0502_1545,
+        0x120c_c5b8,
+        0x083e_5248,
+        0x0d96_f36c,
+        0x0474_1f2a,
+        0x12e0_90f2,
+        0x0b55_3d47,
+        0x0537_3247,
+    ];
+
+    #[test]
+    fn viewers_hash_exactly_as_the_stored_sketches_do() {
+        let ids = golden_ids();
+        for (id, coupon) in ids.iter().zip(GOLDEN_COUPONS) {
+            let mut s = Sketch::new();
+            s.add(id);
+            // The LIST mode preamble (2 ints, serial version 1, family
+            // HLL, lg_k 12, lg_arr 3, compact, one coupon, HLL_4 LIST),
+            // then the coupon.
+            let mut want = vec![0x02, 0x01, 0x07, 0x0c, 0x03, 0x08, 0x01, 0x00];
+            want.extend(coupon.to_le_bytes());
+            assert_eq!(s.to_bytes(), want, "viewer {id:?}");
+        }
+        // Every golden viewer differs from every other.
+        let distinct: std::collections::BTreeSet<u32> = GOLDEN_COUPONS.into_iter().collect();
+        assert_eq!(distinct.len(), GOLDEN_COUPONS.len());
+        // All eight in one sketch (SET mode, once the list of 8 is full),
+        // byte for byte.
+        let mut all = Sketch::new();
+        for id in &ids {
+            all.add(id);
+        }
+        assert_eq!(
+            all.to_bytes(),
+            [
+                0x03, 0x01, 0x07, 0x0c, 0x05, 0x08, 0x00, 0x01, 0x08, 0x00, 0x00, 0x00, 0x45, 0x15,
+                0x02, 0x05, 0x47, 0x3d, 0x55, 0x0b, 0x48, 0x52, 0x3e, 0x08, 0x2a, 0x1f, 0x74, 0x04,
+                0x6c, 0xf3, 0x96, 0x0d, 0xf2, 0x90, 0xe0, 0x12, 0xb8, 0xc5, 0x0c, 0x12, 0x47, 0x32,
+                0x37, 0x05,
+            ]
+        );
+        assert_eq!(union_estimate([all.to_bytes().as_slice()]), 8);
+    }
+
+    #[test]
+    fn a_viewer_is_its_utf8_bytes_then_0xff() {
+        /// Records what a `Hash` impl feeds a hasher.
+        #[derive(Default)]
+        struct Recorder(Vec<Vec<u8>>);
+        impl Hasher for Recorder {
+            fn finish(&self) -> u64 {
+                0
+            }
+            fn write(&mut self, bytes: &[u8]) {
+                self.0.push(bytes.to_vec());
+            }
+        }
+        let mut r = Recorder::default();
+        ViewerBytes("Zoë").hash(&mut r);
+        assert_eq!(r.0, [b"Zo\xc3\xab".to_vec(), vec![0xff]]);
     }
 
     #[test]
