@@ -362,6 +362,7 @@ fn stream_source(
             .unwrap_or(default),
         other => other.and_then(Value::as_i64).unwrap_or(default),
     };
+    one_batch_per_shard(function, p, parameters)?;
     Ok(StreamSourceDef {
         function: function.to_owned(),
         code_uri: code_uri.to_owned(),
@@ -391,9 +392,92 @@ fn stream_source(
     })
 }
 
+/// Refuses an event source whose `ParallelizationFactor` (a number, or a
+/// `!Ref` to a parameter, taken at its default) is not 1, or cannot be
+/// told; left out, it is Lambda's default, 1. The aggregators' checkpoint of
+/// a stream shard is a high-water mark: with two batches of one shard at
+/// once, the one applied second would skip its records below the other's
+/// last. The local event sources hand over one batch per shard at a time,
+/// so they would hide that loss; they refuse such a template instead.
+/// Shared by the DynamoDB stream source and the Kinesis one
+/// (`crate::kinesis::def`).
+pub fn one_batch_per_shard(function: &str, p: &Value, parameters: Option<&Value>) -> Result<()> {
+    let factor = match p.get("ParallelizationFactor") {
+        None => return Ok(()),
+        Some(Value::Tagged(t)) if t.tag == "!Ref" => t
+            .value
+            .as_str()
+            .and_then(|param| parameters?.get(param)?.get("Default"))
+            .and_then(|d| d.as_i64().or_else(|| d.as_str()?.trim().parse().ok())),
+        Some(other) => other.as_i64(),
+    };
+    match factor {
+        Some(1) => Ok(()),
+        other => bail!(
+            "{function}: ParallelizationFactor {}: only 1 is supported. The aggregators' \
+             checkpoint of a stream shard is a high-water mark (the highest sequence number \
+             applied): with two batches of one shard at once, the one applied second would \
+             skip its records below the other's last",
+            other.map_or_else(|| describe(&p["ParallelizationFactor"]), |n| n.to_string())
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A template whose one stream event says `factor` (a YAML value), with
+    /// a parameter `Factor` defaulting to `param`.
+    fn with_factor(factor: &str, param: &str) -> String {
+        format!(
+            "Parameters:\n  Factor:\n    Type: Number\n    Default: {param}\n\
+             Resources:\n  T:\n    Type: AWS::DynamoDB::Table\n    Properties:\n\
+             \x20     KeySchema: [{{AttributeName: pk, KeyType: HASH}}]\n\
+             \x20     AttributeDefinitions: [{{AttributeName: pk, AttributeType: S}}]\n\
+             \x20     StreamSpecification: {{StreamViewType: NEW_IMAGE}}\n\
+             \x20 F:\n    Type: AWS::Serverless::Function\n    Properties:\n\
+             \x20     CodeUri: functions/f\n      Events:\n        S:\n\
+             \x20         Type: DynamoDB\n          Properties:\n\
+             \x20           Stream: !GetAtt T.StreamArn\n\
+             \x20           ParallelizationFactor: {factor}\n"
+        )
+    }
+
+    /// Issue 35: the local stream source reads one batch per shard at a
+    /// time whatever the template says, so a factor above 1 would have run
+    /// here without the loss it causes in Lambda. Before, the factor was
+    /// not read at all: `with_factor("2", ..)` loaded.
+    #[test]
+    fn a_stream_source_of_more_than_one_batch_per_shard_is_refused() {
+        for (factor, param) in [("1", "1"), ("!Ref Factor", "1"), ("!Ref Factor", "\"1\"")] {
+            let t = Template::parse(&with_factor(factor, param));
+            assert!(t.is_ok(), "{factor} ({param}): {t:?}");
+        }
+        for (factor, param) in [
+            ("2", "1"),
+            ("10", "1"),
+            ("!Ref Factor", "2"),
+            ("!Ref Missing", "1"),
+            ("!GetAtt X.Y", "1"),
+        ] {
+            let err = Template::parse(&with_factor(factor, param)).unwrap_err();
+            let err = format!("{err:#}");
+            assert!(
+                err.contains("F: ParallelizationFactor") && err.contains("high-water mark"),
+                "{factor} ({param}): {err}"
+            );
+        }
+        // Left out: Lambda's default, 1.
+        let t = with_factor("1", "1").replace("            ParallelizationFactor: 1\n", "");
+        assert!(Template::parse(&t).is_ok());
+        // The project's template says 1 (through its parameter).
+        let ours = Template::load(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../template.yaml"
+        )));
+        assert!(ours.is_ok_and(|t| !t.stream_sources.is_empty()));
+    }
 
     #[test]
     fn paths_match_like_api_gateway() {

@@ -186,6 +186,28 @@ pub const STREAM_DELIVERY_MARGIN: Duration = Duration::from_secs(3_600);
 /// How long DynamoDB keeps a stream record (24 hours).
 const STREAM_RETENTION_SECS: u64 = 86_400;
 
+/// The most `VIEWS_MAX_RECORD_AGE_SECS` (the views event source's
+/// `MaximumRecordAgeInSeconds`, the template's `ViewsMaxRecordAgeSecs`)
+/// may be: half of ViewsStream's 24-hour retention. A range Lambda gives
+/// up on is repaired from the stream, and its first record is gone 24
+/// hours after it arrived; the give-up comes up to this age after that
+/// arrival, and a repair may start only `VIEWS_REPAIR_AFTER_SECS` (900 s)
+/// later, or, when copies of its records were given up too, once those are
+/// this age and 900 s old (they arrived up to `VIEWS_DEDUP_SECS`, 300 s,
+/// after it). At 12 hours that still leaves about 11 h 30 min to fix the
+/// cause and run the repairs; at 24 hours (the bound before) it left none.
+pub const VIEWS_MAX_RECORD_AGE_MAX_SECS: u64 = 43_200;
+
+/// How many batches of one stream shard an aggregator may be handed at
+/// once: the `ParallelizationFactor` of both event sources (the Likes
+/// table's stream, ViewsStream), `BATCHES_PER_STREAM_SHARD` in the
+/// functions' environment. One: each aggregator's checkpoint of a stream
+/// shard is a high-water mark (the highest sequence number applied, every
+/// record at or below it taken as applied), so of two batches of one shard
+/// in flight at once, the one applied second would skip each of its
+/// records below the other's last, silently.
+pub const MAX_BATCHES_PER_STREAM_SHARD: u64 = 1;
+
 /// What one caller may make a function instance write (see
 /// `service::limits`, where each bound is explained).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -447,6 +469,39 @@ impl Config {
                 "COOL_LIKES_PER_SEC must be below HOT_LIKES_PER_SEC".into(),
             ));
         }
+        // Refused at every cold start, so that an event source mapping
+        // edited by hand (and this variable with it) stops the functions
+        // instead of losing records.
+        num(
+            "BATCHES_PER_STREAM_SHARD",
+            1,
+            1,
+            MAX_BATCHES_PER_STREAM_SHARD,
+        )
+        .map_err(|e| {
+            ConfigError(format!(
+                "{} (the event sources' ParallelizationFactor): only 1 is accepted. The \
+                 aggregators' checkpoint of a stream shard is a high-water mark (the highest \
+                 sequence number applied): with two batches of one shard at once, the one \
+                 applied second would skip its records below the other's last, silently",
+                e.0
+            ))
+        })?;
+        // Read again (and used) by the views aggregator; bounded here too, so
+        // that every function refuses an age that leaves no time to repair.
+        num(
+            "VIEWS_MAX_RECORD_AGE_SECS",
+            3_600,
+            1,
+            VIEWS_MAX_RECORD_AGE_MAX_SECS,
+        )
+        .map_err(|e| {
+            ConfigError(format!(
+                "{} (12 hours at most): a range given up at that age must still be in \
+                 ViewsStream (24 hours) when its repair may start",
+                e.0
+            ))
+        })?;
         let retry_base = ms("RETRY_BASE_MS", 25, 1, 10_000)?;
         let retry_max = ms("RETRY_MAX_MS", 1_000, 1, 60_000)?;
         if retry_max < retry_base {
@@ -522,77 +577,4 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_lookup(|k| map.get(k).cloned())
-    }
-
-    #[test]
-    fn defaults_apply_with_only_table_names() {
-        let c = cfg(&[("COUNTERS_TABLE", "c"), ("LIKES_TABLE", "l")]).unwrap();
-        assert_eq!(c.cache_ttl, Duration::from_millis(2000));
-        assert_eq!(c.settings_ttl, Duration::from_millis(5000));
-        assert_eq!(c.auth_mode, AuthMode::Jwt);
-        assert_eq!(c.resize.max_shards, 100);
-        assert_eq!(
-            c.resize_wait(),
-            Duration::from_millis(5000 + 12000 + 3000 + 2000)
-        );
-    }
-
-    #[test]
-    fn missing_table_and_bad_numbers_are_refused() {
-        assert!(cfg(&[("LIKES_TABLE", "l")]).is_err());
-        let base = [("COUNTERS_TABLE", "c"), ("LIKES_TABLE", "l")];
-        for bad in [
-            ("CACHE_TTL_MS", "-1"),
-            ("CACHE_TTL_MS", "2s"),
-            ("TX_MAX_ATTEMPTS", "0"),
-            ("MAX_SHARDS", "101"),
-            ("SATURATED_GROWTH", "1"),
-            ("HOT_LIKES_PER_SEC", "0"),
-            ("SHARD_HEADROOM", "NaN"),
-            ("COOL_LIKES_PER_SEC", "500"),
-            ("AUTO_RESHARD", "maybe"),
-        ] {
-            let mut pairs = base.to_vec();
-            pairs.push(bad);
-            assert!(cfg(&pairs).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn dev_mode_only_when_asked_for_exactly() {
-        let base = [("COUNTERS_TABLE", "c"), ("LIKES_TABLE", "l")];
-        let mut dev = base.to_vec();
-        dev.push(("AUTH_MODE", "dev"));
-        assert_eq!(cfg(&dev).unwrap().auth_mode, AuthMode::Dev);
-        let mut odd = base.to_vec();
-        odd.push(("AUTH_MODE", "DEV-please"));
-        assert!(cfg(&odd).is_err());
-        // Inside Lambda, dev mode (anyone is whoever their header says) is
-        // refused: the function does not start. (Before, it was honoured
-        // wherever the variable was set.)
-        let mut in_lambda = dev.clone();
-        in_lambda.push(("AWS_LAMBDA_FUNCTION_NAME", "likes-LikeFunction-abc"));
-        let err = cfg(&in_lambda).unwrap_err();
-        assert!(err.0.contains("refused inside Lambda"), "{err:?}");
-        let mut jwt_in_lambda = base.to_vec();
-        jwt_in_lambda.push(("AWS_LAMBDA_FUNCTION_NAME", "likes-LikeFunction-abc"));
-        // Inside Lambda the shard key must be the deployment's own.
-        let err = cfg(&jwt_in_lambda).unwrap_err();
-        assert!(err.0.contains("SHARD_KEY must be set"), "{err:?}");
-        jwt_in_lambda.push(("SHARD_KEY", "short"));
-        assert!(cfg(&jwt_in_lambda).unwrap_err().0.contains("at least 32"));
-        jwt_in_lambda.pop();
-        jwt_in_lambda.push(("SHARD_KEY", "0123456789abcdef0123456789abcdef-deployment"));
-        assert_eq!(cfg(&jwt_in_lambda).unwrap().auth_mode, AuthMode::Jwt);
-    }
-}
+mod tests;

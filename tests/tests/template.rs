@@ -15,7 +15,12 @@
 //! records onto the views stream, the views aggregator reads that stream as
 //! the likes aggregator reads its own (whole batches, never bisected, given
 //! up into a queue of its own), the stream is encrypted and on demand by
-//! default, and the views table is what the local stack can make.
+//! default, and the views table is what the local stack can make. Issues
+//! 35 and 36: every stream event source takes one batch per shard from one
+//! parameter the functions also get (and refuse unless 1); a views record
+//! age leaves time to repair a given-up range; the views stream and its
+//! failure queue outlive the stack; `/healthz` has a small throttle of its
+//! own.
 
 mod common;
 
@@ -579,9 +584,16 @@ fn the_guardrails_are_in_the_template() {
             let path = p["Path"].as_str().unwrap();
             let route = &p["RouteSettings"];
             match p["Auth"]["Authorizer"].as_str() {
-                // Unauthenticated: the stage default's hard throttle.
+                // Unauthenticated: /healthz its own small throttle, the
+                // rest the stage default's hard one.
+                Some("NONE") if path == "/healthz" => {
+                    assert!(
+                        throttled_by(route, "HealthThrottleRate", "HealthThrottleBurst"),
+                        "{path}: its own throttle"
+                    );
+                }
                 Some("NONE") => {
-                    assert!(["/healthz", "$default"].contains(&path), "{path}: no auth");
+                    assert_eq!(path, "$default", "{path}: no auth");
                     assert!(route.is_null() || hard(route), "{path}: throttled hard");
                 }
                 Some("AWS_IAM") => {
@@ -1236,6 +1248,9 @@ fn every_number_a_function_reads_from_a_parameter_is_one_the_code_accepts() {
             Some(m) => vec![m - 1, m],
             None => vec![1_000_000_000_000],
         });
+        // CloudFormation refuses what is outside the bounds (a parameter
+        // bounded to one value, BatchesPerStreamShard, has no min + 1).
+        tried.retain(|v| *v >= min && max.is_none_or(|m| *v <= m));
         for v in tried {
             if refused.get(param).is_some_and(|r| r.contains(&v)) {
                 continue;
@@ -1449,7 +1464,11 @@ fn the_views_aggregator_reads_the_views_stream_as_the_likes_aggregator_reads_its
     assert_eq!(p["StartingPosition"], "TRIM_HORIZON");
     assert_eq!(p["BatchSize"], 1000);
     assert_eq!(p["MaximumBatchingWindowInSeconds"], 1);
-    assert_eq!(p["ParallelizationFactor"], 1);
+    assert!(is_tagged(
+        &p["ParallelizationFactor"],
+        "!Ref",
+        "BatchesPerStreamShard"
+    ));
     assert_eq!(
         strings(&p["FunctionResponseTypes"]),
         ["ReportBatchItemFailures"]
@@ -1488,6 +1507,8 @@ fn the_views_aggregator_reads_the_views_stream_as_the_likes_aggregator_reads_its
     assert!(age["MinValue"].as_i64() >= Some(60), "{age:?}");
     assert!(age["MaxValue"].as_i64() <= Some(retention), "{age:?}");
     assert!(age["Default"].as_i64() < Some(retention), "{age:?}");
+    // ... and long enough after the give-up for a repair: see
+    // `a_views_range_given_up_at_the_largest_age_can_still_be_repaired`.
     let on_failure = &p["DestinationConfig"]["OnFailure"];
     assert_eq!(on_failure["Type"], "SQS");
     assert!(is_tagged(
@@ -1698,6 +1719,247 @@ fn the_views_table_is_made_kept_and_written_as_it_should() {
         readers,
         BTreeSet::from(["ReadFunction", "ViewAggregateFunction"].map(str::to_owned))
     );
+}
+
+/// The effective environment variable `var` of `function`: its own, else
+/// the `Globals` one.
+fn function_env(doc: &yaml_serde::Value, function: &str, var: &str) -> yaml_serde::Value {
+    let own = &doc["Resources"][function]["Properties"]["Environment"]["Variables"][var];
+    if own.is_null() {
+        doc["Globals"]["Function"]["Environment"]["Variables"][var].clone()
+    } else {
+        own.clone()
+    }
+}
+
+/// Issue 35: with a `ParallelizationFactor` above 1, Lambda hands an
+/// aggregator two batches of one stream shard at once, and its checkpoint
+/// (a high-water mark) makes the one applied second skip its records below
+/// the other's last (batch A = …10, …30, …50 and batch B = …20, …40, …60,
+/// six likes of one reel, counted 4: `tests/tests/stream_parallel.rs`).
+/// So the factor of every stream event source (the likes aggregator's
+/// DynamoDB one, the views aggregator's Kinesis one) comes from one
+/// parameter, bounded to 1 and refused otherwise by a rule, and the same
+/// parameter reaches the function as `BATCHES_PER_STREAM_SHARD`, which the
+/// functions refuse at start-up unless 1 (a mapping edited by hand along
+/// with the variable does not start), and the local event sources refuse
+/// too. Before: a literal 1 on each event, which nothing else saw.
+#[test]
+fn every_stream_event_source_takes_one_batch_per_shard_from_one_parameter() {
+    use yaml_serde::Value;
+    let doc = template_doc();
+    let param = "BatchesPerStreamShard";
+    let mut sources = BTreeSet::new();
+    for f in functions(&doc) {
+        let events = &doc["Resources"][f.as_str()]["Properties"]["Events"];
+        for (name, ev) in events.as_mapping().into_iter().flatten() {
+            let ty = ev["Type"].as_str().unwrap_or_default();
+            if ![
+                "DynamoDB",
+                "Kinesis",
+                "SQS",
+                "MSK",
+                "MQ",
+                "SelfManagedKafka",
+            ]
+            .contains(&ty)
+            {
+                continue;
+            }
+            let p = &ev["Properties"];
+            assert!(
+                is_tagged(&p["ParallelizationFactor"], "!Ref", param),
+                "{f}.{name:?}: ParallelizationFactor {:?}, not !Ref {param}",
+                p["ParallelizationFactor"]
+            );
+            assert!(
+                is_tagged(
+                    &function_env(&doc, &f, "BATCHES_PER_STREAM_SHARD"),
+                    "!Ref",
+                    param
+                ),
+                "{f}: BATCHES_PER_STREAM_SHARD is not what its event source takes"
+            );
+            sources.insert(format!("{f}:{ty}"));
+        }
+    }
+    assert_eq!(
+        sources,
+        BTreeSet::from(
+            [
+                "AggregateFunction:DynamoDB",
+                "ViewAggregateFunction:Kinesis"
+            ]
+            .map(str::to_owned)
+        )
+    );
+    // The parameter: 1, and nothing else.
+    let p = &doc["Parameters"][param];
+    assert_eq!(p["Type"], "Number");
+    for key in ["Default", "MinValue", "MaxValue"] {
+        assert_eq!(p[key], 1, "{param}.{key}");
+    }
+    // A rule says so in words: `!Equals [!Ref BatchesPerStreamShard, "1"]`.
+    let wanted: Value = yaml_serde::from_str(&format!("!Equals [!Ref {param}, \"1\"]")).unwrap();
+    let rules: Vec<&Value> = doc["Rules"]
+        .as_mapping()
+        .into_iter()
+        .flatten()
+        .flat_map(|(_, r)| r["Assertions"].as_sequence().into_iter().flatten())
+        .filter(|a| a["Assert"] == wanted)
+        .collect();
+    assert_eq!(rules.len(), 1, "no rule refusing {param} other than 1");
+    let why = rules[0]["AssertDescription"].as_str().unwrap();
+    assert!(why.contains("high-water mark"), "{why}");
+    // What the functions get is what they accept: 1 only.
+    let env = |v: &str| {
+        let env = BTreeMap::from([
+            ("COUNTERS_TABLE", "counters"),
+            ("LIKES_TABLE", "likes"),
+            ("BATCHES_PER_STREAM_SHARD", v),
+        ]);
+        likes::config::Config::from_lookup(|k| env.get(k).map(|v| v.to_string()))
+    };
+    assert!(env(&p["Default"].as_i64().unwrap().to_string()).is_ok());
+    let refused = env("2").unwrap_err().to_string();
+    assert!(refused.contains("high-water mark"), "{refused}");
+    assert_eq!(likes::config::MAX_BATCHES_PER_STREAM_SHARD, 1);
+    // And the local stack's sources, which read the template, take it.
+    assert!(!template().stream_sources.is_empty());
+    assert!(
+        likes_local::kinesis::KinesisSourceDef::load(&repo_root().join("template.yaml")).is_ok()
+    );
+}
+
+/// Issue 35: a views range given up at `ViewsMaxRecordAgeSecs` is repaired
+/// from the stream, whose records are gone 24 hours after they arrived; a
+/// repair may start `VIEWS_REPAIR_AFTER_SECS` (900 s) after the give-up,
+/// or, when copies of its records arriving up to `VIEWS_DEDUP_SECS`
+/// (300 s, and 10 s of skew) later were given up too, once those are that
+/// age and 900 s old. The largest age the template takes (and the
+/// functions, `VIEWS_MAX_RECORD_AGE_MAX_SECS`) leaves hours for that
+/// repair. Before: 86400, which left none.
+#[test]
+fn a_views_range_given_up_at_the_largest_age_can_still_be_repaired() {
+    let doc = template_doc();
+    let age = &doc["Parameters"]["ViewsMaxRecordAgeSecs"];
+    let max = age["MaxValue"].as_u64().unwrap();
+    assert_eq!(max, likes::config::VIEWS_MAX_RECORD_AGE_MAX_SECS);
+    let retention = doc["Resources"]["ViewsStream"]["Properties"]["RetentionPeriodHours"]
+        .as_u64()
+        .unwrap()
+        * 3600;
+    let views = likes::views::ViewsConfig::from_lookup(|_| None).unwrap();
+    let (repair_after, dedup) = (
+        views.repair_after.as_secs(),
+        views.dedup_window.as_secs() + 10,
+    );
+    // The latest a repair may have to wait for, after the range's first
+    // record arrived (an invocation of the batch may run 60 s past the age).
+    let earliest_repair = (max + 60 + repair_after).max(dedup + max + repair_after);
+    let left = retention - earliest_repair;
+    assert!(
+        left >= 6 * 3600,
+        "ViewsMaxRecordAgeSecs up to {max} leaves {left} s to repair a given-up range"
+    );
+    // The functions refuse what the template refuses.
+    let env = |v: u64| {
+        let env = BTreeMap::from([
+            ("COUNTERS_TABLE", "counters".to_owned()),
+            ("LIKES_TABLE", "likes".to_owned()),
+            ("VIEWS_MAX_RECORD_AGE_SECS", v.to_string()),
+        ]);
+        likes::config::Config::from_lookup(|k| env.get(k).cloned())
+    };
+    assert!(env(max).is_ok());
+    assert!(env(max + 1).is_err());
+    assert!(env(retention).is_err());
+}
+
+/// Issue 36: views have no truth table, so the stream (the records not yet
+/// counted, or given up and not yet repaired) and the OnFailure queue (which
+/// ranges were given up) are kept when the stack is deleted or the
+/// resource replaced, as the tables are. Before: deleted with the stack.
+#[test]
+fn the_views_stream_and_its_failure_queue_outlive_the_stack() {
+    let doc = template_doc();
+    for id in ["ViewsStream", "ViewsOnFailureQueue", "ViewsTable"] {
+        let r = &doc["Resources"][id];
+        assert_eq!(r["DeletionPolicy"], "Retain", "{id}");
+        assert_eq!(r["UpdateReplacePolicy"], "Retain", "{id}");
+    }
+}
+
+/// Issue 36: `/healthz` answers monitors during a flood. It has a throttle
+/// of its own (`HealthThrottleRate`, `HealthThrottleBurst`): its route key
+/// (`ANY /healthz`) gets a token bucket no other route draws from, so a
+/// flood of unmatched paths ($default, the stage default's 10 a second) or
+/// of any other route cannot take its requests, and a flood of `/healthz`
+/// cannot take the read routes'. The throttle is small (below the read
+/// routes', each request a read function invocation), yet above a flood of
+/// about 30 a second, which then leaves the monitors room. Before: it shared
+/// the stage default with $default (10 a second), so 30 unmatched requests
+/// a second could starve it (if that default is one bucket for the
+/// routes without their own) and 30 of its own always did.
+#[test]
+fn healthz_has_a_small_throttle_of_its_own() {
+    let doc = template_doc();
+    let res = &doc["Resources"];
+    let mut health = Vec::new();
+    for f in functions(&doc) {
+        let events = &res[f.as_str()]["Properties"]["Events"];
+        for (_, ev) in events.as_mapping().into_iter().flatten() {
+            if ev["Type"] != "HttpApi" {
+                continue;
+            }
+            let p = &ev["Properties"];
+            let route = &p["RouteSettings"];
+            let uses_health = ["ThrottlingRateLimit", "ThrottlingBurstLimit"]
+                .iter()
+                .any(|k| matches!(&route[*k], yaml_serde::Value::Tagged(t) if t.value.as_str().is_some_and(|v| v.starts_with("HealthThrottle"))));
+            if p["Path"] == "/healthz" {
+                assert_eq!(f, "ReadFunction");
+                assert_eq!(p["Auth"]["Authorizer"], "NONE");
+                assert!(is_tagged(
+                    &route["ThrottlingRateLimit"],
+                    "!Ref",
+                    "HealthThrottleRate"
+                ));
+                assert!(is_tagged(
+                    &route["ThrottlingBurstLimit"],
+                    "!Ref",
+                    "HealthThrottleBurst"
+                ));
+                health.push(p["Path"].clone());
+            } else {
+                // No other route shares its bucket's settings, and every
+                // route has its own but $default (the stage default).
+                assert!(!uses_health, "{:?} uses /healthz's throttle", p["Path"]);
+                assert!(
+                    p["Path"] == "$default" || route.is_mapping(),
+                    "{:?}: no throttle of its own",
+                    p["Path"]
+                );
+            }
+        }
+    }
+    assert_eq!(health.len(), 1, "one /healthz route");
+    let stage = &res["LikesApi"]["Properties"]["DefaultRouteSettings"];
+    assert!(is_tagged(
+        &stage["ThrottlingRateLimit"],
+        "!Ref",
+        "DefaultThrottleRate"
+    ));
+    let params = &doc["Parameters"];
+    let default = |p: &str| params[p]["Default"].as_u64().unwrap();
+    let (rate, burst) = (
+        default("HealthThrottleRate"),
+        default("HealthThrottleBurst"),
+    );
+    assert!((30..=100).contains(&rate), "HealthThrottleRate {rate}");
+    assert!(burst >= rate, "HealthThrottleBurst {burst}");
+    assert!(rate < default("ReadThrottleRate"));
+    assert!(rate > default("DefaultThrottleRate"));
 }
 
 // Every action granted is one its function's code performs: a test that

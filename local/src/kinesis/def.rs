@@ -153,11 +153,10 @@ impl KinesisSourceDef {
         if let Some(pos) = p.get("StartingPosition").and_then(Value::as_str) {
             def.from_oldest = pos == "TRIM_HORIZON";
         }
-        if let Some(n) = int("ParallelizationFactor").filter(|n| *n != 1) {
-            tracing::warn!(
-                "{FUNCTION_ID}: ParallelizationFactor {n}: the local event source reads one batch per shard at a time"
-            );
-        }
+        // Refused, not imitated: the local source reads one batch per
+        // shard at a time, which would hide the records Lambda's would
+        // make the aggregator skip.
+        crate::template::one_batch_per_shard(FUNCTION_ID, p, parameters)?;
         Ok(def)
     }
 }
@@ -177,6 +176,42 @@ mod tests {
             "/../template.yaml"
         )));
         assert!(ours.is_ok(), "{ours:?}");
+    }
+
+    /// Issue 35: a views event source of more than one batch per shard is
+    /// refused (the checkpoint is a high-water mark). Before, it was a
+    /// warning, and the template loaded.
+    #[test]
+    fn more_than_one_batch_per_shard_is_refused() {
+        let fixture = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/kinesis/testdata/views-template.yaml"
+        ))
+        .unwrap();
+        let literal = "ParallelizationFactor: 1\n";
+        assert!(fixture.contains(literal));
+        for (factor, parameter) in [("2", ""), ("!Ref ViewsFactor", "3"), ("!Ref Nowhere", "1")] {
+            let text = fixture
+                .replace(literal, &format!("ParallelizationFactor: {factor}\n"))
+                .replace(
+                    "Parameters:\n",
+                    &format!("Parameters:\n  ViewsFactor:\n    Type: Number\n    Default: {parameter:0>1}\n"),
+                );
+            let err = format!("{:#}", KinesisSourceDef::parse(&text).unwrap_err());
+            assert!(
+                err.contains("ViewAggregateFunction: ParallelizationFactor")
+                    && err.contains("high-water mark"),
+                "{factor}: {err}"
+            );
+        }
+        // Through a parameter whose default is 1, as the project's template.
+        let text = fixture
+            .replace(literal, "ParallelizationFactor: !Ref ViewsFactor\n")
+            .replace(
+                "Parameters:\n",
+                "Parameters:\n  ViewsFactor:\n    Type: Number\n    Default: 1\n",
+            );
+        assert!(KinesisSourceDef::parse(&text).is_ok());
     }
 
     #[test]
