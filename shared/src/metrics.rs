@@ -88,6 +88,10 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("ViewsApplied", Unit::Count),
     ("ViewRecordsApplied", Unit::Count),
     ("ViewRecordsSkipped", Unit::Count),
+    ("ViewRecordsMalformed", Unit::Count),
+    ("ViewRecordsNewerFormat", Unit::Count),
+    ("ViewReadThrottlesRetried", Unit::Count),
+    ("ViewReadThrottlesGivenUp", Unit::Count),
     ("ViewChunks", Unit::Count),
     ("ViewRetries", Unit::Count),
     ("ViewBatchesHandedBack", Unit::Count),
@@ -231,6 +235,13 @@ pub struct Record {
 }
 
 impl Record {
+    /// The metrics of `function`, for code deep in a unit of work that
+    /// counts what only it sees (a read retried, a record skipped): the
+    /// unit's entry point flushes them with its own, at its end.
+    pub fn of(function: &'static str) -> Record {
+        Record { function }
+    }
+
     /// Adds `value` to the counter `name` (one of [`NAMES`]). Zero adds
     /// nothing, and a counter with nothing added since the last flush is
     /// left out of it (CloudWatch reads a missing value as no data).

@@ -222,10 +222,26 @@ async fn every_record_is_valid_emf_with_the_names_the_alarms_use() {
 
     // Every metric an alarm or the dashboard names is one the code writes:
     // one of metrics::NAMES (every record above was checked against it),
-    // each of which is written by a literal in the handlers or the events.
-    let sources: String = ["shared/src/http/handlers.rs", "shared/src/triggers.rs"]
+    // each of which is written by a literal in the handlers, the events or
+    // the views (every file of shared/src/views/: the aggregator, its
+    // throttled reads and repairs write their own).
+    let views = common::repo_root().join("shared/src/views");
+    let mut files: Vec<std::path::PathBuf> =
+        ["shared/src/http/handlers.rs", "shared/src/triggers.rs"]
+            .iter()
+            .map(|p| common::repo_root().join(p))
+            .collect();
+    let mut view_files: Vec<std::path::PathBuf> = std::fs::read_dir(&views)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    view_files.sort();
+    assert!(view_files.len() > 1, "{}", views.display());
+    files.extend(view_files);
+    let sources: String = files
         .iter()
-        .map(|p| std::fs::read_to_string(common::repo_root().join(p)).unwrap())
+        .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
     let written: Vec<String> = likes::metrics::NAMES
         .iter()

@@ -152,6 +152,10 @@ pub struct ViewChunkWrite {
     /// The checkpoint once applied (padded); the store refuses a move that
     /// is not forwards.
     pub next: String,
+    /// When the checkpoint item may expire (Unix seconds, TTL), set anew
+    /// by every chunk: long past any delivery of the shard's records again
+    /// (see `crate::views::aggregate::CHECKPOINT_TTL`).
+    pub checkpoint_expires_at: i64,
     /// The seen item: partition ([`crate::keys::views_seen_key`]) and sort
     /// key ([`crate::keys::views_seen_sort`]).
     pub seen_key: String,
@@ -182,6 +186,10 @@ pub struct ViewItem {
     /// Its sketch (serialized HLL; empty if none yet).
     pub sketch: Vec<u8>,
 }
+
+/// One round of [`ViewStore::view_items`]: the items found (partition key,
+/// item), and the keys `(pk, sk)` not read.
+pub type ViewItemsRound = (Vec<(String, ViewItem)>, Vec<(String, String)>);
 
 /// A seen item, as read: its sort key and its event ids.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -236,11 +244,16 @@ pub trait ViewStore: Send + Sync {
         holder: &str,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// The view items `(pk, sk)` that exist, read consistently.
+    /// One round of reading the view items `(pk, sk)`, consistently: those
+    /// that exist among the keys read (with their partition keys), and the
+    /// keys not read this round (`UnprocessedKeys`, or a part of them
+    /// refused as throttled), to be asked for again after a pause. The caller paces the rounds: it
+    /// knows its deadline (`crate::views::aggregate`). `Err` for anything
+    /// else, or [`Error::Throttled`] when no key was read at all.
     fn view_items(
         &self,
         keys: &[(String, String)],
-    ) -> impl Future<Output = Result<Vec<(String, ViewItem)>, Error>> + Send;
+    ) -> impl Future<Output = Result<ViewItemsRound, Error>> + Send;
 
     /// Applies `write` in one transaction.
     fn apply_views(

@@ -24,7 +24,7 @@
 //! whose id its shard, or the shard's parents, applied within
 //! [`super::ViewsConfig::dedup_window`] before. One write per chunk, not
 //! one per event: the seen items are read back incrementally and kept in
-//! memory, since they never change once written.
+//! memory, since they never change once written (`seen`).
 //!
 //! # Big records
 //!
@@ -34,11 +34,30 @@
 //! record's × 100 + the part), so a record applied in two transactions is
 //! still applied exactly once; Lambda is handed back the record's own
 //! number.
+//!
+//! # Throttled reads
+//!
+//! Planning a chunk reads: the shard's checkpoint (`GetItem`), its seen
+//! items (`Query`) and the sketches of the items it updates
+//! (`BatchGetItem`). A read still throttled past the SDK's retries is
+//! retried with full-jitter backoff, a bounded number of times and never
+//! into the invocation's deadline margin ([`super::throttle`]); given up,
+//! the batch fails and Lambda delivers it again, and nothing is applied
+//! twice. `BatchGetItem`'s unprocessed keys are such a throttle: the keys
+//! left are asked for again at the same pace.
+//!
+//! # Records it cannot read
+//!
+//! A record of a newer format is handed back, never passed (the batch is
+//! applied below it); a malformed one is applied as nothing and counted
+//! (`ViewRecordsMalformed`). [`super::record::FORMAT`] says why.
 
 use super::ViewsConfig;
 use super::chunk::{ItemOf, Part, ViewChunk, cut, parts, record_seq};
 use super::record::{self, KinesisEvent};
+use super::seen::Seen;
 use super::sketch::Sketch;
+use super::throttle::{READ_ATTEMPTS, pause_after_throttle, read_retrying};
 use crate::aggregate::BatchOutcome;
 use crate::aggregate::core::{self, CutChunk, Planner};
 use crate::aggregate::records::SequenceNumber;
@@ -47,26 +66,30 @@ use crate::keys;
 use crate::retry::Backoff;
 use crate::store::{ChunkResult, LogStore, ViewChunkWrite, ViewItemWrite, ViewStore};
 use crate::token::RequestToken;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// How far back of the last seen item known a seen partition is read
-/// again: arrival times on one shard may step back by this much.
-pub(super) const ARRIVAL_SKEW_MS: i64 = 10_000;
+/// How long a checkpoint outlives its last write (TTL, `expires_at`,
+/// refreshed by every chunk): a year and a day. A checkpoint is needed as
+/// long as a record at or below it may be delivered again, and only
+/// records the stream still holds are: none past Kinesis's longest
+/// retention, 365 days (8,760 hours; 24 hours is the default, and the
+/// template's). Every record at or below the checkpoint arrived before its
+/// last write, so none can be delivered a year after it, whatever the
+/// stream's retention is or is later raised to; the day covers an
+/// invocation's time and clocks. A shard's checkpoint then goes once the
+/// shard is closed (or quiet) for good, instead of staying forever; the
+/// record that comes to a quiet shard after that finds no checkpoint and
+/// nothing left of what it covered, and is applied as the shard's first.
+/// The same holds for a repair's checkpoint: the range it repairs is gone
+/// from the stream by then, so a repair invoked again counts nothing.
+pub const CHECKPOINT_TTL: Duration = Duration::from_secs(366 * 86_400);
 
-/// A seen partition's items as this instance knows them: every item with
-/// a sort key from `read_from` up to `known_to`.
-#[derive(Default)]
-struct SeenCache {
-    /// The lowest sort key covered.
-    read_from: String,
-    /// The highest sort key read or written.
-    known_to: String,
-    /// Ids by sort key.
-    items: BTreeMap<String, Vec<u64>>,
-    /// A parent shard's partition: closed, read once.
-    closed: bool,
+/// The views aggregator's metrics (flushed by its entry point).
+fn metrics() -> crate::metrics::Record {
+    crate::metrics::Record::of("aggregate-views")
 }
 
 /// The views log's consumer.
@@ -74,9 +97,13 @@ pub struct ViewAggregator<S, L> {
     pub(super) store: S,
     pub(super) log: Arc<L>,
     pub(super) backoff: Backoff,
+    /// The pace of throttled reads ([`READ_ATTEMPTS`]).
+    pub(super) read_backoff: Backoff,
     pub(super) config: ViewsConfig,
-    seen: Mutex<HashMap<String, SeenCache>>,
-    /// Views counted by this instance (the `ViewsApplied` metric's source).
+    /// The seen partitions read so far.
+    seen: Seen,
+    /// Views counted by this instance's batches (the `ViewsApplied`
+    /// metric's source for batches; a repair counts its own).
     views_applied: std::sync::atomic::AtomicU64,
 }
 
@@ -88,14 +115,21 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             store,
             log,
             backoff: Backoff::from_config(retries),
+            read_backoff: Backoff {
+                max_attempts: READ_ATTEMPTS,
+                ..Backoff::from_config(retries)
+            },
             config,
-            seen: Mutex::default(),
+            seen: Seen::default(),
             views_applied: Default::default(),
         }
     }
 
-    /// Views this instance counted so far (copies of a record left out):
-    /// what `ViewsAccepted` of the view function should add up to.
+    /// Views this instance's batches counted so far (copies of a record
+    /// left out); with the views repairs count (which they add to
+    /// `ViewsApplied` themselves, so that a repair running beside a batch
+    /// is not counted twice), what `ViewsAccepted` of the view function
+    /// should add up to.
     pub fn views_applied(&self) -> u64 {
         self.views_applied
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -109,15 +143,19 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
     ) -> Result<BatchOutcome, Error> {
         let batch =
             record::ordered(event).map_err(|e| Error::internal("unreadable Kinesis event", e))?;
-        if batch.records.is_empty() && batch.unreadable.is_none() {
+        if batch.records.is_empty() && batch.handed_back_from().is_none() {
             return Ok(BatchOutcome::default());
         }
         if batch.out_of_order {
             tracing::warn!(shard = %batch.shard_id, duplicates = batch.duplicates, "views batch delivered out of sequence order");
         }
-        let malformed = batch.records.iter().filter(|r| r.body.is_none()).count();
-        if malformed > 0 {
-            tracing::error!(shard = %batch.shard_id, malformed, "views records this version cannot read: applied as nothing");
+        if let Some(newer) = &batch.newer {
+            // Counted in every delivery of it, until a reader of it comes.
+            metrics().count("ViewRecordsNewerFormat", batch.newer_format as u64);
+            tracing::error!(shard = %batch.shard_id, from = %newer, records = batch.newer_format, "views records of a format newer than this aggregator's: handed back until an aggregator that reads them is deployed");
+        }
+        for r in batch.records.iter().filter(|r| r.body.is_none()) {
+            tracing::error!(shard = %batch.shard_id, seq = %r.seq.as_reported(), "a views record that is no view record of any format: applied as nothing (ViewRecordsMalformed once its checkpoint passes it)");
         }
         let ancestors = self
             .ancestors(&batch.stream_arn, &batch.shard_id)
@@ -125,23 +163,30 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             .iter()
             .map(|a| keys::views_seen_key(&batch.stream_arn, a))
             .collect();
-        let planning = ViewPlanning {
-            aggregator: self,
-            shard_id: &batch.shard_id,
-            writer: keys::views_writer(&batch.stream_arn, &batch.shard_id),
-            seen_key: keys::views_seen_key(&batch.stream_arn, &batch.shard_id),
-            ancestors,
-        };
         let key = keys::views_checkpoint_key(&batch.stream_arn, &batch.shard_id);
         let parts = parts(&batch.records);
+        let mut planning = ViewPlanning::new(
+            self,
+            &batch.shard_id,
+            keys::views_writer(&batch.stream_arn, &batch.shard_id),
+            keys::views_seen_key(&batch.stream_arn, &batch.shard_id),
+            deadline,
+        );
+        planning.ancestors = ancestors;
+        // A malformed record is one part without an id.
+        planning.malformed = parts
+            .iter()
+            .filter(|p| p.id.is_none())
+            .map(|p| p.seq.padded().to_owned())
+            .collect();
         let (mut out, checkpoint) =
             core::run(&planning, &self.backoff, &key, &parts, deadline).await?;
         out.out_of_order = batch.out_of_order;
         out.failed_from = out.failed_from.map(|s| record_seq(&s));
         if out.failed_from.is_none()
-            && let Some(bad) = &batch.unreadable
+            && let Some(from) = batch.handed_back_from()
         {
-            out.failed_from = Some(bad.clone());
+            out.failed_from = Some(from.to_owned());
         }
         let covered = parts
             .iter()
@@ -149,6 +194,35 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             .count();
         out.skipped = covered.saturating_sub(out.applied) + batch.duplicates;
         Ok(out)
+    }
+
+    /// The view items `wanted` that exist, read in rounds while some keys
+    /// come back unprocessed or throttled (see the module notes and
+    /// [`super::throttle`]).
+    async fn view_items(
+        &self,
+        wanted: &[(String, String)],
+        deadline: Option<Instant>,
+    ) -> Result<Vec<(String, crate::store::ViewItem)>, Error> {
+        let mut found = Vec::with_capacity(wanted.len());
+        let mut pending = wanted.to_vec();
+        let mut attempt = 0u32;
+        while !pending.is_empty() {
+            attempt += 1;
+            match self.store.view_items(&pending).await {
+                Ok((items, left)) => {
+                    found.extend(items);
+                    pending = left;
+                    if pending.is_empty() {
+                        break;
+                    }
+                }
+                Err(Error::Throttled) => {}
+                Err(e) => return Err(e),
+            }
+            pause_after_throttle(&self.read_backoff, attempt, deadline, "BatchGetItem").await?;
+        }
+        Ok(found)
     }
 
     /// The shards `shard_id` of `stream_arn` was split or merged from, and
@@ -166,71 +240,6 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         }
         Ok(out)
     }
-
-    /// The event ids applied in the seen partitions `keys` (`own`: this
-    /// shard's, still written; the others are closed parents) by chunks
-    /// whose records arrived at or after `from_ms`.
-    async fn seen_since(
-        &self,
-        keys: &[String],
-        own: &str,
-        from_ms: i64,
-    ) -> Result<HashSet<u64>, Error> {
-        let from = keys::views_seen_from(from_ms);
-        let poisoned = || Error::internal("seen cache", "poisoned lock");
-        let mut out = HashSet::new();
-        for key in keys {
-            // What to read: nothing (a closed parent read before), what was
-            // written after the last item known, or the whole window.
-            let after = {
-                let seen = self.seen.lock().map_err(|_| poisoned())?;
-                match seen.get(key) {
-                    Some(c) if c.read_from <= from && c.closed => None,
-                    // Kinesis's arrival times are approximate: read again
-                    // a little before the last known item.
-                    Some(c) if c.read_from <= from => {
-                        let ms: i64 = c
-                            .known_to
-                            .get(..13)
-                            .and_then(|t| t.parse().ok())
-                            .unwrap_or(0);
-                        Some(keys::views_seen_from(ms - ARRIVAL_SKEW_MS).max(c.read_from.clone()))
-                    }
-                    _ => Some(from.clone()),
-                }
-            };
-            if let Some(after) = after {
-                let items = self.store.seen_after(key, &after).await?;
-                let mut seen = self.seen.lock().map_err(|_| poisoned())?;
-                let c = seen.entry(key.clone()).or_default();
-                if c.read_from > from || c.known_to.is_empty() {
-                    *c = SeenCache {
-                        read_from: from.clone(),
-                        known_to: from.clone(),
-                        ..SeenCache::default()
-                    };
-                }
-                for i in items {
-                    if i.sort > c.known_to {
-                        c.known_to = i.sort.clone();
-                    }
-                    c.items.insert(i.sort, i.ids);
-                }
-                c.closed = key != own;
-            }
-            let mut seen = self.seen.lock().map_err(|_| poisoned())?;
-            if let Some(c) = seen.get_mut(key) {
-                // What fell out of the window is not asked for again (a
-                // window starting earlier is read afresh).
-                if c.read_from < from {
-                    c.items = c.items.split_off(&from);
-                    c.read_from = from.clone();
-                }
-                out.extend(c.items.values().flatten().copied());
-            }
-        }
-        Ok(out)
-    }
 }
 
 /// One batch of one shard, as the core plans it.
@@ -244,6 +253,43 @@ pub(super) struct ViewPlanning<'a, S, L> {
     pub(super) seen_key: String,
     /// Seen partitions read (not written) besides `seen_key`.
     pub(super) ancestors: Vec<String>,
+    /// The invocation's deadline: throttled reads pause only while they
+    /// end before its margin.
+    pub(super) deadline: Option<Instant>,
+    /// The (padded) sequence numbers of the malformed records' parts:
+    /// counted (`ViewRecordsMalformed`) as a chunk applies them.
+    pub(super) malformed: BTreeSet<String>,
+    /// Views counted by this batch's chunks (each once, on its reel's
+    /// all-time item).
+    pub(super) views: AtomicU64,
+    /// Whether they count in [`ViewAggregator::views_applied`] too (a
+    /// batch's; not a repair's).
+    pub(super) instance_views: bool,
+}
+
+impl<'a, S, L> ViewPlanning<'a, S, L> {
+    /// The planning of a batch of `shard_id` written as `writer` into the
+    /// seen partition `seen_key`, reading no other, with no malformed
+    /// records.
+    pub(super) fn new(
+        aggregator: &'a ViewAggregator<S, L>,
+        shard_id: &'a str,
+        writer: String,
+        seen_key: String,
+        deadline: Option<Instant>,
+    ) -> Self {
+        ViewPlanning {
+            aggregator,
+            shard_id,
+            writer,
+            seen_key,
+            ancestors: Vec::new(),
+            deadline,
+            malformed: BTreeSet::new(),
+            views: AtomicU64::new(0),
+            instance_views: true,
+        }
+    }
 }
 
 impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
@@ -256,7 +302,11 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
     }
 
     async fn checkpoint(&self, key: &str) -> Result<(Option<SequenceNumber>, u32), Error> {
-        let stored = self.aggregator.store.view_checkpoint(key).await?;
+        let a = self.aggregator;
+        let stored = read_retrying(&a.read_backoff, self.deadline, "GetItem", || {
+            a.store.view_checkpoint(key)
+        })
+        .await?;
         let seq = match stored {
             None => None,
             Some(s) => Some(SequenceNumber::parse_kinesis(&s).ok_or_else(|| {
@@ -280,7 +330,15 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
         let mut partitions = self.ancestors.clone();
         partitions.push(self.seen_key.clone());
         let seen = a
-            .seen_since(&partitions, &self.seen_key, oldest - window)
+            .seen
+            .since(
+                &a.store,
+                &a.read_backoff,
+                &partitions,
+                &self.seen_key,
+                oldest - window,
+                self.deadline,
+            )
             .await?;
         // The chunk's fresh parts: ids neither applied before nor earlier
         // in the chunk.
@@ -316,8 +374,7 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             .map(|(r, d)| (keys::views_reel_key(r), sort(d)))
             .collect();
         let stored: HashMap<(String, String), Vec<u8>> = a
-            .store
-            .view_items(&wanted)
+            .view_items(&wanted, self.deadline)
             .await?
             .into_iter()
             .map(|(pk, item)| ((pk, item.sk), item.sketch))
@@ -349,6 +406,7 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             shard_id: self.shard_id.to_owned(),
             expected: checkpoint.map(|c| c.padded().to_owned()),
             next: chunk.last().padded().to_owned(),
+            checkpoint_expires_at: (now + CHECKPOINT_TTL).as_secs() as i64,
             seen_key: self.seen_key.clone(),
             seen_sort: keys::views_seen_sort(newest, chunk.last().padded()),
             seen_ids: ids,
@@ -378,22 +436,21 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             .filter(|i| i.day.is_none())
             .map(|i| i.views)
             .sum();
-        self.aggregator
-            .views_applied
-            .fetch_add(views, std::sync::atomic::Ordering::Relaxed);
-        if let Ok(mut seen) = self.aggregator.seen.lock() {
-            // Only a partition read before is extended: one never read
-            // is read whole when first asked for.
-            if let Some(c) = seen.get_mut(&write.seen_key)
-                && !c.known_to.is_empty()
-            {
-                c.items
-                    .insert(write.seen_sort.clone(), write.seen_ids.clone());
-                if write.seen_sort > c.known_to {
-                    c.known_to = write.seen_sort.clone();
-                }
-            }
+        if self.instance_views {
+            self.aggregator
+                .views_applied
+                .fetch_add(views, Ordering::Relaxed);
         }
+        self.views.fetch_add(views, Ordering::Relaxed);
+        // Malformed records passed by this chunk's checkpoint move: each
+        // counted once, by the chunk that applied it (as nothing).
+        let passed = self
+            .malformed
+            .iter()
+            .filter(|s| write.expected.as_ref().is_none_or(|e| *s > e) && **s <= write.next)
+            .count();
+        metrics().count("ViewRecordsMalformed", passed as u64);
+        self.aggregator.seen.applied(write);
     }
 }
 
@@ -406,6 +463,7 @@ fn token(write: &ViewChunkWrite) -> RequestToken {
         shard_id,
         expected,
         next,
+        checkpoint_expires_at,
         seen_key,
         seen_sort,
         seen_ids,
@@ -437,6 +495,7 @@ fn token(write: &ViewChunkWrite) -> RequestToken {
             shard_id,
             expected.as_deref().unwrap_or("-"),
             next,
+            &checkpoint_expires_at.to_string(),
             seen_key,
             seen_sort,
             &seen_expires_at.to_string(),

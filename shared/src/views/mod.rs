@@ -25,13 +25,23 @@
 //! function invoked with the OnFailure message counts what of the range
 //! was not counted, once ([`repair`]), while the log still holds it.
 //!
+//! A record written by a newer view function than the aggregator (the two
+//! are deployed in no set order) is not passed over: the batch is handed
+//! back from it until an aggregator that reads its format counts it
+//! (`ViewRecordsNewerFormat` meanwhile; [`record::FORMAT`] says which
+//! records are skipped instead, and why).
+//!
 //! # Layout
 //!
 //! * `accept`: the request body's checks, event ids, the producer's put
 //!   with its bounded retries.
 //! * `record`: the log record's format and Lambda's Kinesis event, ordered.
-//! * `aggregate`: the consumer: its plans, the seen event ids.
+//! * `aggregate`: the consumer: its plans, the records it cannot read.
+//! * `seen`: the event ids applied, as an aggregator instance knows them.
+//! * `throttle`: throttled reads of the aggregator and of repairs, retried
+//!   within bounds and the invocation's deadline.
 //! * `repair`: a range Lambda gave up on, counted once.
+//! * `given_up`: the OnFailure invocation record that names such a range.
 //! * `chunk`: records cut into parts and chunks.
 //! * `limits`: what one viewer may make the view function put.
 //! * `sketch`: the HLL sketches and why `lg_k = 12`.
@@ -42,13 +52,19 @@ pub mod accept;
 pub mod aggregate;
 #[cfg(feature = "dynamodb")]
 pub mod chunk;
+#[cfg(feature = "dynamodb")]
+mod given_up;
 pub mod limits;
 #[cfg(feature = "dynamodb")]
 pub mod read;
 pub mod record;
 #[cfg(feature = "dynamodb")]
 pub mod repair;
+#[cfg(feature = "dynamodb")]
+mod seen;
 pub mod sketch;
+#[cfg(feature = "dynamodb")]
+pub mod throttle;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,8 +97,9 @@ pub struct ViewsConfig {
     /// start, so that no invocation of the batch is still running
     /// ([`repair`]).
     pub repair_after: Duration,
-    /// `VIEWS_MAX_RECORD_AGE_SECS` (default 3600; the template sets it to
-    /// the event source's `MaximumRecordAgeInSeconds`): how long after a
+    /// `VIEWS_MAX_RECORD_AGE_SECS` (default 3600, at most
+    /// [`crate::config::VIEWS_MAX_RECORD_AGE_MAX_SECS`]; the template sets it
+    /// to the event source's `MaximumRecordAgeInSeconds`): how long after a
     /// record arrived Lambda is done with it, applied or given up.
     pub max_record_age: Duration,
     /// What one viewer may put (`VIEWER_*`, see [`limits`]).
@@ -129,7 +146,11 @@ impl ViewsConfig {
             dedup_window: Duration::from_secs(num("VIEWS_DEDUP_SECS", 300, 3_600)?),
             day_ttl: Duration::from_secs(86_400 * num("VIEWS_DAY_TTL_DAYS", 35, 3_650)?),
             repair_after: Duration::from_secs(num("VIEWS_REPAIR_AFTER_SECS", 900, 86_400)?),
-            max_record_age: Duration::from_secs(num("VIEWS_MAX_RECORD_AGE_SECS", 3_600, 86_400)?),
+            max_record_age: Duration::from_secs(num(
+                "VIEWS_MAX_RECORD_AGE_SECS",
+                3_600,
+                crate::config::VIEWS_MAX_RECORD_AGE_MAX_SECS,
+            )?),
             viewer: limits::ViewerBounds {
                 batches_per_sec: num("VIEWER_BATCHES_PER_SEC", 1, 1_000)? as f64,
                 batch_burst: num("VIEWER_BATCH_BURST", 10, 10_000)? as f64,

@@ -7,8 +7,45 @@ use crate::keys::ReelId;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-/// The format version written in every record; a reader refuses others.
-const FORMAT: u32 = 1;
+/// The format version written in every record, and the newest this
+/// version reads.
+///
+/// # The one rule every format keeps
+///
+/// Every record is a JSON object whose member `f` is its format's version,
+/// a whole number, raised by any change a reader of the previous version
+/// would misread or refuse. That is all a reader of any version can tell
+/// of a record it was not written for, and it is enough to tell the two
+/// kinds of record it cannot read apart ([`Decoded`]):
+///
+/// * a newer format (`f` above this): written by a view function deployed
+///   before this aggregator (CloudFormation orders neither before the
+///   other). Its views were acknowledged (`202`), and a reader that knows
+///   the format is on its way: the batch is handed back from it, so the
+///   checkpoint stays below it and Lambda delivers it again until that
+///   reader comes (or, past the event source's retries, gives it up to
+///   the OnFailure queue, whose repair, run by that reader, counts it).
+/// * malformed (not JSON, no whole-number `f`, an `f` of 0 or of a version
+///   this reader knows but whose fields it refuses): no version of the view
+///   function wrote it so, so no reader will ever count it, and waiting for
+///   one would stop the shard for good (Lambda would deliver the batch
+///   until it gave it up, then the next, each as stuck). It is applied as
+///   nothing, its checkpoint moves past it, and it is counted
+///   (`ViewRecordsMalformed`) and logged (shard, sequence number) for an
+///   operator to read.
+pub const FORMAT: u32 = 1;
+
+/// What a reader makes of a record's bytes (see [`FORMAT`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// A record of this reader's format.
+    Record(ViewRecord),
+    /// A record of a format newer than this reader's (its version): to be
+    /// read by a newer reader, never skipped.
+    Newer(u64),
+    /// Not a view record any version wrote: skipped, and counted.
+    Malformed,
+}
 
 /// One accepted `POST /views` request, as the log carries it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,9 +89,33 @@ impl ViewRecord {
         serde_json::to_vec(&wire).unwrap_or_default()
     }
 
-    /// Reads a record's bytes; `None` for anything this version did not
-    /// write (counted as malformed, never guessed at).
+    /// Reads a record's bytes; `None` for anything this version does not
+    /// read (never guessed at). [`ViewRecord::read`] says why.
     pub fn decode(bytes: &[u8]) -> Option<ViewRecord> {
+        match Self::read(bytes) {
+            Decoded::Record(r) => Some(r),
+            Decoded::Newer(_) | Decoded::Malformed => None,
+        }
+    }
+
+    /// Reads a record's bytes: a record, one of a newer format, or
+    /// malformed (see [`FORMAT`]).
+    pub fn read(bytes: &[u8]) -> Decoded {
+        if let Some(r) = Self::read_current(bytes) {
+            return Decoded::Record(r);
+        }
+        // The one member every format keeps, of a JSON object.
+        let version = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(bytes)
+            .ok()
+            .and_then(|o| o.get("f").and_then(serde_json::Value::as_u64));
+        match version {
+            Some(f) if f > u64::from(FORMAT) => Decoded::Newer(f),
+            _ => Decoded::Malformed,
+        }
+    }
+
+    /// A record of this version's format, `None` for anything else.
+    fn read_current(bytes: &[u8]) -> Option<ViewRecord> {
         let wire: Wire = serde_json::from_slice(bytes).ok()?;
         if wire.f != FORMAT || wire.id.len() != 16 {
             return None;
@@ -117,9 +178,10 @@ pub struct LogRecord {
     pub seq: SequenceNumber,
     /// When Kinesis accepted it (Unix ms).
     pub arrival_ms: i64,
-    /// What it says; `None` if its data is not a record this version
-    /// reads (applied as nothing: a record that can never be read must not
-    /// stop its shard).
+    /// What it says; `None` if its data is malformed (applied as nothing,
+    /// see [`FORMAT`]: a record that can never be read must not stop its
+    /// shard). A record of a newer format is never a `LogRecord`: it
+    /// bounds its batch ([`Batch::newer`]).
     pub body: Option<ViewRecord>,
 }
 
@@ -140,6 +202,31 @@ pub struct Batch {
     /// The first record without a readable sequence number, as given: the
     /// batch is applied below it and handed back from it.
     pub unreadable: Option<String>,
+    /// The lowest sequence number (as given) of a record in a format newer
+    /// than this reader's ([`Decoded::Newer`]): the batch is applied below
+    /// it and handed back from it, so its checkpoint never passes it.
+    pub newer: Option<String>,
+    /// Records of a newer format in the batch (each once).
+    pub newer_format: usize,
+}
+
+impl Batch {
+    /// Where Lambda is to deliver again from, whatever is applied below
+    /// it: the first record of a newer format, else the first record
+    /// without a readable sequence number. (Records delivered after an
+    /// unreadable one are not read, so a newer one found was delivered
+    /// before it, and lies before it in the shard when delivered in order.)
+    pub fn handed_back_from(&self) -> Option<&str> {
+        self.newer.as_deref().or(self.unreadable.as_deref())
+    }
+}
+
+/// Records of a newer format among `records` (sequence number, as given),
+/// lowest first, each once.
+fn newer_bound(newer: &mut Vec<(SequenceNumber, String)>) -> (Option<SequenceNumber>, usize) {
+    newer.sort_by(|a, b| a.0.cmp(&b.0));
+    newer.dedup_by(|a, b| a.0 == b.0);
+    (newer.first().map(|n| n.0.clone()), newer.len())
 }
 
 /// The event's records in sequence order, each once; `Err` if they are not
@@ -156,6 +243,7 @@ pub fn ordered(event: &KinesisEvent) -> Result<Batch, String> {
     let mut previous: Option<SequenceNumber> = None;
     let mut bound: Option<SequenceNumber> = None;
     let mut readable = Vec::with_capacity(event.records.len());
+    let mut newer: Vec<(SequenceNumber, String)> = Vec::new();
     for r in &event.records {
         if shard_of(&r.event_id) != Some(out.shard_id.as_str())
             || r.event_source_arn != out.stream_arn
@@ -178,10 +266,17 @@ pub fn ordered(event: &KinesisEvent) -> Result<Batch, String> {
             bound = Some(bound.map_or(seq.clone(), |b| b.min(seq.clone())));
             continue;
         }
-        let body = base64::engine::general_purpose::STANDARD
+        let decoded = base64::engine::general_purpose::STANDARD
             .decode(r.kinesis.data.as_bytes())
-            .ok()
-            .and_then(|bytes| ViewRecord::decode(&bytes));
+            .map_or(Decoded::Malformed, |bytes| ViewRecord::read(&bytes));
+        let body = match decoded {
+            Decoded::Record(v) => Some(v),
+            Decoded::Malformed => None,
+            Decoded::Newer(_) => {
+                newer.push((seq, r.kinesis.sequence_number.clone()));
+                continue;
+            }
+        };
         readable.push(LogRecord {
             seq,
             arrival_ms: (r.kinesis.approximate_arrival_timestamp * 1000.0) as i64,
@@ -190,7 +285,14 @@ pub fn ordered(event: &KinesisEvent) -> Result<Batch, String> {
     }
     if let Some(b) = &bound {
         readable.retain(|c: &LogRecord| c.seq < *b);
+        newer.retain(|n| n.0 < *b);
     }
+    let (first_newer, newer_format) = newer_bound(&mut newer);
+    if let Some(n) = &first_newer {
+        readable.retain(|c: &LogRecord| c.seq < *n);
+        out.newer = newer.first().map(|n| n.1.clone());
+    }
+    out.newer_format = newer_format;
     (out.records, out.duplicates) = in_sequence(readable);
     Ok(out)
 }
@@ -208,18 +310,33 @@ fn in_sequence(mut records: Vec<LogRecord>) -> (Vec<LogRecord>, usize) {
 /// Records read back from shard `shard_id` of `stream_arn`
 /// ([`crate::store::LogStore::read_range`]) as a batch: in sequence order,
 /// each once, those without a readable sequence number left out (the log
-/// gives none such).
+/// gives none such), and those from the first of a newer format on left
+/// out too ([`Batch::newer`]).
 pub fn batch_of(stream_arn: &str, shard_id: &str, reads: &[crate::store::LogRead]) -> Batch {
-    let records: Vec<LogRecord> = reads
-        .iter()
-        .filter_map(|r| {
-            Some(LogRecord {
-                seq: SequenceNumber::parse_kinesis(&r.sequence)?,
-                arrival_ms: r.arrival_ms,
-                body: ViewRecord::decode(&r.data),
-            })
-        })
-        .collect();
+    let mut newer: Vec<(SequenceNumber, String)> = Vec::new();
+    let mut records: Vec<LogRecord> = Vec::with_capacity(reads.len());
+    for r in reads {
+        let Some(seq) = SequenceNumber::parse_kinesis(&r.sequence) else {
+            continue;
+        };
+        let body = match ViewRecord::read(&r.data) {
+            Decoded::Record(v) => Some(v),
+            Decoded::Malformed => None,
+            Decoded::Newer(_) => {
+                newer.push((seq, r.sequence.clone()));
+                continue;
+            }
+        };
+        records.push(LogRecord {
+            seq,
+            arrival_ms: r.arrival_ms,
+            body,
+        });
+    }
+    let (first_newer, newer_format) = newer_bound(&mut newer);
+    if let Some(n) = &first_newer {
+        records.retain(|c| c.seq < *n);
+    }
     let (records, duplicates) = in_sequence(records);
     Batch {
         shard_id: shard_id.to_owned(),
@@ -228,6 +345,8 @@ pub fn batch_of(stream_arn: &str, shard_id: &str, reads: &[crate::store::LogRead
         records,
         out_of_order: false,
         unreadable: None,
+        newer: newer.first().map(|n| n.1.clone()),
+        newer_format,
     }
 }
 
@@ -287,6 +406,80 @@ mod tests {
         assert_eq!(b.records[0].body, Some(rec(7)));
         let first = ordered(&event(&["1", "2"])).unwrap();
         assert!(!first.out_of_order);
+    }
+
+    #[test]
+    fn a_newer_format_is_told_from_a_malformed_record() {
+        assert_eq!(ViewRecord::read(&rec(3).encode()), Decoded::Record(rec(3)));
+        // Whatever else a newer format holds, its `f` says it is newer.
+        for newer in [
+            &br#"{"f":2,"id":"0000000000000001","views":[{"reel":"r1"}]}"#[..],
+            br#"{"f":7}"#,
+            br#"{"views":[], "f": 99999999999}"#,
+        ] {
+            assert!(
+                matches!(ViewRecord::read(newer), Decoded::Newer(_)),
+                "{}",
+                String::from_utf8_lossy(newer)
+            );
+            assert_eq!(ViewRecord::decode(newer), None);
+        }
+        let mut bad = serde_json::from_slice::<serde_json::Value>(&rec(1).encode()).unwrap();
+        bad["views"] = serde_json::json!([["bad#id", 1]]);
+        for malformed in [
+            &b"not json"[..],
+            b"",
+            b"{}",
+            b"[2]",
+            br#"{"f":0}"#,
+            br#"{"f":-3}"#,
+            br#"{"f":"2"}"#,
+            br#"{"f":2.5}"#,
+            // This version's format with a field it refuses.
+            bad.to_string().as_bytes(),
+        ] {
+            assert_eq!(
+                ViewRecord::read(malformed),
+                Decoded::Malformed,
+                "{}",
+                String::from_utf8_lossy(malformed)
+            );
+        }
+    }
+
+    #[test]
+    fn a_record_of_a_newer_format_bounds_what_is_applied() {
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let mut e = event(&["5", "9", "7", "3", "12"]);
+        e.records[1].kinesis.data = b64(br#"{"f":2}"#);
+        e.records[2].kinesis.data = b64(br#"{"f":3}"#);
+        e.records[3].kinesis.data = b64(b"garbage");
+        let b = ordered(&e).unwrap();
+        let seqs: Vec<&str> = b.records.iter().map(|r| r.seq.as_reported()).collect();
+        // 3 (malformed, applied as nothing) and 5 lie below 7, the first of
+        // a newer format; 9 and 12 lie above it.
+        assert_eq!(seqs, ["3", "5"]);
+        assert_eq!(b.records[0].body, None);
+        assert_eq!((b.newer.as_deref(), b.newer_format), (Some("7"), 2));
+        assert_eq!(b.handed_back_from(), Some("7"));
+        // Read back from the log alike.
+        let reads: Vec<crate::store::LogRead> = [
+            ("5", &rec(1).encode()[..]),
+            ("7", br#"{"f":2}"#),
+            ("8", &rec(2).encode()[..]),
+        ]
+        .iter()
+        .map(|(s, d)| crate::store::LogRead {
+            sequence: (*s).into(),
+            arrival_ms: 1,
+            data: d.to_vec(),
+        })
+        .collect();
+        let b = batch_of("arn", "shard", &reads);
+        assert_eq!(b.records.len(), 1);
+        assert_eq!((b.newer.as_deref(), b.newer_format), (Some("7"), 1));
+        let plain = ordered(&event(&["1", "2"])).unwrap();
+        assert_eq!((plain.newer, plain.newer_format), (None, 0));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Repairs: a range of a views-log shard that Lambda gave up on, counted
-//! once, from the invocation record Lambda sent to the OnFailure queue.
+//! once, from the invocation record Lambda sent to the OnFailure queue
+//! ([`GivenUp`], read in `given_up`).
 //!
 //! # Why a repair is needed
 //!
@@ -49,8 +50,11 @@
 //!    its checkpoint and counts nothing twice.
 //!
 //! A wait is an error, `repair_too_early`, that writes nothing: invoke
-//! the repair again later. Unreadable records count nothing, as in the
-//! aggregator.
+//! the repair again later. Malformed records count nothing, as in the
+//! aggregator; a record of a newer format than this version reads stops
+//! the repair below it (`failed_from`, not `complete`): invoke it again
+//! once an aggregator that reads it is deployed. Its views are in
+//! `ViewsApplied`, as the aggregator's are.
 //!
 //! # Limits
 //!
@@ -65,105 +69,24 @@
 //! * Each repair's checkpoint item stays, and its writer's items on the
 //!   reels it counted, which readers sum with the others.
 
-use super::aggregate::{ARRIVAL_SKEW_MS, ViewAggregator, ViewPlanning};
+use super::aggregate::{ViewAggregator, ViewPlanning};
 use super::chunk::{Part, parts, record_seq};
-use super::record;
+pub use super::given_up::GivenUp;
+use super::record::{self, Decoded, ViewRecord};
+use super::seen::ARRIVAL_SKEW_MS;
+use super::throttle::read_retrying;
 use crate::aggregate::core::{self, Planner};
 use crate::aggregate::records::SequenceNumber;
 use crate::error::Error;
 use crate::keys;
 use crate::store::{LogRead, LogStore, ReadFrom, ViewStore};
 use serde::Serialize;
-use serde_json::Value;
 use std::collections::HashSet;
 use std::time::Instant;
 
 /// How far past the dedup window after a range's last record a chunk that
 /// counted a copy of one of its records may have its newest record.
 pub const LATE_CHUNK_MS: i64 = 3_600_000;
-
-/// A range Lambda gave up on: the `KinesisBatchInfo` of an OnFailure
-/// invocation record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GivenUp {
-    /// The stream's ARN (`streamArn`).
-    pub stream_arn: String,
-    /// The shard (`shardId`).
-    pub shard_id: String,
-    /// The first record's sequence number (`startSequenceNumber`).
-    pub start: String,
-    /// The last record's sequence number (`endSequenceNumber`).
-    pub end: String,
-    /// Records in the batch (`batchSize`).
-    pub batch_size: Option<u64>,
-    /// When Lambda gave it up (`timestamp`, Unix ms).
-    pub given_up_ms: i64,
-}
-
-impl GivenUp {
-    /// Whether `event` is an OnFailure invocation record of a Kinesis
-    /// source (it has `KinesisBatchInfo`), not a batch of records.
-    pub fn is_invocation_record(event: &Value) -> bool {
-        event.get("KinesisBatchInfo").is_some()
-    }
-
-    /// The range `event` (an OnFailure invocation record) names; a 400 if
-    /// a field is missing or is not what Lambda writes.
-    pub fn parse(event: &Value) -> Result<Self, Error> {
-        let info = &event["KinesisBatchInfo"];
-        let text = |name: &'static str| -> Result<String, Error> {
-            info[name]
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-                .ok_or_else(|| {
-                    Error::bad_request(
-                        "invalid_invocation_record",
-                        format!("KinesisBatchInfo.{name} must be a non-empty string"),
-                    )
-                })
-        };
-        let g = GivenUp {
-            stream_arn: text("streamArn")?,
-            shard_id: text("shardId")?,
-            start: text("startSequenceNumber")?,
-            end: text("endSequenceNumber")?,
-            batch_size: info["batchSize"].as_u64(),
-            given_up_ms: event["timestamp"]
-                .as_str()
-                .and_then(|t| {
-                    aws_sdk_kinesis::primitives::DateTime::from_str(
-                        t,
-                        aws_sdk_kinesis::primitives::DateTimeFormat::DateTime,
-                    )
-                    .ok()
-                })
-                .and_then(|t| t.to_millis().ok())
-                .ok_or_else(|| {
-                    Error::bad_request(
-                        "invalid_invocation_record",
-                        "timestamp must be the ISO 8601 time Lambda gave the batch up",
-                    )
-                })?,
-        };
-        let (Some(a), Some(b)) = (
-            SequenceNumber::parse_kinesis(&g.start),
-            SequenceNumber::parse_kinesis(&g.end),
-        ) else {
-            return Err(Error::bad_request(
-                "invalid_invocation_record",
-                "startSequenceNumber and endSequenceNumber must be sequence numbers",
-            ));
-        };
-        if a > b {
-            return Err(Error::bad_request(
-                "invalid_invocation_record",
-                "startSequenceNumber is after endSequenceNumber",
-            ));
-        }
-        Ok(g)
-    }
-}
 
 /// What one invocation of a repair did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -259,14 +182,22 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             .read_range(stream_arn, shard_id, &range.start, &range.end)
             .await?;
         let batch = record::batch_of(stream_arn, shard_id, &reads);
+        if let Some(newer) = &batch.newer {
+            crate::metrics::Record::of("aggregate-views")
+                .count("ViewRecordsNewerFormat", batch.newer_format as u64);
+            tracing::error!(shard = %shard_id, from = %newer, records = batch.newer_format, "a given-up views range holds records of a newer format than this aggregator reads: counted up to the first, the rest left for a repair by an aggregator that reads them");
+        }
         let mut out = RepairOutcome {
             named: range.batch_size,
-            found: batch.records.len(),
+            found: reads.len(),
             ..RepairOutcome::default()
         };
         let arrivals = batch.records.iter().map(|r| r.arrival_ms);
         let (Some(first), Some(last)) = (arrivals.clone().min(), arrivals.max()) else {
-            out.complete = true;
+            // Nothing this version reads below a record of a newer format:
+            // left whole for a repair by an aggregator that reads it.
+            out.failed_from = batch.newer.clone();
+            out.complete = out.failed_from.is_none();
             return Ok(out);
         };
         // Every record that may be a copy of one of the range's (arrived
@@ -286,7 +217,9 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         }
         let all = parts(&batch.records);
         let ids: HashSet<u64> = all.iter().filter_map(|p| p.id).collect();
-        let counted = self.counted_around(range, first, last, &ids).await?;
+        let counted = self
+            .counted_around(range, first, last, &ids, deadline)
+            .await?;
         // Unreadable records (no id) count nothing, as in the aggregator;
         // a copy within the range counts once.
         let mut fresh: Vec<Part> = Vec::new();
@@ -299,16 +232,26 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             }
         }
         let name = keys::views_repair_source(shard_id, &range.start);
-        let planning = ViewPlanning {
-            aggregator: self,
+        let mut planning = ViewPlanning::new(
+            self,
             shard_id,
-            writer: keys::views_writer(stream_arn, &name),
-            seen_key: keys::views_seen_key(stream_arn, &keys::views_repairs_seen_source(shard_id)),
-            ancestors: Vec::new(),
-        };
+            keys::views_writer(stream_arn, &name),
+            keys::views_seen_key(stream_arn, &keys::views_repairs_seen_source(shard_id)),
+            deadline,
+        );
+        // Its views go to `ViewsApplied` below, not through the instance's
+        // total (which the batches' entry point reads around each batch).
+        planning.instance_views = false;
         let key = keys::views_checkpoint_key(stream_arn, &name);
         let before = planning.checkpoint(&key).await?.0;
-        let (run, after) = core::run(&planning, &self.backoff, &key, &fresh, deadline).await?;
+        let run = core::run(&planning, &self.backoff, &key, &fresh, deadline).await;
+        // Views counted are counted views, repaired or not: what
+        // `ViewsAccepted` adds up to (flushed by the entry point).
+        crate::metrics::Record::of("aggregate-views").count(
+            "ViewsApplied",
+            planning.views.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let (run, after) = run?;
         let within =
             |p: &&Part, k: &Option<SequenceNumber>| k.as_ref().is_some_and(|k| p.seq <= *k);
         out.views_now = fresh
@@ -318,6 +261,12 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             .sum();
         out.applied_now = run.applied;
         out.failed_from = run.failed_from.map(|s| record_seq(&s));
+        if out.failed_from.is_none() {
+            // Left for a repair by an aggregator that reads its format:
+            // what lies below it is counted, and that repair goes on from
+            // this one's checkpoint.
+            out.failed_from = batch.newer.clone();
+        }
         out.complete = out.failed_from.is_none() && fresh.iter().all(|p| within(&p, &after));
         Ok(out)
     }
@@ -366,11 +315,12 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             if deadline.is_some_and(|d| Instant::now() + core::DEADLINE_SAFETY >= d) {
                 return wait("the look at the aggregators' progress ran out of time".into());
             }
-            let applied = self
-                .store
-                .view_checkpoint(&keys::views_checkpoint_key(arn, &shard))
-                .await?
-                .and_then(|c| SequenceNumber::parse_kinesis(&c));
+            let checkpoint_key = keys::views_checkpoint_key(arn, &shard);
+            let applied = read_retrying(&self.read_backoff, deadline, "GetItem", || {
+                self.store.view_checkpoint(&checkpoint_key)
+            })
+            .await?
+            .and_then(|c| SequenceNumber::parse_kinesis(&c));
             // The first record that may not be applied whole: the
             // checkpoint's own (a record's later parts may be pending),
             // else the one after the range, else the shard's first.
@@ -397,8 +347,13 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
                 .log
                 .next_records(arn, &shard, from, PENDING_LOOKAHEAD, bound)
                 .await?;
+            // A record of a newer format cannot be told applied or not by
+            // its parts: taken as pending (a copy of one of the range's
+            // records may be in it, to be counted by a newer aggregator).
             let pending = next.records.iter().find(|r| {
-                last_part(arn, &shard, r).is_some_and(|p| applied.as_ref().is_none_or(|a| *a < p))
+                matches!(ViewRecord::read(&r.data), Decoded::Newer(_))
+                    || last_part(arn, &shard, r)
+                        .is_some_and(|p| applied.as_ref().is_none_or(|a| *a < p))
             });
             if pending.is_some_and(|r| r.arrival_ms <= bound) {
                 return wait(format!(
@@ -436,6 +391,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         first: i64,
         last: i64,
         ids: &HashSet<u64>,
+        deadline: Option<Instant>,
     ) -> Result<HashSet<u64>, Error> {
         let (arn, shard_id) = (&range.stream_arn, &range.shard_id);
         let mut shards = vec![shard_id.to_owned()];
@@ -453,7 +409,11 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         for shard in &shards {
             for source in [shard.clone(), keys::views_repairs_seen_source(shard)] {
                 let key = keys::views_seen_key(arn, &source);
-                for item in self.store.seen_between(&key, &from, &to).await? {
+                let items = read_retrying(&self.read_backoff, deadline, "Query", || {
+                    self.store.seen_between(&key, &from, &to)
+                })
+                .await?;
+                for item in items {
                     counted.extend(item.ids.into_iter().filter(|id| ids.contains(id)));
                 }
             }
@@ -514,47 +474,6 @@ fn same_stream(ours: &str, arn: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    /// Lambda's example of a Kinesis OnFailure invocation record.
-    fn record() -> Value {
-        json!({
-            "requestContext": {
-                "requestId": "c9b8fa9f-5a7f-xmpl-af9c-0c604cde93a5",
-                "functionArn": "arn:aws:lambda:us-east-2:123456789012:function:myfunction",
-                "condition": "RetryAttemptsExhausted",
-                "approximateInvokeCount": 1
-            },
-            "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
-            "version": "1.0",
-            "timestamp": "2019-11-14T00:38:06.021Z",
-            "KinesisBatchInfo": {
-                "shardId": "shardId-000000000001",
-                "startSequenceNumber": "49601189658422359378836298521827638475320189012309704722",
-                "endSequenceNumber": "49601189658422359378836298522902373528957594348623495186",
-                "approximateArrivalOfFirstRecord": "2019-11-14T00:38:04.835Z",
-                "approximateArrivalOfLastRecord": "2019-11-14T00:38:05.580Z",
-                "batchSize": 500,
-                "streamArn": "arn:aws:kinesis:us-east-2:123456789012:stream/mystream"
-            }
-        })
-    }
-
-    #[test]
-    fn an_invocation_record_names_its_range() {
-        let r = record();
-        assert!(GivenUp::is_invocation_record(&r));
-        assert!(!GivenUp::is_invocation_record(&json!({"Records": []})));
-        let g = GivenUp::parse(&r).unwrap();
-        assert_eq!(g.shard_id, "shardId-000000000001");
-        assert_eq!(
-            g.stream_arn,
-            "arn:aws:kinesis:us-east-2:123456789012:stream/mystream"
-        );
-        assert_eq!(g.batch_size, Some(500));
-        assert_eq!(g.given_up_ms, 1_573_691_886_021);
-        assert!(g.start < g.end);
-    }
 
     #[test]
     fn a_stream_is_named_by_its_arn_or_its_name() {
@@ -566,28 +485,5 @@ mod tests {
             "arn:aws:kinesis:us-east-2:123456789012:stream/other",
             arn
         ));
-    }
-
-    #[test]
-    fn a_record_missing_a_field_or_out_of_order_is_a_400() {
-        let mut r = record();
-        r["timestamp"] = json!("yesterday");
-        assert_eq!(
-            GivenUp::parse(&r).unwrap_err().code(),
-            "invalid_invocation_record"
-        );
-        for (field, value) in [
-            ("shardId", json!(null)),
-            ("streamArn", json!("")),
-            ("startSequenceNumber", json!("not-a-number")),
-            ("endSequenceNumber", json!(7)),
-            // The end before the start.
-            ("endSequenceNumber", json!("4960")),
-        ] {
-            let mut r = record();
-            r["KinesisBatchInfo"][field] = value;
-            let e = GivenUp::parse(&r).unwrap_err();
-            assert_eq!(e.code(), "invalid_invocation_record", "{field}");
-        }
     }
 }

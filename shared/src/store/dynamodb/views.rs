@@ -7,6 +7,7 @@ use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_f
 use super::ext::ItemExt;
 use crate::error::Error;
 use crate::keys;
+use crate::store::views::ViewItemsRound;
 use crate::store::{ChunkResult, SeenItem, ViewChunkWrite, ViewItem, ViewStore};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
@@ -16,9 +17,6 @@ use std::collections::HashMap;
 
 /// Most keys one `BatchGetItem` takes.
 const BATCH_GET_MAX: usize = 100;
-
-/// Rounds of unprocessed keys a batch read retries before giving up.
-const UNPROCESSED_ROUNDS: u32 = 8;
 
 /// The DynamoDB implementation of [`ViewStore`]. Cheap to clone: clones
 /// share the SDK client.
@@ -205,56 +203,67 @@ impl ViewStore for DynamoViews {
         Ok(seen_items(&items))
     }
 
-    async fn view_items(
-        &self,
-        wanted: &[(String, String)],
-    ) -> Result<Vec<(String, ViewItem)>, Error> {
-        let mut out = Vec::with_capacity(wanted.len());
+    async fn view_items(&self, wanted: &[(String, String)]) -> Result<ViewItemsRound, Error> {
+        // One round: the caller pauses between rounds, within its deadline.
+        let mut found = Vec::with_capacity(wanted.len());
+        let mut unprocessed = Vec::new();
+        let mut throttled = 0usize;
         for part in wanted.chunks(BATCH_GET_MAX) {
             let mut request = KeysAndAttributes::builder().consistent_read(true);
             for (pk, sk) in part {
                 request = request.keys(Self::key(pk, sk));
             }
-            let mut pending = Some(
-                request
-                    .build()
-                    .map_err(|e| request_build_failed("KeysAndAttributes", &e))?,
-            );
-            let mut rounds = 0u32;
-            while let Some(keys_left) = pending.take() {
-                rounds += 1;
-                if rounds > UNPROCESSED_ROUNDS {
-                    // Still throttled after backing off: the chunk is
-                    // retried later by the aggregator.
-                    return Err(Error::Throttled);
+            let request = request
+                .build()
+                .map_err(|e| request_build_failed("KeysAndAttributes", &e))?;
+            let page = match self
+                .client
+                .batch_get_item()
+                .request_items(&self.views_table, request)
+                .send()
+                .await
+                .map_err(|e| translate("BatchGetItem", e))
+            {
+                Ok(page) => page,
+                // Every key of the part throttled: asked for again, with
+                // the other parts' unprocessed keys.
+                Err(Error::Throttled) => {
+                    throttled += 1;
+                    unprocessed.extend_from_slice(part);
+                    continue;
                 }
-                if rounds > 1 {
-                    let ms = fastrand::u64(10..=(25u64 << rounds.min(6)));
-                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                Err(e) => return Err(e),
+            };
+            for i in page
+                .responses
+                .and_then(|mut r| r.remove(&self.views_table))
+                .unwrap_or_default()
+            {
+                if let (Some(pk), Some(item)) = (i.string("pk"), view_item(&i)) {
+                    found.push((pk.to_owned(), item));
                 }
-                let page = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.views_table, keys_left)
-                    .send()
-                    .await
-                    .map_err(|e| translate("BatchGetItem", e))?;
-                for i in page
-                    .responses
-                    .and_then(|mut r| r.remove(&self.views_table))
-                    .unwrap_or_default()
-                {
-                    if let (Some(pk), Some(item)) = (i.string("pk"), view_item(&i)) {
-                        out.push((pk.to_owned(), item));
+            }
+            let left = page
+                .unprocessed_keys
+                .and_then(|mut u| u.remove(&self.views_table))
+                .map(|k| k.keys)
+                .unwrap_or_default();
+            for key in left {
+                match (key.string("pk"), key.string("sk")) {
+                    (Some(pk), Some(sk)) => unprocessed.push((pk.to_owned(), sk.to_owned())),
+                    _ => {
+                        return Err(Error::internal(
+                            "BatchGetItem",
+                            "an unprocessed key without pk and sk",
+                        ));
                     }
                 }
-                pending = page
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.views_table))
-                    .filter(|k| !k.keys.is_empty());
             }
         }
-        Ok(out)
+        if throttled > 0 && throttled == wanted.chunks(BATCH_GET_MAX).count() {
+            return Err(Error::Throttled);
+        }
+        Ok((found, unprocessed))
     }
 
     async fn apply_views(&self, write: &ViewChunkWrite) -> Result<ChunkResult, Error> {
@@ -268,7 +277,10 @@ impl ViewStore for DynamoViews {
             now_ms: write.now_ms,
             records: write.records,
         }
-        .checkpoint_update(&self.views_table, "");
+        .checkpoint_update(&self.views_table, ", #exp = :exp")
+        // Refreshed by every chunk (see `ViewChunkWrite::checkpoint_expires_at`).
+        .expression_attribute_names("#exp", "expires_at")
+        .expression_attribute_values(":exp", n(write.checkpoint_expires_at));
         let mut request = self.client.transact_write_items().transact_items(
             TransactWriteItem::builder()
                 .update(
