@@ -75,6 +75,9 @@ pub(super) struct Attempts {
     /// When the last attempt was sent: a sum read before it cannot hold
     /// its change.
     pub(super) sent_at: Instant,
+    /// Stream mode, an unlike: the `liked_at` of the row it deletes, read
+    /// before the first attempt (`None`: not read, or no row).
+    pub(super) undoes_ms: Option<i64>,
 }
 
 impl Attempts {
@@ -88,6 +91,7 @@ impl Attempts {
             conflicts: 0,
             throttles: 0,
             sent_at: Instant::now(),
+            undoes_ms: None,
         }
     }
 }

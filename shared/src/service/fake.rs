@@ -14,8 +14,8 @@ use crate::store::{
 };
 use crate::token::RequestToken;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -23,8 +23,14 @@ use tokio::sync::Notify;
 /// answers the counter at once and every like transaction commits (its
 /// delta added to the counter); the options below change that.
 pub(super) struct Fake {
-    /// What a sum read answers, for every reel it asks for.
-    truth: AtomicI64,
+    /// What a sum read answers, for every reel it asks for (shared with
+    /// a [`Fake::twin`]).
+    truth: Arc<AtomicI64>,
+    /// The `last_write_ms` a sum read answers: when the aggregator last
+    /// wrote the shards (stream mode; see [`Fake::apply`]).
+    applied_ms: Arc<AtomicI64>,
+    /// The like rows committed, by user: their `liked_at`.
+    rows: Arc<Mutex<HashMap<String, i64>>>,
     /// Whether a committed transaction adds its delta to `truth`; without,
     /// every read answers the count the fake was made with.
     commits_count: bool,
@@ -60,7 +66,9 @@ impl Fake {
     /// A counter at `truth`, with the default behaviour.
     pub(super) fn new(truth: i64) -> Self {
         Fake {
-            truth: AtomicI64::new(truth),
+            truth: Arc::new(AtomicI64::new(truth)),
+            applied_ms: Arc::new(AtomicI64::new(0)),
+            rows: Arc::new(Mutex::new(HashMap::new())),
             commits_count: true,
             answers: Mutex::new(Vec::new()),
             failing: None,
@@ -134,9 +142,24 @@ impl Fake {
         self.truth.load(Ordering::SeqCst)
     }
 
-    /// Sets the counter (in stream mode: the aggregator applied changes).
-    pub(super) fn set_truth(&self, n: i64) {
+    /// Stream mode: the aggregator applied changes, leaving the shards at
+    /// `n`, and wrote them at its clock `at_ms` (Unix ms).
+    pub(super) fn apply(&self, n: i64, at_ms: i64) {
         self.truth.store(n, Ordering::SeqCst);
+        self.applied_ms.store(at_ms, Ordering::SeqCst);
+    }
+
+    /// Another function instance's view of the same tables: the counter
+    /// and the like rows shared, everything else its own and as new.
+    pub(super) fn twin(&self) -> Self {
+        Fake {
+            truth: self.truth.clone(),
+            applied_ms: self.applied_ms.clone(),
+            rows: self.rows.clone(),
+            commits_count: self.commits_count,
+            answers: Mutex::new(self.answers.lock().unwrap().clone()),
+            ..Fake::new(0)
+        }
     }
 
     /// Sum reads sent so far.
@@ -191,6 +214,7 @@ impl CounterStore for Fake {
             tokio::time::sleep(self.sum_delay).await;
         }
         let n = self.truth.load(Ordering::SeqCst);
+        let last_write_ms = self.applied_ms.load(Ordering::SeqCst);
         if self.hold == Some(i) {
             self.held.notify_one();
             self.release.notified().await;
@@ -203,7 +227,7 @@ impl CounterStore for Fake {
                     ShardSum {
                         n,
                         w: n,
-                        last_write_ms: 0,
+                        last_write_ms,
                     },
                 )
             })
@@ -230,6 +254,13 @@ impl CounterStore for Fake {
             answer,
             TxResult::Committed { .. } | TxResult::CommittedUnsure
         );
+        if committed {
+            let mut rows = self.rows.lock().unwrap();
+            match tx.action {
+                Action::Like => rows.insert(tx.user.as_str().to_owned(), tx.now_ms),
+                Action::Unlike => rows.remove(tx.user.as_str()),
+            };
+        }
         if committed && self.commits_count {
             self.truth.fetch_add(tx.action.delta(), Ordering::SeqCst);
         }
@@ -245,8 +276,12 @@ impl CounterStore for Fake {
     ) -> Result<Vec<(ReelId, Option<i64>)>, Error> {
         Ok(Vec::new())
     }
-    async fn like_row(&self, _u: &UserId, _r: &ReelId) -> Result<Option<LikeRow>, Error> {
-        Ok(None)
+    async fn like_row(&self, u: &UserId, _r: &ReelId) -> Result<Option<LikeRow>, Error> {
+        let rows = self.rows.lock().unwrap();
+        Ok(rows.get(u.as_str()).map(|&at| LikeRow {
+            liked_at_ms: Some(at),
+            token: None,
+        }))
     }
     async fn key_record(&self, _t: &RequestToken) -> Result<Option<KeyRecord>, Error> {
         Ok(None)

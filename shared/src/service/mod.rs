@@ -19,7 +19,11 @@
 //! dropped). Under likes only, the served count therefore never decreases,
 //! and it never exceeds the truth. In stream mode an own change is applied
 //! to what was served last and replaces it, so an unlike after a like
-//! answers without that like.
+//! answers without that like; an unlike takes nothing off a value that
+//! cannot hold its like (the shards last written before the like row's
+//! `liked_at`, as on a fresh instance while the stream carries a like made
+//! elsewhere), and a read that the guard keeps out for lacking an own
+//! unlike still lifts the count to itself less those unlikes.
 //!
 //! # Layout
 //!

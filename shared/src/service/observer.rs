@@ -81,8 +81,8 @@ impl<S: CounterStore> LikeService<S> {
         }
     }
 
-    /// Counts a like transaction of `user` on `reel` that conflicted or was
-    /// throttled on the reel's shard; enough of them from distinct users
+    /// Counts a like transaction of `user` on `reel` that conflicted on the
+    /// reel's shard (never a throttle: see `note_retry`); enough of them from distinct users
     /// within [`CROWD_WINDOW`](crowd::CROWD_WINDOW) grow the reel as a saturated one
     /// ([`ResizeConfig::grow_target`]). Distinct users, because growth must
     /// follow a crowd: one user's parallel likes and unlikes (on a reel
@@ -150,10 +150,9 @@ mod tests {
     #[tokio::test]
     async fn repeated_contention_on_a_reel_starts_a_grow_once() {
         let conflict = TxResult::Retry(RetryReason::Conflict);
-        let throttled = TxResult::Retry(RetryReason::Throttled);
         // Three users, each meeting the crowd on the reel's shard once.
         let svc = scripted(
-            vec![conflict, DONE, throttled, DONE, conflict, DONE],
+            vec![conflict, DONE, conflict, DONE, conflict, DONE],
             &[("CONTENTION_GROW_EVENTS", "3")],
         );
         for user in ["a", "b", "c"] {
@@ -213,6 +212,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn throttles_never_count_as_a_crowd() {
+        // Before: a throttle of the like transaction on the reel's shard
+        // counted as contention, so a table throttled by its capacity (not
+        // by a crowd on one reel) grew every reel that many users liked.
+        let throttled = TxResult::Retry(RetryReason::Throttled);
+        let own_throttled = TxResult::Retry(RetryReason::OwnThrottled);
+        let svc = scripted(
+            vec![
+                throttled,
+                DONE,
+                throttled,
+                throttled,
+                DONE,
+                own_throttled,
+                DONE,
+                throttled,
+                DONE,
+                throttled,
+                DONE,
+            ],
+            &[("CONTENTION_GROW_EVENTS", "2")],
+        );
+        for user in ["a", "b", "c", "d", "e"] {
+            let out = svc.write(like(user, user)).await.unwrap();
+            assert!(out.throttles >= 1, "{user}: retried on the throttle");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(svc.store().puts().is_empty(), "{:?}", svc.store().puts());
+    }
+
+    #[tokio::test]
     async fn one_user_racing_themselves_grows_no_reel() {
         // Before: any five conflicts within 10 s grew the reel ×4, so one
         // user's parallel PUT/DELETE on one reel (or on a reel that does
@@ -269,9 +299,9 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(svc.store().puts().is_empty(), "{:?}", svc.store().puts());
 
-        // The same script in transactional mode starts a grow.
+        // Three users' conflicts in transactional mode start a grow.
         let svc = scripted(
-            vec![conflict, DONE, throttled, DONE, conflict, DONE],
+            vec![conflict, DONE, conflict, DONE, conflict, DONE],
             &[("CONTENTION_GROW_EVENTS", "3")],
         );
         for user in ["a", "b", "c"] {

@@ -29,19 +29,27 @@ pub(super) struct Cached {
     /// The value includes no change committed after this instant: the
     /// read's answer, or the return of the last own change applied.
     pub(super) covers: Instant,
+    /// Stream mode: the latest clock (Unix ms) at which a change this value
+    /// may hold was written: the shards' `updated_at` as read (the
+    /// aggregator's clock when it last applied records to them), or the
+    /// request clock of an own change applied since. A like row whose
+    /// `liked_at` is later is certainly not in the value (see
+    /// [`LikeService::serve_own_change`]).
+    pub(super) holds_ms: i64,
 }
 
 impl Cached {
-    fn read(load: u64, count: i64, read_at: Instant, done_at: Instant) -> Self {
+    fn read(load: u64, sum: ShardSum, read_at: Instant, done_at: Instant) -> Self {
         Cached {
             count: Count {
-                count,
+                count: sum.n,
                 read_at,
                 done_at,
             },
             load,
             adjusted: 0,
             covers: done_at,
+            holds_ms: sum.last_write_ms,
         }
     }
 }
@@ -197,7 +205,7 @@ impl<S: CounterStore> LikeService<S> {
         let done_at = Instant::now();
         let sum = sums.get(reel).copied().unwrap_or_default();
         self.observe_rate(reel, &settings, sum, read_at).await;
-        Ok(Cached::read(load, sum.n, read_at, done_at))
+        Ok(Cached::read(load, sum, read_at, done_at))
     }
 
     /// Sums the reel's shards now, and caches the result unless the entry
@@ -293,7 +301,8 @@ impl<S: CounterStore> LikeService<S> {
                 }
             }
             for r in missing.into_iter().filter(|r| !failed.contains(r)) {
-                let mut n = Cached::read(load, sums.get(&r).map_or(0, |s| s.n), read_at, done_at);
+                let sum = sums.get(&r).copied().unwrap_or_default();
+                let mut n = Cached::read(load, sum, read_at, done_at);
                 if let Some(c) = &self.counts {
                     // An entry that appeared meanwhile (perhaps adjusted for
                     // this instance's own writes) wins over this read; one

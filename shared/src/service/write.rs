@@ -3,6 +3,7 @@
 
 use super::attempts::{Attempts, request_token};
 use super::read::Cached;
+use super::served::OwnChange;
 use super::{Count, LikeService, WriteOutcome, WritePath, WriteRequest};
 use crate::config::Counting;
 use crate::error::Error;
@@ -34,6 +35,7 @@ impl<S: CounterStore> LikeService<S> {
         let settings = self.settings(&req.reel).await?;
         let token = request_token(&req);
         let mut tries = Attempts::new(self.like_tx(&req, &token, &settings));
+        tries.undoes_ms = self.liked_at_before_unlike(&req).await;
         let (path, changed) = loop {
             tries.made += 1;
             if tries.made > 1 {
@@ -51,7 +53,7 @@ impl<S: CounterStore> LikeService<S> {
         let committed_at = Instant::now();
         let keyed = tries.tx.record.is_some();
         let count = self
-            .count_after_write(&req, path, keyed, tries.sent_at, committed_at)
+            .count_after_write(&req, path, keyed, &tries, committed_at)
             .await?;
         tracing::info!(
             reel = %req.reel,
@@ -186,10 +188,14 @@ impl<S: CounterStore> LikeService<S> {
             }
             RetryReason::InProgress => {}
         }
-        // Only the reel's own item, the shard, says a crowd is
-        // at it; the caller's row or record says nothing of
-        // the reel (one user racing themselves).
-        if matches!(reason, RetryReason::Conflict | RetryReason::Throttled) {
+        // Only a conflict on the reel's own item, the shard, says a
+        // crowd is at it. The caller's row or record says nothing of
+        // the reel (one user racing themselves), and a throttle says
+        // nothing of the reel either: DynamoDB throttles a table's or
+        // an account's capacity, so a throttled table would grow every
+        // reel it touches (×SATURATED_GROWTH for an hour each). A truly
+        // hot shard shows in the write rate the schedule sizes by.
+        if reason == RetryReason::Conflict {
             self.observe_contention(&req.reel, &req.user, settings)
                 .await;
         }
@@ -217,6 +223,24 @@ impl<S: CounterStore> LikeService<S> {
         })
     }
 
+    /// Stream mode, an unlike: the `liked_at` of the row it is about to
+    /// delete (one consistent read), so that its answer takes the like off
+    /// only a count that may hold it ([`OwnChange::undoes_ms`]). `None` in
+    /// transactional mode, for a like, or when the read fails (the count
+    /// is then taken as holding the like, as before).
+    async fn liked_at_before_unlike(&self, req: &WriteRequest) -> Option<i64> {
+        if self.counting != Counting::Stream || req.action != Action::Unlike {
+            return None;
+        }
+        match self.store.like_row(&req.user, &req.reel).await {
+            Ok(row) => row.and_then(|r| r.liked_at_ms),
+            Err(e) => {
+                tracing::debug!(reel = %req.reel, error = e.code(), "the like row before an unlike was not read");
+                None
+            }
+        }
+    }
+
     /// The count a write answers with, `path` the way it went and `keyed`
     /// whether it carried an `Idempotency-Key`.
     async fn count_after_write(
@@ -224,14 +248,20 @@ impl<S: CounterStore> LikeService<S> {
         req: &WriteRequest,
         path: WritePath,
         keyed: bool,
-        sent_at: Instant,
+        tries: &Attempts,
         committed_at: Instant,
     ) -> Result<i64, Error> {
+        let sent_at = tries.sent_at;
+        let own = OwnChange {
+            delta: req.action.delta(),
+            at_ms: tries.tx.now_ms,
+            undoes_ms: tries.undoes_ms,
+        };
         Ok(match path {
             // Stream mode: the shards get the change only once the stream
             // has carried it to the aggregator.
             WritePath::Applied if self.counting == Counting::Stream => {
-                self.count_after_own_streamed_change(&req.reel, req.action.delta(), committed_at)
+                self.count_after_own_streamed_change(&req.reel, own, committed_at)
                     .await?
             }
             // The same for an unkeyed write that an earlier attempt of this
@@ -241,7 +271,7 @@ impl<S: CounterStore> LikeService<S> {
             WritePath::Replayed | WritePath::Committed
                 if self.counting == Counting::Stream && !keyed =>
             {
-                self.count_after_own_streamed_change(&req.reel, req.action.delta(), committed_at)
+                self.count_after_own_streamed_change(&req.reel, own, committed_at)
                     .await?
             }
             WritePath::Applied => {
@@ -268,28 +298,31 @@ impl<S: CounterStore> LikeService<S> {
             .then(|| self.shard_key.shard(token, write_shards))
     }
 
-    /// Stream mode: the count after this instance committed a like row
-    /// change of `delta` at `committed_at`, which no shard holds yet.
+    /// Stream mode: the count after this instance committed `own`, a like
+    /// row change, at `committed_at`, which no shard holds yet.
     ///
     /// The answer is what this instance would serve now plus the change
     /// (the value served last if the cached sum would not replace it: an
     /// earlier own change may be in the former and not yet in the latter),
     /// recorded by the guard as the newest value whatever it served before
     /// ([`Self::serve_own_change`]): an unlike after a like answers without
-    /// that like. It is served with `covers` set [`Config::stream_visible`]
-    /// ahead: until then a sum read without the change cannot replace it,
-    /// after that the aggregator has applied it and a fresh sum holds it.
+    /// that like, and takes nothing off a value that cannot hold the like
+    /// (the like made on another instance, not yet carried). It is served
+    /// with `covers` set [`Config::stream_visible`] ahead: until then a sum
+    /// read without the change cannot replace it (a larger one only lifts
+    /// it to what it proves), after that the aggregator has applied it and
+    /// a fresh sum holds it.
     ///
     /// [`Config::stream_visible`]: crate::config::Config::stream_visible
     async fn count_after_own_streamed_change(
         &self,
         reel: &ReelId,
-        delta: i64,
+        own: OwnChange,
         committed_at: Instant,
     ) -> Result<i64, Error> {
         let current = self.cached(reel).await?;
         let adjusted = self
-            .serve_own_change(reel, current, delta, committed_at + self.stream_visible)
+            .serve_own_change(reel, current, own, committed_at + self.stream_visible)
             .await;
         if let Some(c) = &self.counts {
             c.entry(reel.clone())
