@@ -590,6 +590,13 @@ def main():
         "LIKES_TABLE": LIKES,
         "SHARD_KEY": secrets.token_hex(32),
         "COUNTING": "transactional",
+        # The user events carry an access token with the template's default
+        # scope; the admin events are signed by a session of this role
+        # (arn:aws:sts::123456789012:assumed-role/likes-operators/ops-admin),
+        # allowlisted as a deployment would (AdminPrincipals; empty refuses
+        # every principal). Only the reshard function declares it.
+        "JWT_SCOPE": "likes/api",
+        "ADMIN_PRINCIPALS": "arn:aws:iam::123456789012:role/likes-operators",
         # Where a function declares them (views: read, view, aggregate-views).
         "VIEWS_TABLE": VIEWS,
         "VIEWS_STREAM": STREAM,

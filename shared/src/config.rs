@@ -102,6 +102,10 @@ pub struct Config {
     /// `AUTH_MODE`: `dev` enables the `x-user-id` header; anything else (or
     /// unset) means JWT only.
     pub auth_mode: AuthMode,
+    /// `ADMIN_PRINCIPALS`, `ERASURE_PRINCIPALS` (default empty: nobody),
+    /// `JWT_SCOPE`: who may call the admin routes and erase, and the scope
+    /// a user's token must carry ([`crate::config::access`]).
+    pub access: Access,
     /// Resizing (see [`crate::reshard`]).
     pub resize: ResizeConfig,
     /// Reconciliation (see [`crate::reconcile`]).
@@ -543,6 +547,7 @@ impl Config {
                 },
             },
             auth_mode,
+            access: Access::from_lookup(&get, in_lambda).map_err(ConfigError)?,
             resize,
             reconcile,
             metrics: crate::metrics::Metrics::from_lookup(&get),
@@ -575,6 +580,10 @@ impl Config {
         })
     }
 }
+
+pub mod access;
+
+pub use access::Access;
 
 #[cfg(test)]
 mod tests;

@@ -24,10 +24,16 @@ pub enum Error {
     /// 401: a like/unlike without a verified identity.
     #[error("authentication required")]
     Unauthorized,
-    /// 403: an admin route called without the IAM authorization the
-    /// template requires (outside `AUTH_MODE=dev`).
-    #[error("this route requires IAM authorization")]
+    /// 403: an admin route (or erasure) called without the IAM
+    /// authorization the template requires, or by an IAM principal not on
+    /// its allowlist (`ADMIN_PRINCIPALS`, `ERASURE_PRINCIPALS`; outside
+    /// `AUTH_MODE=dev`).
+    #[error("this route requires IAM authorization by an allowed principal")]
     Forbidden,
+    /// 403: a user route called with a token that lacks the scope the
+    /// deployment requires (`JWT_SCOPE`), such as an ID token.
+    #[error("the token lacks the required scope")]
+    InsufficientScope,
     /// 404: no such route.
     #[error("no such route")]
     NotFound,
@@ -105,7 +111,7 @@ impl Error {
         match self {
             Error::BadRequest { .. } => 400,
             Error::Unauthorized => 401,
-            Error::Forbidden => 403,
+            Error::Forbidden | Error::InsufficientScope => 403,
             Error::NotFound | Error::UnknownReel => 404,
             Error::MethodNotAllowed { .. } => 405,
             Error::Conflict { .. } => 409,
@@ -122,6 +128,7 @@ impl Error {
             Error::BadRequest { code, .. } => code,
             Error::Unauthorized => "unauthorized",
             Error::Forbidden => "forbidden",
+            Error::InsufficientScope => "insufficient_scope",
             Error::NotFound => "not_found",
             Error::UnknownReel => "reel_not_found",
             Error::MethodNotAllowed { .. } => "method_not_allowed",
@@ -186,6 +193,7 @@ mod tests {
             Error::bad_request("invalid_reel_id", "x"),
             Error::Unauthorized,
             Error::Forbidden,
+            Error::InsufficientScope,
             Error::NotFound,
             Error::UnknownReel,
             Error::MethodNotAllowed { allow: "GET" },
@@ -204,7 +212,7 @@ mod tests {
         assert_eq!(
             statuses,
             [
-                400, 401, 403, 404, 404, 405, 409, 413, 429, 429, 429, 503, 500
+                400, 401, 403, 403, 404, 404, 405, 409, 413, 429, 429, 429, 503, 500
             ]
         );
         for e in &all {

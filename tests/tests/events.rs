@@ -1,8 +1,10 @@
 //! The handlers on the sample events in `events/` (the same files users pass
 //! to `sam local invoke`), exactly as Lambda hands them over: payload format
-//! 2.0, identity from the JWT authorizer's claims, `AUTH_MODE` unset. Also:
+//! 2.0, identity from the JWT authorizer's claims (access tokens with the
+//! template's default scope, `likes/api`), `AUTH_MODE` unset. Also:
 //! a forged `x-user-id` is ignored outside dev mode, admin routes need IAM
-//! authorization outside dev mode, the reshard function's entry point tells
+//! authorization by an allowlisted principal outside dev mode, a token
+//! without the scope is refused, the reshard function's entry point tells
 //! HTTP events from the schedule (never sleeping past its deadline), the
 //! reconcile events (start, resume, dry run) run the job and a bad mode is
 //! refused, an unreachable DynamoDB answers 503 quickly, and the views
@@ -48,10 +50,21 @@ async fn call(app: &App, f: Function, req: lambda_http::Request) -> (u16, Value)
     (status, body)
 }
 
-/// The production configuration (JWT only) on the test stack's tables.
+/// The role whose session signs the admin sample events
+/// (`arn:aws:sts::123456789012:assumed-role/likes-operators/ops-admin`).
+const OPERATORS_ROLE: &str = "arn:aws:iam::123456789012:role/likes-operators";
+
+/// The production configuration (JWT only, the template's default scope)
+/// on the test stack's tables, with the sample events' operator role on
+/// the admin allowlist (as `make sam-local` passes `ADMIN_PRINCIPALS`).
 fn jwt_app(t: &TestStack) -> App {
     let mut config = t.stack.config.clone();
     config.auth_mode = AuthMode::Jwt;
+    config.access = likes::http::Access::from_lookup(
+        |k| (k == "ADMIN_PRINCIPALS").then(|| OPERATORS_ROLE.to_owned()),
+        true,
+    )
+    .unwrap();
     App::new(
         config.clone(),
         DynamoStore::new(t.stack.client.clone(), &config),
@@ -167,6 +180,46 @@ async fn admin_events_need_iam_authorization_and_the_schedule_runs() {
             "{name}"
         );
     }
+    // Signed, but by a principal off the allowlist (or with none): 403,
+    // nothing read or written; and erasure wants ERASURE_PRINCIPALS, which
+    // the admin role is not on.
+    let mut config = app.config.clone();
+    config.access.admin = likes::config::access::Principals::from_list(
+        "ADMIN_PRINCIPALS",
+        "arn:aws:iam::123456789012:role/likes-other",
+    )
+    .unwrap();
+    let strict = App::new(
+        config.clone(),
+        DynamoStore::new(t.stack.client.clone(), &config),
+    );
+    let none = {
+        let mut c = config.clone();
+        c.access.admin = Default::default();
+        App::new(c.clone(), DynamoStore::new(t.stack.client.clone(), &c))
+    };
+    for app in [&strict, &none] {
+        for name in ["admin-shards-get.json", "admin-shards-post.json"] {
+            let (s, b) = call(app, Function::Reshard, event(name)).await;
+            assert_eq!(
+                (s, b["error"]["code"].as_str()),
+                (403, Some("forbidden")),
+                "{name}"
+            );
+        }
+    }
+    let text = std::fs::read_to_string(repo_root().join("events/admin-shards-get.json")).unwrap();
+    let mut erase: Value = serde_json::from_str(&text).unwrap();
+    erase["rawPath"] = "/admin/users/user-42/likes".into();
+    erase["routeKey"] = "ANY /admin/users/{user_id}/likes".into();
+    erase["requestContext"]["http"]["method"] = "DELETE".into();
+    erase["requestContext"]["http"]["path"] = "/admin/users/user-42/likes".into();
+    let erase = lambda_http::request::from_str(&erase.to_string()).unwrap();
+    let (s, b) = call(&app, Function::Like, erase).await;
+    assert_eq!((s, b["error"]["code"].as_str()), (403, Some("forbidden")));
+    let (s, b) = call(&app, Function::Reshard, event("admin-shards-get.json")).await;
+    assert_eq!((s, b["target"].as_u64()), (200, Some(8)), "{b}");
+
     let text = std::fs::read_to_string(repo_root().join("events/read.json")).unwrap();
     let mut jwt_event: Value = serde_json::from_str(&text).unwrap();
     jwt_event["rawPath"] = "/admin/reels/reel-8841/shards".into();
@@ -480,5 +533,48 @@ async fn the_views_samples_are_applied_once_and_read_back() {
             .collect::<Vec<_>>(),
         [("r1", 2)]
     );
+    t.stop().await;
+}
+
+/// The sample events carry an access token with the scope; the same
+/// event with a Cognito ID token (no `scope`), or with another scope, is
+/// refused with 403 `insufficient_scope` and writes nothing. Before: the
+/// functions never looked at the scope, and the template required none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_without_the_scope_is_refused() {
+    let t = TestStack::uncached().await;
+    let app = jwt_app(&t);
+    assert_eq!(app.config.access.jwt_scope.as_deref(), Some("likes/api"));
+    let with_claims = |name: &str, edit: &dyn Fn(&mut Value)| {
+        let text = std::fs::read_to_string(repo_root().join("events").join(name)).unwrap();
+        let mut v: Value = serde_json::from_str(&text).unwrap();
+        edit(&mut v["requestContext"]["authorizer"]["jwt"]["claims"]);
+        lambda_http::request::from_str(&v.to_string()).unwrap()
+    };
+    let id_token = |c: &mut Value| {
+        let c = c.as_object_mut().unwrap();
+        c.remove("scope");
+        c.insert("token_use".into(), "id".into());
+    };
+    let other_scope = |c: &mut Value| c["scope"] = "likes/apix openid".into();
+    for edit in [&id_token as &dyn Fn(&mut Value), &other_scope] {
+        for (f, name) in [
+            (Function::Like, "like.json"),
+            (Function::Read, "read.json"),
+            (Function::Read, "batch-read.json"),
+            (Function::Read, "reel-views.json"),
+            (Function::Read, "counts.json"),
+        ] {
+            let (s, b) = call(&app, f, with_claims(name, edit)).await;
+            assert_eq!(
+                (s, b["error"]["code"].as_str()),
+                (403, Some("insufficient_scope")),
+                "{name}"
+            );
+        }
+    }
+    assert_eq!(t.like_rows("reel-8841").await, 0);
+    let (s, _) = call(&app, Function::Like, event("like.json")).await;
+    assert_eq!(s, 200);
     t.stop().await;
 }

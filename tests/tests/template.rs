@@ -1966,3 +1966,114 @@ fn healthz_has_a_small_throttle_of_its_own() {
 // reads the code, in a room of its own (template/code.rs).
 #[path = "template/code.rs"]
 mod code;
+
+/// Issue 36, "Admin and erasure": IAM authorization admits any principal
+/// of the account, so the functions admit only allowlisted ones, from two
+/// parameters that default to nobody; erasure has its own list. And the
+/// user routes' JWT scope is required by default (an ID token or another
+/// client's token no longer passes), on every route of the JWT authorizer
+/// and again in the functions that serve them (`JWT_SCOPE`). Before: no
+/// allowlist parameters, and `JwtAuthorizationScope` defaulted to empty.
+#[test]
+fn admin_and_erasure_are_allowlisted_and_the_jwt_scope_is_required_by_default() {
+    use yaml_serde::Value;
+    let doc = template_doc();
+    let params = &doc["Parameters"];
+    for (param, var, function) in [
+        ("AdminPrincipals", "ADMIN_PRINCIPALS", "ReshardFunction"),
+        ("ErasurePrincipals", "ERASURE_PRINCIPALS", "LikeFunction"),
+    ] {
+        let p = &params[param];
+        assert_eq!(p["Type"], "String", "{param}");
+        assert_eq!(p["Default"], "", "{param}: empty, nobody, by default");
+        assert!(is_tagged(&function_env(&doc, function, var), "!Ref", param));
+        // Only the function that serves the routes gets the list.
+        for f in functions(&doc).iter().filter(|f| *f != function) {
+            assert!(function_env(&doc, f, var).is_null(), "{f} gets {var}");
+        }
+    }
+    // Erasure is the like function's, resizes the reshard function's.
+    let erasure = &doc["Resources"]["LikeFunction"]["Properties"]["Events"]["EraseUserLikes"];
+    assert_eq!(
+        erasure["Properties"]["Path"],
+        "/admin/users/{user_id}/likes"
+    );
+
+    let scope = params["JwtAuthorizationScope"]["Default"]
+        .as_str()
+        .expect("a default scope");
+    assert!(
+        !scope.is_empty() && !scope.contains(char::is_whitespace) && scope.contains('/'),
+        "a resource server's scope, identifier/name: {scope:?}"
+    );
+    assert_eq!(scope, likes::config::access::DEFAULT_JWT_SCOPE);
+    let res = &doc["Resources"];
+    let api = &res["LikesApi"]["Properties"]["Auth"];
+    assert_eq!(api["DefaultAuthorizer"], "JwtAuthorizer");
+    let [Value::Tagged(t)] = api["Authorizers"]["JwtAuthorizer"]["AuthorizationScopes"]
+        .as_sequence()
+        .expect("a list")
+        .as_slice()
+    else {
+        panic!("one scope");
+    };
+    assert_eq!(t.tag, "!If");
+    assert!(is_tagged(&t.value[1], "!Ref", "JwtAuthorizationScope"));
+    let mut jwt_routes = 0;
+    for f in functions(&doc) {
+        let mut serves_jwt = false;
+        for (_, ev) in res[f.as_str()]["Properties"]["Events"]
+            .as_mapping()
+            .into_iter()
+            .flatten()
+        {
+            if ev["Type"] != "HttpApi" {
+                continue;
+            }
+            let auth = &ev["Properties"]["Auth"];
+            let jwt = match auth["Authorizer"].as_str() {
+                None | Some("JwtAuthorizer") => true,
+                Some("NONE" | "AWS_IAM") => false,
+                Some(other) => panic!("{f}: authorizer {other}"),
+            };
+            if !jwt {
+                continue;
+            }
+            jwt_routes += 1;
+            serves_jwt = true;
+            // A route's own AuthorizationScopes would replace the
+            // authorizer's: none may drop the scope.
+            assert!(
+                auth["AuthorizationScopes"].is_null(),
+                "{f} {:?}: scopes of its own",
+                ev["Properties"]["Path"]
+            );
+        }
+        if serves_jwt {
+            assert!(
+                is_tagged(
+                    &function_env(&doc, &f, "JWT_SCOPE"),
+                    "!Ref",
+                    "JwtAuthorizationScope"
+                ),
+                "{f} serves JWT routes without JWT_SCOPE"
+            );
+        }
+    }
+    assert!(jwt_routes >= 6, "{jwt_routes} JWT routes");
+
+    // The defaults, as a function inside Lambda reads them: the scope
+    // required, nobody allowed.
+    let env = BTreeMap::from([
+        ("COUNTERS_TABLE", "c".to_owned()),
+        ("LIKES_TABLE", "l".to_owned()),
+        ("AWS_LAMBDA_FUNCTION_NAME", "likes-like".to_owned()),
+        ("SHARD_KEY", "k".repeat(32)),
+        ("JWT_SCOPE", scope.to_owned()),
+        ("ADMIN_PRINCIPALS", String::new()),
+        ("ERASURE_PRINCIPALS", String::new()),
+    ]);
+    let config = likes::Config::from_lookup(|k| env.get(k).cloned()).unwrap();
+    assert_eq!(config.access.jwt_scope.as_deref(), Some(scope));
+    assert!(config.access.admin.is_empty() && config.access.erasure.is_empty());
+}

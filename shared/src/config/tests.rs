@@ -115,3 +115,44 @@ fn dev_mode_only_when_asked_for_exactly() {
     jwt_in_lambda.push(("SHARD_KEY", "0123456789abcdef0123456789abcdef-deployment"));
     assert_eq!(cfg(&jwt_in_lambda).unwrap().auth_mode, AuthMode::Jwt);
 }
+
+/// Issue 36: nobody may use the admin routes or erase unless listed, a bad
+/// entry stops the function at its cold start, and inside Lambda a user's
+/// token needs the scope even when `JWT_SCOPE` is missing.
+#[test]
+fn access_is_closed_by_default_and_read_strictly() {
+    let base = [("COUNTERS_TABLE", "c"), ("LIKES_TABLE", "l")];
+    let c = cfg(&base).unwrap();
+    assert!(c.access.admin.is_empty() && c.access.erasure.is_empty());
+    assert_eq!(c.access.jwt_scope, None, "outside Lambda: no scope check");
+    let mut lambda = base.to_vec();
+    lambda.push(("AWS_LAMBDA_FUNCTION_NAME", "likes-LikeFunction-abc"));
+    lambda.push(("SHARD_KEY", "0123456789abcdef0123456789abcdef-deployment"));
+    let c = cfg(&lambda).unwrap();
+    assert_eq!(c.access.jwt_scope.as_deref(), Some("likes/api"));
+    let mut off = lambda.clone();
+    off.push(("JWT_SCOPE", ""));
+    assert_eq!(cfg(&off).unwrap().access.jwt_scope, None);
+    let mut listed = lambda.clone();
+    listed.push((
+        "ADMIN_PRINCIPALS",
+        "arn:aws:iam::123456789012:role/likes-operators",
+    ));
+    let c = cfg(&listed).unwrap();
+    assert!(
+        c.access
+            .admin
+            .admits("arn:aws:sts::123456789012:assumed-role/likes-operators/me")
+    );
+    assert!(c.access.erasure.is_empty());
+    for (var, bad) in [
+        ("ADMIN_PRINCIPALS", "arn:aws:iam::123456789012:role/*"),
+        ("ERASURE_PRINCIPALS", "arn:aws:iam::123456789012:root"),
+        ("JWT_SCOPE", "likes/api openid"),
+    ] {
+        let mut v = lambda.clone();
+        v.push((var, bad));
+        let err = cfg(&v).unwrap_err();
+        assert!(err.0.contains(var), "{err:?}");
+    }
+}

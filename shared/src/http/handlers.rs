@@ -57,7 +57,7 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     // All validation happens here, before any I/O and in the same function
     // the fuzz target and property tests call: from here on the handler
     // acts only on the ids the command carries.
-    let parsed = request::parse(&req, app.config.auth_mode, function);
+    let parsed = request::parse_with(&req, app.config.auth_mode, &app.config.access, function);
     let cacheable = parsed.as_ref().ok().and_then(Cacheable::of);
     let result = match parsed {
         Err(e) => Err(e),

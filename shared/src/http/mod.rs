@@ -18,6 +18,7 @@
 //! Without the `dynamodb` feature only `routes` and `request` are built:
 //! parsing needs no store, and the fuzz target builds the crate that way.
 
+mod access;
 #[cfg(feature = "dynamodb")]
 mod handlers;
 mod request;
@@ -26,9 +27,12 @@ mod routes;
 /// Re-exported for the scheduled functions' `main`s: the deadline of a Lambda
 /// invocation as an `Instant`.
 pub use crate::clock::lambda_deadline;
+pub use crate::config::Access;
 #[cfg(feature = "dynamodb")]
 pub(crate) use handlers::error_response;
 #[cfg(feature = "dynamodb")]
 pub use handlers::handle;
-pub use request::{Command, MAX_BATCH_REELS, MAX_BODY_BYTES, MAX_VIEWS_BODY_BYTES, parse};
+pub use request::{
+    Command, MAX_BATCH_REELS, MAX_BODY_BYTES, MAX_VIEWS_BODY_BYTES, parse, parse_with,
+};
 pub use routes::Function;

@@ -5,8 +5,11 @@
 //! ids a `Command` carries, so this module is the whole input surface: the
 //! property tests and the fuzz target call `parse` directly.
 
+use super::access::{iam_principal, token_scope};
 use super::routes::{Function, Route, route};
+use crate::config::Access;
 use crate::config::AuthMode;
+use crate::config::access::Principals;
 use crate::error::Error;
 use crate::keys::{Action, ReelId, UserId};
 use crate::token::MAX_IDEMPOTENCY_KEY_LEN;
@@ -113,10 +116,30 @@ pub enum Command {
 /// answers with (always a 4xx). `function` is the Lambda function answering:
 /// a route it does not serve is `NotFound`, as the template wires them.
 ///
+/// Who may call is [`Access`]: this is [`parse_with`] under
+/// `Access::default()`, which allows no IAM principal (outside dev mode
+/// every admin and erasure call is refused) and checks no scope. The
+/// handler runs [`parse_with`] with the configuration's [`Access`].
+pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<Command, Error> {
+    parse_with(req, auth_mode, &Access::default(), function)
+}
+
+/// [`parse`] under `access`: the admin routes only for a principal of
+/// `access.admin`, erasure only for one of `access.erasure` (both refused
+/// with 403 `forbidden`, and logged once with the principal), and a user
+/// route's token only with `access.jwt_scope` (403 `insufficient_scope`).
+/// Under [`AuthMode::Dev`] none of these apply (the local stack has no
+/// authorizer; its admin routes are open).
+///
 /// This is exactly what [`super::handle`] runs before it touches DynamoDB;
 /// it is public so that property tests and the fuzz target can drive the
 /// whole input surface without a store.
-pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<Command, Error> {
+pub fn parse_with(
+    req: &Request,
+    auth_mode: AuthMode,
+    access: &Access,
+    function: Function,
+) -> Result<Command, Error> {
     let route = route(req, function).ok_or(Error::NotFound)?;
     let method = req.method();
     let allowed = match &route {
@@ -138,6 +161,7 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
     match route {
         Route::Like(raw) => {
             let user = identity(req, auth_mode)?.ok_or(Error::Unauthorized)?;
+            require_scope(req, auth_mode, access)?;
             let reel = reel_id(&raw)?;
             let idempotency_key = idempotency_key(req)?;
             let action = if *method == Method::PUT {
@@ -160,15 +184,20 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
                 Err(Error::Unauthorized) => None,
                 other => other?,
             };
+            require_scope(req, auth_mode, access)?;
             let reel = reel_id(&raw)?;
             Ok(Command::Count { reel, user })
         }
-        Route::BatchLikes => Ok(Command::Counts {
-            reels: batch_reel_ids(req)?,
-        }),
+        Route::BatchLikes => {
+            require_scope(req, auth_mode, access)?;
+            Ok(Command::Counts {
+                reels: batch_reel_ids(req)?,
+            })
+        }
         Route::Health => Ok(Command::Health),
         Route::Views => {
             let viewer = identity(req, auth_mode)?.ok_or(Error::Unauthorized)?;
+            require_scope(req, auth_mode, access)?;
             let idempotency_key = idempotency_key(req)?;
             let views = crate::views::accept::parse_batch(body_bytes(req))?;
             Ok(Command::Views {
@@ -177,18 +206,24 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
                 idempotency_key,
             })
         }
-        Route::ReelViews(raw) => Ok(Command::ReelViews {
-            reel: reel_id(&raw)?,
-        }),
-        Route::Counts => Ok(Command::LikesAndViews {
-            reels: batch_reel_ids(req)?,
-        }),
+        Route::ReelViews(raw) => {
+            require_scope(req, auth_mode, access)?;
+            Ok(Command::ReelViews {
+                reel: reel_id(&raw)?,
+            })
+        }
+        Route::Counts => {
+            require_scope(req, auth_mode, access)?;
+            Ok(Command::LikesAndViews {
+                reels: batch_reel_ids(req)?,
+            })
+        }
         Route::AdminReels => {
-            require_admin(req, auth_mode)?;
+            require_admin(req, auth_mode, &access.admin, "admin")?;
             Ok(Command::ListResized)
         }
         Route::AdminShards(raw) => {
-            let principal = require_admin(req, auth_mode)?;
+            let principal = require_admin(req, auth_mode, &access.admin, "admin")?;
             let reel = reel_id(&raw)?;
             if *method == Method::GET {
                 return Ok(Command::ShardState { reel });
@@ -201,7 +236,7 @@ pub fn parse(req: &Request, auth_mode: AuthMode, function: Function) -> Result<C
             })
         }
         Route::AdminUserLikes(raw) => {
-            let principal = require_admin(req, auth_mode)?;
+            let principal = require_admin(req, auth_mode, &access.erasure, "erasure")?;
             let raw = raw.ok_or_else(|| {
                 Error::bad_request("invalid_user_id", "user id must be UTF-8 once decoded")
             })?;
@@ -314,23 +349,57 @@ fn identity(req: &Request, mode: AuthMode) -> Result<Option<UserId>, Error> {
     Ok(None)
 }
 
-/// Admin routes: allowed when API Gateway authorized the call with IAM
-/// (SigV4; the template sets `AWS_IAM` on them), or in dev mode. A JWT
-/// (user) identity is never enough. Returns who called (see
-/// [`Command::Resize`]), so that a change can be attributed.
-fn require_admin(req: &Request, mode: AuthMode) -> Result<String, Error> {
+/// Admin routes and erasure: allowed when API Gateway authorized the call
+/// with IAM (SigV4; the template sets `AWS_IAM` on them) *and* the
+/// principal is on `allowed` (`ADMIN_PRINCIPALS` or `ERASURE_PRINCIPALS`,
+/// as `what` says; see [`super::access`]), or in dev mode. A JWT (user)
+/// identity is never enough. Returns who called (see [`Command::Resize`]),
+/// so that a change can be attributed; a principal refused is logged once,
+/// here, with its ARN (or caller id).
+fn require_admin(
+    req: &Request,
+    mode: AuthMode,
+    allowed: &Principals,
+    what: &'static str,
+) -> Result<String, Error> {
     if mode == AuthMode::Dev {
         return Ok("dev".into());
     }
-    let principal = match req.request_context_ref() {
-        Some(RequestContext::ApiGatewayV2(ctx)) => ctx
-            .authorizer
-            .as_ref()
-            .and_then(|a| a.iam.as_ref())
-            .and_then(|iam| iam.user_arn.clone().or_else(|| iam.caller_id.clone())),
-        _ => None,
+    let (arn, shown) = iam_principal(req).ok_or(Error::Forbidden)?;
+    match arn {
+        Some(arn) if allowed.admits(&arn) => Ok(arn),
+        _ => {
+            tracing::warn!(
+                principal = %shown,
+                allowlist = if what == "admin" { "ADMIN_PRINCIPALS" } else { "ERASURE_PRINCIPALS" },
+                "{what} call refused: principal not allowlisted"
+            );
+            Err(Error::Forbidden)
+        }
+    }
+}
+
+/// A user route's token must carry the configured scope (`JWT_SCOPE`), as
+/// API Gateway's JWT authorizer already demands when
+/// `JwtAuthorizationScope` is set: checked again here, so that an ID token
+/// or another client's token is refused even if that setting is lost. A
+/// request without a token is left to the identity rules (401 on a like,
+/// anonymous on a read); dev mode and an empty `JWT_SCOPE` check nothing.
+fn require_scope(req: &Request, mode: AuthMode, access: &Access) -> Result<(), Error> {
+    let Some(scope) = access
+        .jwt_scope
+        .as_deref()
+        .filter(|_| mode == AuthMode::Jwt)
+    else {
+        return Ok(());
     };
-    principal.ok_or(Error::Forbidden)
+    match token_scope(req, scope) {
+        Some(false) => {
+            tracing::warn!(scope, "user call refused: the token lacks the scope");
+            Err(Error::InsufficientScope)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The body of `POST /admin/reels/{reel_id}/shards`: `{"shards": M}`, M a
@@ -383,202 +452,4 @@ pub(crate) fn request_id(req: &Request) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use lambda_http::aws_lambda_events::apigw::{
-        ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
-        ApiGatewayV2httpRequestContext,
-    };
-
-    #[test]
-    fn routes_match_exact_paths_only() {
-        assert_eq!(
-            Route::parse("/reels/abc/like"),
-            Some(Route::Like("abc".into()))
-        );
-        assert_eq!(
-            Route::parse("/reels/abc/likes"),
-            Some(Route::ReelLikes("abc".into()))
-        );
-        assert_eq!(Route::parse("/likes"), Some(Route::BatchLikes));
-        assert_eq!(Route::parse("/healthz"), Some(Route::Health));
-        assert_eq!(
-            Route::parse("/admin/reels/abc/shards"),
-            Some(Route::AdminShards("abc".into()))
-        );
-        for p in [
-            "",
-            "/",
-            "/reels",
-            "/reels/abc",
-            "/reels/abc/like/",
-            "/reels//like",
-            "//likes",
-            "/Likes",
-            "/reels/a/b/like",
-            "likes",
-        ] {
-            let r = Route::parse(p);
-            assert!(
-                r.is_none() || matches!(&r, Some(Route::Like(id)) if id.is_empty()),
-                "{p:?} -> {r:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn encoded_separators_reach_validation_decoded() {
-        let Some(Route::Like(id)) = Route::parse("/reels/a%23b/like") else {
-            panic!()
-        };
-        assert_eq!(id, "a#b");
-        assert!(reel_id(&id).is_err());
-        let Some(Route::Like(id)) = Route::parse("/reels/%2e%2e/like") else {
-            panic!()
-        };
-        assert!(reel_id(&id).is_err());
-        let Some(Route::Like(id)) = Route::parse("/reels/%ff%fe/like") else {
-            panic!()
-        };
-        assert!(reel_id(&id).is_err());
-    }
-
-    #[test]
-    fn an_erasure_of_a_user_id_that_is_not_utf8_is_refused() {
-        // Before: decoded lossily to "Jos\u{FFFD}", a valid user id, so the
-        // erasure ran for another user and answered 200.
-        let req = request(
-            Method::DELETE,
-            "/admin/users/Jos%E9/likes",
-            &[],
-            Body::Empty,
-        );
-        let e = parse(&req, AuthMode::Dev, Function::Like).unwrap_err();
-        assert_eq!((e.status(), e.code()), (400, "invalid_user_id"), "{e:?}");
-        let Some(Route::AdminUserLikes(Some(id))) = Route::parse("/admin/users/Jos%C3%A9/likes")
-        else {
-            panic!()
-        };
-        assert_eq!(id, "José");
-    }
-
-    fn request(method: Method, path: &str, headers: &[(&str, &str)], body: Body) -> Request {
-        let mut req = lambda_http::http::Request::new(body);
-        *req.method_mut() = method;
-        for (k, v) in headers {
-            if let (Ok(k), Ok(v)) = (
-                lambda_http::http::HeaderName::from_bytes(k.as_bytes()),
-                lambda_http::http::HeaderValue::from_str(v),
-            ) {
-                req.headers_mut().append(k, v);
-            }
-        }
-        req.with_raw_http_path(path)
-    }
-
-    #[test]
-    fn parse_checks_method_then_body_then_identity_then_ids() {
-        let like = |m: Method, headers: &[(&str, &str)], body: Body| {
-            parse(
-                &request(m, "/reels/a%23b/like", headers, body),
-                AuthMode::Dev,
-                Function::Like,
-            )
-        };
-        let big = Body::Binary(vec![0; MAX_BODY_BYTES + 1]);
-        let code = |r: Result<Command, Error>| r.map_err(|e| e.code());
-        assert_eq!(
-            code(like(Method::GET, &[], big.clone())),
-            Err("method_not_allowed")
-        );
-        assert_eq!(code(like(Method::PUT, &[], big)), Err("payload_too_large"));
-        // Identity before ids: an anonymous caller learns nothing about them.
-        assert_eq!(
-            code(like(Method::PUT, &[], Body::Empty)),
-            Err("unauthorized")
-        );
-        assert_eq!(
-            code(like(Method::PUT, &[("x-user-id", "u")], Body::Empty)),
-            Err("invalid_reel_id")
-        );
-        // A function answers only its own routes.
-        let req = request(
-            Method::PUT,
-            "/reels/a/like",
-            &[("x-user-id", "u")],
-            Body::Empty,
-        );
-        assert_eq!(
-            parse(&req, AuthMode::Dev, Function::Read),
-            Err(Error::NotFound)
-        );
-        assert_eq!(
-            parse(&req, AuthMode::Dev, Function::Like),
-            Ok(Command::Write {
-                user: UserId::parse("u").unwrap(),
-                reel: ReelId::parse("a").unwrap(),
-                action: Action::Like,
-                idempotency_key: None,
-            })
-        );
-    }
-
-    #[test]
-    fn a_forged_user_header_is_no_identity_outside_dev_mode() {
-        let h = [("x-user-id", "victim")];
-        let req = request(Method::DELETE, "/reels/a/like", &h, Body::Empty);
-        assert_eq!(
-            parse(&req, AuthMode::Jwt, Function::Like),
-            Err(Error::Unauthorized)
-        );
-        let req = request(Method::GET, "/reels/a/likes", &h, Body::Empty);
-        assert_eq!(
-            parse(&req, AuthMode::Jwt, Function::Read),
-            Ok(Command::Count {
-                reel: ReelId::parse("a").unwrap(),
-                user: None,
-            })
-        );
-        // A verified token whose subject is no user id (over 256 bytes):
-        // no identity for a like, an anonymous read of the count. Before,
-        // the read answered 401, which openapi.yaml rules out there.
-        let with_sub = |method: Method, path: &str| {
-            let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
-            jwt.claims = [("sub".to_owned(), "u".repeat(300))].into();
-            let mut authorizer = ApiGatewayRequestAuthorizer::default();
-            authorizer.jwt = Some(jwt);
-            let mut ctx = ApiGatewayV2httpRequestContext::default();
-            ctx.authorizer = Some(authorizer);
-            request(method, path, &[], Body::Empty)
-                .with_request_context(RequestContext::ApiGatewayV2(ctx))
-        };
-        assert_eq!(
-            parse(
-                &with_sub(Method::PUT, "/reels/a/like"),
-                AuthMode::Jwt,
-                Function::Like
-            ),
-            Err(Error::Unauthorized)
-        );
-        assert_eq!(
-            parse(
-                &with_sub(Method::GET, "/reels/a/likes"),
-                AuthMode::Jwt,
-                Function::Read
-            ),
-            Ok(Command::Count {
-                reel: ReelId::parse("a").unwrap(),
-                user: None,
-            })
-        );
-        let req = request(Method::GET, "/admin/reels", &h, Body::Empty);
-        assert_eq!(
-            parse(&req, AuthMode::Jwt, Function::Reshard),
-            Err(Error::Forbidden)
-        );
-        assert_eq!(
-            parse(&req, AuthMode::Dev, Function::Reshard),
-            Ok(Command::ListResized)
-        );
-    }
-}
+mod tests;
