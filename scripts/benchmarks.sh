@@ -227,19 +227,20 @@ copied from a run):
   - `naive` has one key: its ceiling is the cap ÷ 1 unit, and every like
     over it is refused.
   - `auto` starts at 1 shard (a ceiling of the cap ÷ 2 likes a second). The
-    read path's rate observer and the contention observer start a grow,
-    then the scheduled runs finish it; each resize step waits the settings
-    cache, the request bound and a margin (scaled down here to about 5 s).
-    The refusals happen before it reaches its size, so compare the whole
-    run with its second half. While saturated (at or above its safe rate,
-    or throttled) each grow is at least ×`SATURATED_GROWTH` (4), since the
-    rate it sees is only what got through; once all of the 75 likes/s get
-    through, the sizing rule with the cap scaled,
-    `ceil(rate × SHARD_HEADROOM ÷ SHARD_WRITES_PER_SEC)`, asks for
-    `ceil(75 × 2 ÷ 12)` = 13. It can end above that: a grow started while
-    the reel is still contended is ×4 again (16 → 64). "Shards when the
-    load ends" is read before the refused likes are retried (their burst
-    may grow the reel again).
+    read path's rate observer starts a grow (the like path's contention
+    observer counts conflicts on the reel's shard only, never throttles,
+    and the cap here throttles), then the scheduled runs finish it; each
+    resize step waits the settings cache, the request bound and a margin
+    (scaled down here to about 5 s). The refusals happen before it reaches
+    its size, so compare the whole run with its second half. While
+    saturated (at or above its safe rate) each grow is at least
+    ×`SATURATED_GROWTH` (4), since the rate it sees is only what got
+    through; once all of the 75 likes/s get through, the sizing rule with
+    the cap scaled, `ceil(rate × SHARD_HEADROOM ÷ SHARD_WRITES_PER_SEC)`,
+    asks for `ceil(75 × 2 ÷ 12)` = 13. It can end above that: a grow
+    started while the reel is still saturated is ×4 again (16 → 64).
+    "Shards when the load ends" is read before the refused likes are
+    retried (their burst may grow the reel again).
 - **Stream mode.** `stream` offers 5× the `fixed` ceiling (BENCH_STREAM_RATE)
   with the viral reel at 1 shard and no growth: no like writes a counter
   item, so the cap applies to the like rows (one per user) and to the one

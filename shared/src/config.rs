@@ -297,9 +297,9 @@ pub struct ResizeConfig {
     /// `cool_per_sec` before it is folded back.
     pub cool_down: Duration,
     /// `CONTENTION_GROW_EVENTS` (default 5; 0 turns it off): this many
-    /// throttled or conflicting like transactions on one reel within 10 s,
-    /// seen by one function instance, grow the reel as a saturated one
-    /// (`SATURATED_GROWTH`).
+    /// like transactions that conflicted on one reel's shard within 10 s
+    /// (never throttles), seen by one function instance, grow the reel as
+    /// a saturated one (`SATURATED_GROWTH`).
     pub contention_events: u32,
     /// `SATURATED_GROWTH` (default 4, at least 2): the least factor a
     /// saturated reel's shards grow by. See [`ResizeConfig::grow_target`].
