@@ -16,6 +16,7 @@
 mod common;
 
 use common::TestStack;
+use common::stream_events::{ARN, batch_of, deliver};
 use likes::aggregate::counter_shard;
 use likes::keys::{self, ReelId};
 use likes::reshard::{Progress, Resharder};
@@ -24,9 +25,6 @@ use likes::store::{AggregateStore, ChunkAdd, ChunkResult, ChunkWrite, CounterSto
 use likes::token::RequestToken;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
-
-const ARN: &str =
-    "arn:aws:dynamodb:us-east-1:123456789012:table/likes-LikesTable/stream/2026-12-01T00:00:00.000";
 
 /// Stream mode with the resize waits shortened (as in `strays.rs`).
 const ENV: &[(&str, &str)] = &[
@@ -76,23 +74,7 @@ fn batch(shard: &str, reel: &str, likes: &[(u64, &str)]) -> Value {
             })
         })
         .collect();
-    json!({
-        "Records": records,
-        "window": {"start": "2026-12-01T00:00:00Z", "end": "2026-12-01T00:01:00Z"},
-        "state": {},
-        "shardId": shard,
-        "eventSourceARN": ARN,
-        "isFinalInvokeForWindow": false,
-        "isWindowTerminatedEarly": false,
-    })
-}
-
-/// Hands `event` to the entry point; the whole batch must be applied.
-async fn deliver(t: &TestStack, event: &Value) {
-    let out = likes::triggers::handle_aggregate_event(&t.stack.app, event.clone(), None)
-        .await
-        .expect("the batch is applied");
-    assert_eq!(out["batchItemFailures"], json!([]), "{out}");
+    batch_of(shard, &records)
 }
 
 /// A stream shard id whose chunks add to shard `want` of a reel writing

@@ -22,6 +22,7 @@
 mod common;
 
 use common::TestStack;
+use common::stream_events::{ARN, batch_of as batch, deliver};
 use likes::store::{AggregateStore, ChunkResult, ChunkWrite};
 use likes::token::RequestToken;
 use serde_json::{Value, json};
@@ -33,9 +34,6 @@ const ENV: &[(&str, &str)] = &[
     ("AGGREGATE_CHUNK_REELS", "1"),
     ("METRICS", "memory"),
 ];
-
-const ARN: &str =
-    "arn:aws:dynamodb:us-east-1:123456789012:table/likes-LikesTable/stream/2026-12-01T00:00:00.000";
 
 /// A stream sequence number of the usual 21+ digits, `n` after a base.
 fn seq(n: u64) -> String {
@@ -74,27 +72,6 @@ fn like(n: u64, user: &str, reel: &str) -> Value {
 
 fn unlike(n: u64, user: &str, reel: &str) -> Value {
     record(n, false, user, reel)
-}
-
-/// Lambda's event for `records` of stream shard `shard` (tumbling window).
-fn batch(shard: &str, records: &[Value]) -> Value {
-    json!({
-        "Records": records,
-        "window": {"start": "2026-12-01T00:00:00Z", "end": "2026-12-01T00:01:00Z"},
-        "state": {},
-        "shardId": shard,
-        "eventSourceARN": ARN,
-        "isFinalInvokeForWindow": false,
-        "isWindowTerminatedEarly": false,
-    })
-}
-
-/// Hands `event` to the entry point; the whole batch must be applied.
-async fn deliver(t: &TestStack, event: &Value) {
-    let out = likes::triggers::handle_aggregate_event(&t.stack.app, event.clone(), None)
-        .await
-        .expect("the batch is applied");
-    assert_eq!(out["batchItemFailures"], json!([]), "{out}");
 }
 
 /// A stack whose own event source is held back: only the batches a test

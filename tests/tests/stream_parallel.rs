@@ -33,6 +33,7 @@
 mod common;
 
 use common::TestStack;
+use common::stream_events::{ARN, batch_of as batch, deliver};
 use serde_json::{Value, json};
 
 const ENV: &[(&str, &str)] = &[
@@ -41,9 +42,6 @@ const ENV: &[(&str, &str)] = &[
     ("AUTO_RESHARD", "off"),
     ("METRICS", "memory"),
 ];
-
-const ARN: &str =
-    "arn:aws:dynamodb:us-east-1:123456789012:table/likes-LikesTable/stream/2026-12-01T00:00:00.000";
 
 /// A stream sequence number of the usual 21+ digits, `n` after a base.
 fn seq(n: u64) -> String {
@@ -68,28 +66,6 @@ fn like(n: u64, user: &str, reel: &str) -> Value {
             "StreamViewType": "NEW_IMAGE",
         },
     })
-}
-
-/// Lambda's event for `records` of stream shard `shard` (tumbling window).
-fn batch(shard: &str, records: &[Value]) -> Value {
-    json!({
-        "Records": records,
-        "window": {"start": "2026-12-01T00:00:00Z", "end": "2026-12-01T00:01:00Z"},
-        "state": {},
-        "shardId": shard,
-        "eventSourceARN": ARN,
-        "isFinalInvokeForWindow": false,
-        "isWindowTerminatedEarly": false,
-    })
-}
-
-/// Hands `event` to the aggregate function's entry point; nothing is
-/// handed back (no `batchItemFailures`): the loss is silent.
-async fn deliver(t: &TestStack, event: &Value) {
-    let out = likes::triggers::handle_aggregate_event(&t.stack.app, event.clone(), None)
-        .await
-        .expect("the batch is taken");
-    assert_eq!(out["batchItemFailures"], json!([]), "{out}");
 }
 
 /// Six likes of one reel on one stream shard: in one shard's order (one

@@ -8,6 +8,8 @@ use likes_local::{Stack, StackOptions};
 use serde_json::Value;
 use std::path::PathBuf;
 
+pub mod stream_events;
+
 /// Write bounds too wide to meet: for the tests whose simulated clients
 /// retry one user's writes as fast as faults let them (what they test is
 /// DynamoDB's behaviour, not a caller's bounds, which `hostile.rs` tests).
