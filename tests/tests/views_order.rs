@@ -16,6 +16,7 @@ mod common;
 
 use base64::Engine;
 use common::TestStack;
+use common::views_log::{ARN, seq};
 use likes::keys::ReelId;
 use likes::store::dynamodb::DynamoViews;
 use likes::store::{LogPut, LogPutResult, LogStore};
@@ -28,8 +29,6 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-const ARN: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/ViewsStream";
 
 /// 2026-12-02T12:00:00Z.
 const NOON: i64 = 1_796_212_800_000;
@@ -67,11 +66,6 @@ impl LogStore for Parents {
     ) -> Result<likes::store::NextRecords, likes::Error> {
         Ok(likes::store::NextRecords::default())
     }
-}
-
-/// A Kinesis sequence number of the usual 56 digits, `n` after a base.
-fn seq(n: u64) -> String {
-    format!("4959{:052}", n)
 }
 
 fn reel(i: usize) -> ReelId {

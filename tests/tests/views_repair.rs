@@ -21,26 +21,17 @@ mod common;
 
 use base64::Engine;
 use common::TestStack;
+use common::views_log::{ARN, seq};
 use likes::keys::ReelId;
 use likes::store::dynamodb::DynamoViews;
 use likes::store::{LogPut, LogPutResult, LogRead, LogStore, NextRecords, ReadFrom, ViewStore};
 use likes::views::ViewsConfig;
 use likes::views::aggregate::ViewAggregator;
-use likes::views::read::ViewReader;
 use likes::views::record::{KinesisEvent, ViewRecord};
 use likes::views::repair::GivenUp;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
-
-const ARN: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/ViewsStream";
-
-/// A Kinesis sequence number of the usual 56 digits, `n` after a base: all
-/// of one width, so they compare as text as they do as numbers.
-fn seq(n: u64) -> String {
-    format!("4959{:052}", n)
-}
 
 /// Each shard's records by sequence number, with their arrival (Unix ms);
 /// each shard's children.
@@ -190,17 +181,7 @@ impl Repairs {
     }
 
     async fn views(&self, reel: &str) -> u64 {
-        let reader = ViewReader::new(
-            DynamoViews::new(self.t.stack.client.clone(), "ViewsTable"),
-            Duration::ZERO,
-            10,
-            likes::views::system_clock(),
-        );
-        reader
-            .counts(&ReelId::parse(reel).unwrap())
-            .await
-            .unwrap()
-            .views
+        common::views_log::views_of(&self.t, reel).await
     }
 }
 

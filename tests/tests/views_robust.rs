@@ -21,6 +21,7 @@ mod common;
 
 use base64::Engine;
 use common::TestStack;
+use common::views_log::{ARN, seq, views_of as views};
 use likes::keys::ReelId;
 use likes::store::dynamodb::DynamoViews;
 use likes::store::{
@@ -29,7 +30,6 @@ use likes::store::{
 };
 use likes::views::ViewsConfig;
 use likes::views::aggregate::ViewAggregator;
-use likes::views::read::ViewReader;
 use likes::views::record::{KinesisEvent, ViewRecord};
 use likes::views::repair::GivenUp;
 use serde_json::{Value, json};
@@ -37,13 +37,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-
-const ARN: &str = "arn:aws:kinesis:us-east-1:123456789012:stream/ViewsStream";
-
-/// A Kinesis sequence number of the usual 56 digits, `n` after a base.
-fn seq(n: u64) -> String {
-    format!("4959{:052}", n)
-}
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -258,20 +251,6 @@ fn config() -> ViewsConfig {
 
 fn aggregator<S: ViewStore>(t: &TestStack, store: S, log: Log) -> ViewAggregator<S, Log> {
     ViewAggregator::new(store, Arc::new(log), &t.stack.config, config())
-}
-
-async fn views(t: &TestStack, reel: &str) -> u64 {
-    let reader = ViewReader::new(
-        DynamoViews::new(t.stack.client.clone(), "ViewsTable"),
-        Duration::ZERO,
-        10,
-        likes::views::system_clock(),
-    );
-    reader
-        .counts(&ReelId::parse(reel).unwrap())
-        .await
-        .unwrap()
-        .views
 }
 
 /// The sum of metric `name` of the views aggregator over every record
