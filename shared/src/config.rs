@@ -156,14 +156,23 @@ pub struct ReconcileConfig {
     /// `RECONCILE_PAGE_ITEMS` (default 0 = DynamoDB's 1 MB pages): `Limit`
     /// of each scan page.
     pub page_items: u32,
-    /// `RECONCILE_CHECKPOINT_PAGES` (default 10): a segment checkpoints its
-    /// cursor and partial counts every this many pages (and when it ends).
+    /// `RECONCILE_CHECKPOINT_PAGES` (default 1000): a segment checkpoints
+    /// its cursor and partial counts every this many pages (and when it
+    /// ends, or its invocation's deadline nears). Each checkpoint costs a
+    /// write unit per reel it counted, so rare checkpoints are what keep a
+    /// long tail of reels from making the run write-bound.
     pub checkpoint_pages: u32,
+    /// `RECONCILE_CHECKPOINT_REELS` (default 100000): a segment also
+    /// checkpoints once it holds the counts of this many reels: its memory
+    /// (about 100 bytes a reel) stays bounded however many reels a page
+    /// range meets.
+    pub checkpoint_reels: u32,
     /// `RECONCILE_MAX_READ_UNITS` (default 500): read capacity units a second
     /// the job may consume, so a run never throttles live traffic.
     pub max_read_units: f64,
-    /// `RECONCILE_MAX_WRITE_UNITS` (default 100): write capacity units a
-    /// second the job may consume, for the same reason.
+    /// `RECONCILE_MAX_WRITE_UNITS` (default 500): write capacity units a
+    /// second the job may consume, for the same reason; a run's count items
+    /// need about as many as its scan (docs/reconciliation.md).
     pub max_write_units: f64,
     /// `RECONCILE_CLOCK_SKEW_MS` (default 5000): allowed clock difference
     /// between the functions that stamp shards and the job. A reel whose
@@ -252,8 +261,9 @@ pub const RECENT_BUCKETS: i64 = 16;
 
 impl ReconcileConfig {
     /// See [`RecentWindow`]: kept for four settle times (a run compares a
-    /// reel a settle time after its likes scan, and its scans take the
-    /// rest), in [`RECENT_BUCKETS`] buckets.
+    /// reel a settle time after its likes scan; a reel whose items were
+    /// last written within this of the cut can be compared however long
+    /// the scans take), in [`RECENT_BUCKETS`] buckets.
     pub fn recent_window(&self) -> RecentWindow {
         let keep_ms =
             4 * self.stream_settle.as_millis() as i64 + 2 * self.clock_skew.as_millis() as i64;
@@ -462,9 +472,10 @@ impl Config {
         let reconcile = ReconcileConfig {
             segments: num("RECONCILE_SEGMENTS", 8, 1, 200)? as u32,
             page_items: num("RECONCILE_PAGE_ITEMS", 0, 0, 100_000)? as u32,
-            checkpoint_pages: num("RECONCILE_CHECKPOINT_PAGES", 10, 1, 100_000)? as u32,
+            checkpoint_pages: num("RECONCILE_CHECKPOINT_PAGES", 1_000, 1, 100_000)? as u32,
+            checkpoint_reels: num("RECONCILE_CHECKPOINT_REELS", 100_000, 1, 10_000_000)? as u32,
             max_read_units: rate("RECONCILE_MAX_READ_UNITS", 500.0)?,
-            max_write_units: rate("RECONCILE_MAX_WRITE_UNITS", 100.0)?,
+            max_write_units: rate("RECONCILE_MAX_WRITE_UNITS", 500.0)?,
             clock_skew: ms("RECONCILE_CLOCK_SKEW_MS", 5_000, 0, 3_600_000)?,
             stream_settle: stream_settle()?,
         };

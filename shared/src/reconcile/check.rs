@@ -17,6 +17,11 @@ use tokio::sync::Mutex;
 
 /// Reels checked between two checkpoints of a dry run's check phase.
 const CHECK_BATCH: usize = 200;
+/// The counters scan commits its cursor at least every this many pages: a
+/// commit is one write of the run state whatever the pages held (unlike
+/// the likes scan's checkpoints, which write a unit per reel), and a crash
+/// re-checks only the reels since.
+const CHECK_COMMIT_PAGES: u32 = 10;
 /// Reels listed by name in a summary.
 const SAMPLE: usize = 20;
 /// Recent-change buckets of another width than this deployment's (written
@@ -110,7 +115,7 @@ impl<S: ReconcileStore> Reconciler<S> {
                         seg.cursor = page.next;
                         seg.done = seg.cursor.is_none();
                         unsaved += 1;
-                        if seg.done || unsaved >= self.cfg.checkpoint_pages {
+                        if seg.done || unsaved >= self.cfg.checkpoint_pages.min(CHECK_COMMIT_PAGES) {
                             inv.run.lock().await.state.counter_segments[i] = seg.clone();
                             self.commit(inv).await?;
                             unsaved = 0;
@@ -443,10 +448,16 @@ impl<S: ReconcileStore> Reconciler<S> {
         // counts, as its row was.
         let removals_from = (cut - 1_000 - self.skew_ms).div_euclid(w) * w;
         let removals_to = done + self.skew_ms;
-        // Every bucket read must still be there: the aggregator drops a
-        // bucket `keep − width` after its start, by its clock (which may
-        // run `skew` ahead of this one).
-        if now_ms + self.skew_ms > removals_from + keep_ms - w {
+        // Every bucket read must still be there. Only the aggregator's
+        // writes drop buckets (a write at `t`, by its clock, drops those
+        // starting `keep − width` before it), and each stamps the item's
+        // `updated_at` with that clock: so the reel's last stamp bounds
+        // what was dropped (plus `skew`: an earlier write may have had a
+        // faster clock). A reel quiet since a little after the cut can be
+        // compared however long after it the run reaches it; the clock
+        // now says nothing about it. (The run's own stale-bucket removal
+        // drops only buckets older than any later run's cut.)
+        if view.sum.last_write_ms + self.skew_ms > removals_from + keep_ms - w {
             return Err("past_recent_window");
         }
         let mut after = 0i64;

@@ -67,8 +67,12 @@
 //! repaired by one run; one that takes unlikes all the time waits for a run
 //! during which it takes none (the table's key is the user, so a reel's
 //! rows cannot be counted at one instant without a snapshot of the table).
-//! Buckets are [`RecentWindow`] wide and kept for four settle times; a
-//! run that compares a reel later than that defers it.
+//! Buckets are [`RecentWindow`] wide and kept for four settle times. Only
+//! the aggregator drops them, by its writes, each of which stamps the item
+//! (`updated_at`): so a reel whose last stamp is within that window of the
+//! cut still holds every bucket from it, however long after the run
+//! reaches it, and one written later is deferred. A scan of any length
+//! thus repairs the reels quiet since its cut.
 //!
 //! # Items outside the read range
 //!

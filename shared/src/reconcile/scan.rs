@@ -105,7 +105,10 @@ impl<S: ReconcileStore> Reconciler<S> {
             seg.done = seg.cursor.is_none();
             pages += 1;
             unsaved += 1;
-            if seg.done || unsaved >= self.cfg.checkpoint_pages {
+            if seg.done
+                || unsaved >= self.cfg.checkpoint_pages
+                || delta.len() >= self.cfg.checkpoint_reels as usize
+            {
                 if !self
                     .checkpoint_segment(inv, index, &mut seg, &mut delta)
                     .await?
