@@ -100,6 +100,10 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("ViewRepairsIncomplete", Unit::Count),
     ("ViewErrors", Unit::Count),
     ("ViewAggregationLag", Unit::Milliseconds),
+    // The views aggregator's compaction of sealed writers' items.
+    ("ViewFolds", Unit::Count),
+    ("ViewItemsFolded", Unit::Count),
+    ("ViewFoldsSkipped", Unit::Count),
 ];
 
 /// Where flushed records go.

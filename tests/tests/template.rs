@@ -1088,6 +1088,7 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
         ("ViewAggregateFunction", "BatchGetItem", false, none.to_vec()),
         ("ViewAggregateFunction", "PutItem", true, none.to_vec()),
         ("ViewAggregateFunction", "UpdateItem", true, none.to_vec()),
+        ("ViewAggregateFunction", "DeleteItem", true, none.to_vec()),
     ];
     let mut wrong = Vec::new();
     for (function, action, in_tx, want) in &expected {
@@ -1698,13 +1699,19 @@ fn the_views_table_is_made_kept_and_written_as_it_should() {
             continue;
         }
         assert_eq!(st.function, "ViewAggregateFunction", "{st:?}");
-        // Its writes are transactions, but for a repair's lease: one
-        // UpdateItem on the lease items alone.
+        // Its writes are transactions, but for a repair's lease (one
+        // UpdateItem on the lease items alone) and the writers' seals (one
+        // PutItem on the seal items alone).
         if st.enclosing.is_none() {
-            assert_eq!(st.actions, ["dynamodb:UpdateItem"], "{st:?}");
+            let (action, keys) = if st.actions == ["dynamodb:PutItem"] {
+                ("dynamodb:PutItem", "seal#*")
+            } else {
+                ("dynamodb:UpdateItem", "lease#*")
+            };
+            assert_eq!(st.actions, [action], "{st:?}");
             assert_eq!(
                 st.leading_keys.as_deref(),
-                Some(&["lease#*".to_owned()][..]),
+                Some(&[keys.to_owned()][..]),
                 "{st:?}"
             );
             continue;

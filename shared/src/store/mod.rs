@@ -19,7 +19,7 @@
 //!   mode's checkpoints and chunk transactions.
 //! * `views`: [`LogStore`], the views log (Kinesis; `kinesis` implements
 //!   it), and [`ViewStore`], the views table (checkpoints, seen event ids,
-//!   view items).
+//!   view items, seals and folds).
 //! * [`dynamodb`] (the `dynamodb` feature, on by default): `DynamoStore`,
 //!   the one implementation of the four counter traits, a file per trait
 //!   impl, and `DynamoViews`, of [`ViewStore`]; [`kinesis`]: `KinesisLog`,
@@ -51,5 +51,5 @@ pub use reconcile::{
 pub use resize::{FoldResult, ResizeStore};
 pub use views::{
     LogPut, LogPutResult, LogRead, LogStore, NextRecords, ReadFrom, SeenItem, ViewChunkWrite,
-    ViewItem, ViewItemWrite, ViewStore,
+    ViewFold, ViewFoldFamily, ViewFoldItem, ViewFoldResult, ViewItem, ViewItemWrite, ViewStore,
 };

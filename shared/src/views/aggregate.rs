@@ -54,6 +54,7 @@
 
 use super::ViewsConfig;
 use super::chunk::{ItemOf, Part, ViewChunk, cut, parts, record_seq};
+use super::compact::Compaction;
 use super::record::{self, KinesisEvent};
 use super::seen::Seen;
 use super::sketch::Sketch;
@@ -67,8 +68,8 @@ use crate::retry::Backoff;
 use crate::store::{ChunkResult, LogStore, ViewChunkWrite, ViewItemWrite, ViewStore};
 use crate::token::RequestToken;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long a checkpoint outlives its last write (TTL, `expires_at`,
@@ -102,6 +103,8 @@ pub struct ViewAggregator<S, L> {
     pub(super) config: ViewsConfig,
     /// The seen partitions read so far.
     seen: Seen,
+    /// Seals written and reels queued for folding ([`super::compact`]).
+    pub(super) compaction: Compaction,
     /// Views counted by this instance's batches (the `ViewsApplied`
     /// metric's source for batches; a repair counts its own).
     views_applied: std::sync::atomic::AtomicU64,
@@ -121,6 +124,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             },
             config,
             seen: Seen::default(),
+            compaction: Compaction::default(),
             views_applied: Default::default(),
         }
     }
@@ -157,9 +161,8 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         for r in batch.records.iter().filter(|r| r.body.is_none()) {
             tracing::error!(shard = %batch.shard_id, seq = %r.seq.as_reported(), "a views record that is no view record of any format: applied as nothing (ViewRecordsMalformed once its checkpoint passes it)");
         }
-        let ancestors = self
-            .ancestors(&batch.stream_arn, &batch.shard_id)
-            .await?
+        let lineage = self.ancestors(&batch.stream_arn, &batch.shard_id).await?;
+        let ancestors = lineage
             .iter()
             .map(|a| keys::views_seen_key(&batch.stream_arn, a))
             .collect();
@@ -193,7 +196,38 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             .filter(|p| checkpoint.as_ref().is_some_and(|k| p.seq <= *k))
             .count();
         out.skipped = covered.saturating_sub(out.applied) + batch.duplicates;
+        if checkpoint.is_some() {
+            self.compact(&batch.stream_arn, &batch.shard_id, &lineage, deadline)
+                .await;
+        }
         Ok(out)
+    }
+
+    /// Once a chunk of `shard_id` is applied: seals its ancestors' writers
+    /// (they will never write again), then folds the reels its chunks
+    /// created a first item of, within bounds ([`super::compact`]). Never
+    /// fails the batch: what is not done is done another time.
+    async fn compact(
+        &self,
+        stream_arn: &str,
+        shard_id: &str,
+        ancestors: &[String],
+        deadline: Option<Instant>,
+    ) {
+        let now = (self.config.clock)();
+        let writers: Vec<String> = ancestors
+            .iter()
+            .map(|a| keys::views_writer(stream_arn, a))
+            .collect();
+        let key = keys::views_checkpoint_key(stream_arn, shard_id);
+        self.compaction
+            .seal_ancestors(&self.store, &key, &writers, now)
+            .await;
+        let time_left = || deadline.is_none_or(|d| Instant::now() + 2 * core::DEADLINE_SAFETY < d);
+        let live = keys::views_writer(stream_arn, shard_id);
+        self.compaction
+            .run(&self.store, &live, now, time_left)
+            .await;
     }
 
     /// The view items `wanted` that exist, read in rounds while some keys
@@ -265,6 +299,9 @@ pub(super) struct ViewPlanning<'a, S, L> {
     /// Whether they count in [`ViewAggregator::views_applied`] too (a
     /// batch's; not a repair's).
     pub(super) instance_views: bool,
+    /// Per planned chunk (its last part), the reels whose all-time item of
+    /// this writer it creates: queued for folding once it lands.
+    first_items: Mutex<HashMap<String, Vec<String>>>,
 }
 
 impl<'a, S, L> ViewPlanning<'a, S, L> {
@@ -288,6 +325,7 @@ impl<'a, S, L> ViewPlanning<'a, S, L> {
             malformed: BTreeSet::new(),
             views: AtomicU64::new(0),
             instance_views: true,
+            first_items: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -379,6 +417,18 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             .into_iter()
             .map(|(pk, item)| ((pk, item.sk), item.sketch))
             .collect();
+        // A reel without this writer's all-time item yet: a new writer of
+        // it, after which older writers' items may be foldable.
+        let first: Vec<String> = groups
+            .keys()
+            .filter(|(_, d)| d.is_none())
+            .map(|(r, d)| (keys::views_reel_key(r), sort(d)))
+            .filter(|k| !stored.contains_key(k))
+            .map(|(pk, _)| pk)
+            .collect();
+        if let Ok(mut f) = self.first_items.lock() {
+            f.insert(chunk.last().padded().to_owned(), first);
+        }
         let day_ttl = a.config.day_ttl.as_secs() as i64;
         let mut items = Vec::with_capacity(groups.len());
         for ((reel, day), (views, viewers)) in &groups {
@@ -451,6 +501,14 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             .count();
         metrics().count("ViewRecordsMalformed", passed as u64);
         self.aggregator.seen.applied(write);
+        let first = self
+            .first_items
+            .lock()
+            .ok()
+            .and_then(|mut f| f.remove(&write.next));
+        self.aggregator
+            .compaction
+            .queue(first.into_iter().flatten());
     }
 }
 

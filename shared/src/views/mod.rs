@@ -41,6 +41,8 @@
 //! * `throttle`: throttled reads of the aggregator and of repairs, retried
 //!   within bounds and the invocation's deadline.
 //! * `repair`: a range Lambda gave up on, counted once.
+//! * `compact`: the items of writers that will never write again, folded
+//!   into a reel's base items, so a read stays bounded.
 //! * `given_up`: the OnFailure invocation record that names such a range.
 //! * `chunk`: records cut into parts and chunks.
 //! * `limits`: what one viewer may make the view function put.
@@ -52,6 +54,8 @@ pub mod accept;
 pub mod aggregate;
 #[cfg(feature = "dynamodb")]
 pub mod chunk;
+#[cfg(feature = "dynamodb")]
+pub mod compact;
 #[cfg(feature = "dynamodb")]
 mod given_up;
 pub mod limits;

@@ -67,7 +67,8 @@
 //!   copy counted in a chunk spanning more than [`LATE_CHUNK_MS`] of
 //!   arrivals is not found (a backlog an hour deep on a quiet shard).
 //! * Each repair's checkpoint item stays, and its writer's items on the
-//!   reels it counted, which readers sum with the others.
+//!   reels it counted, which readers sum with the others until compaction
+//!   folds them (its writer is sealed once it completes).
 
 use super::aggregate::{ViewAggregator, ViewPlanning};
 use super::chunk::{Part, parts, record_seq};
@@ -268,6 +269,16 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             out.failed_from = batch.newer.clone();
         }
         out.complete = out.failed_from.is_none() && fresh.iter().all(|p| within(&p, &after));
+        if out.complete {
+            // Invoked again it counts nothing: its writer is done, and
+            // compaction may fold its items ([`super::compact`]). Not
+            // sealed now, it stays a live writer until the repair is
+            // invoked again: only the reads are longer.
+            let writer = keys::views_writer(stream_arn, &name);
+            if let Err(e) = self.store.seal(&writer, now).await {
+                tracing::warn!(error = %e, "could not seal a completed repair's writer");
+            }
+        }
         Ok(out)
     }
 

@@ -131,6 +131,30 @@ pub fn union_estimate<'a>(sketches: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     union.estimate().round().max(0.0) as u64
 }
 
+/// The union of `sketches` (stored bytes; unreadable ones left out and
+/// logged) as one stored sketch, `HLL_4` as every sketch written: what
+/// compaction keeps in a base item. A union's registers are the maximum of
+/// its inputs', so a union of it with others estimates what the union of
+/// all the inputs does. Empty if every input is.
+pub fn union_sketch<'a>(sketches: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let Ok(mut union) = HllUnion::new(LG_K) else {
+        return Vec::new();
+    };
+    for bytes in sketches {
+        if bytes.is_empty() {
+            continue;
+        }
+        match HllSketch::deserialize(bytes) {
+            Ok(s) => union.update(&s),
+            Err(e) => tracing::error!(error = %e, "unreadable HLL sketch left out of a fold"),
+        }
+    }
+    if union.is_empty() {
+        return Vec::new();
+    }
+    union.to_sketch(HllType::Hll4).serialize()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,12 +20,14 @@
 //! * `counter`, `resize`, `reconcile`, `aggregate`: one trait impl each,
 //!   beside the trait's own file in `store` (`CounterStore`, `ResizeStore`,
 //!   `ReconcileStore`, `AggregateStore`).
-//! * `views`: [`DynamoViews`], the views table's store (`ViewStore`).
+//! * `views`: [`DynamoViews`], the views table's store (`ViewStore`);
+//!   `compact`: its seal items and folds (`crate::views::compact`).
 //! * `error`: the one translation of SDK errors into [`Error`], and the
 //!   reading of cancelled transactions' reasons. The detail is logged
 //!   there and never leaves this module.
 
 mod aggregate;
+mod compact;
 mod counter;
 mod error;
 mod ext;

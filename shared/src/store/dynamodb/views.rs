@@ -3,12 +3,16 @@
 //! the reels' view items.
 
 use super::CheckpointMove;
+use super::compact;
 use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::ItemExt;
 use crate::error::Error;
 use crate::keys;
 use crate::store::views::ViewItemsRound;
-use crate::store::{ChunkResult, SeenItem, ViewChunkWrite, ViewItem, ViewStore};
+use crate::store::{
+    ChunkResult, SeenItem, ViewChunkWrite, ViewFold, ViewFoldItem, ViewFoldResult, ViewItem,
+    ViewStore,
+};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::primitives::Blob;
@@ -378,6 +382,32 @@ impl ViewStore for DynamoViews {
             v.iter().filter_map(view_item).collect()
         };
         Ok((items(all?), items(day?)))
+    }
+
+    async fn fold_items(&self, pk: &str, days: (&str, &str)) -> Result<Vec<ViewFoldItem>, Error> {
+        let all_values = [(":p", keys::VIEWS_ALL_PREFIX)];
+        let day_values = [(":a", days.0), (":b", days.1)];
+        let (all, day) = tokio::join!(
+            self.query_all(pk, "begins_with(sk, :p)", &all_values, true),
+            self.query_all(pk, "sk BETWEEN :a AND :b", &day_values, true),
+        );
+        Ok(all?
+            .iter()
+            .chain(day?.iter())
+            .filter_map(compact::fold_item)
+            .collect())
+    }
+
+    async fn sealed(&self, writers: &[String]) -> Result<Vec<String>, Error> {
+        compact::read_seals(&self.client, &self.views_table, writers).await
+    }
+
+    async fn seal(&self, writer: &str, now_ms: i64) -> Result<(), Error> {
+        compact::put_seal(&self.client, &self.views_table, writer, now_ms).await
+    }
+
+    async fn fold_views(&self, fold: &ViewFold) -> Result<ViewFoldResult, Error> {
+        compact::fold_transaction(&self.client, &self.views_table, fold).await
     }
 }
 
