@@ -304,6 +304,11 @@ async fn accept_views(
     let producer = app.views.producer.as_ref().ok_or_else(views_off)?;
     let total: u64 = views.iter().map(|(_, n)| u64::from(*n)).sum();
     producer.admit(viewer, total).await?;
+    // After the viewer's bounds (in memory, so a flood never reaches the
+    // deployment's catalogue): a batch naming a reel the check refuses is
+    // refused whole, nothing put.
+    let reels: Vec<&ReelId> = views.iter().map(|(r, _)| r).collect();
+    app.service.admit_reels(&reels).await?;
     let record = crate::views::record::ViewRecord {
         id: crate::views::accept::event_id(viewer, idempotency_key.as_deref(), &views),
         viewer: viewer.as_str().to_owned(),

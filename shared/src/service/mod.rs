@@ -259,6 +259,16 @@ impl<S: CounterStore> LikeService<S> {
         self
     }
 
+    /// `Ok` when every reel of `reels` may be counted ([`Error::UnknownReel`]
+    /// otherwise): a view batch asks as a like does, so views of invented
+    /// ids are refused before they reach the log, and a reel the check
+    /// knows costs a lookup per instance. Asked concurrently, each answer
+    /// cached as a like's.
+    pub async fn admit_reels(&self, reels: &[&ReelId]) -> Result<(), Error> {
+        futures::future::try_join_all(reels.iter().map(|r| self.reels.admit(r))).await?;
+        Ok(())
+    }
+
     /// Readiness: both tables answer. One probe answers every check for
     /// [`HEALTH_TTL`]; every failure but a fault of ours is
     /// [`Error::Unavailable`].

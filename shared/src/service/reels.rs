@@ -5,8 +5,10 @@
 //! knows its reels refuses the rest with a [`ReelCheck`] of its own
 //! (docs/operations.md, "Your own reel ids").
 //!
-//! Only a like asks: an unlike writes no new reel (and a reel deleted
-//! since it was liked can still be unliked), and reads write nothing.
+//! A like and a view batch ask: an unlike writes no new reel (and a reel
+//! deleted since it was liked can still be unliked), and reads write
+//! nothing. Views of invented ids would otherwise be stored for ever, a
+//! partition each.
 //! Answers are cached per instance, an existing reel for
 //! [`KNOWN_TTL`], an unknown one for [`UNKNOWN_TTL`], so a viral reel
 //! costs the check one lookup per instance, not one per like.
