@@ -309,7 +309,7 @@ pub struct ResizeConfig {
     /// `CONTENTION_GROW_EVENTS` (default 5; 0 turns it off): this many
     /// like transactions that conflicted on one reel's shard within 10 s
     /// (never throttles), seen by one function instance, grow the reel as
-    /// a saturated one (`SATURATED_GROWTH`).
+    /// a saturated one (`SATURATED_GROWTH`); stream shards, by any.
     pub contention_events: u32,
     /// `SATURATED_GROWTH` (default 4, at least 2): the least factor a
     /// saturated reel's shards grow by. See [`ResizeConfig::grow_target`].

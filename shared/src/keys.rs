@@ -273,6 +273,14 @@ pub fn probe_reel() -> ReelId {
 /// The user id of the readiness probe's like-row read.
 pub const PROBE_USER: &str = "_healthz_probe";
 
+/// `reel#{reel_id}#crowd`: the stream shards whose aggregation met on the
+/// reel's shards lately, shared by every aggregator instance, so that a
+/// crowd is seen however Lambda spreads the stream shards over instances
+/// ([`crate::aggregate`]). Expires through TTL.
+pub fn crowd_key(reel: &ReelId) -> String {
+    format!("reel#{reel}#crowd")
+}
+
 /// `reel#{reel_id}#settings`: how many shards writers use and readers sum.
 pub fn settings_key(reel: &ReelId) -> String {
     format!("reel#{reel}#settings")

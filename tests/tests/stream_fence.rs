@@ -329,6 +329,61 @@ async fn stream_shards_meeting_on_a_reel_double_its_shards() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_shards_in_instances_of_their_own_still_make_a_crowd() {
+    use likes::aggregate::Aggregator;
+    use likes::aggregate::records::StreamEvent;
+    use likes::store::Phase;
+    // On Lambda each stream shard's batches run in whichever instance is
+    // free. Before, the crowd was counted in each instance's memory, so
+    // three stream shards meeting on a reel, each in an instance of its
+    // own, were never a crowd (issue 35: a reel at one shard stayed there,
+    // 84 % of the aggregator's transactions conflicting).
+    let t = stack(&[
+        ("FAULTS", "seed=23,conflict_hold_ms=1500"),
+        ("AUTO_RESHARD", "on"),
+        ("CONTENTION_GROW_EVENTS", "2"),
+    ])
+    .await;
+    t.set_shards("pop", 4, 4).await;
+    let pop = ReelId::parse("pop").unwrap();
+    let a = stream_shard(0, 4, &[]);
+    let b = stream_shard(0, 4, &[&a]);
+    let c = stream_shard(0, 4, &[&a, &b]);
+    let store = t.stack.app.aggregate.store();
+    let mut users = 0;
+    for shard in [&a, &b, &c] {
+        // A cold start for each: nothing shared but the tables.
+        let instance = Aggregator::new(store.clone(), &t.stack.config);
+        users += 1;
+        let event: StreamEvent =
+            serde_json::from_value(batch(shard, "pop", &[(10, &format!("u{users}"))])).unwrap();
+        let out = instance.handle(&event, None).await.expect("applied");
+        assert_eq!(out.applied, 1, "{out:?}");
+    }
+    let s = t.stack.app.reshard.state(&pop).await.unwrap();
+    assert_eq!(
+        (s.phase, s.read_shards, s.write_shards),
+        (Phase::Growing, 8, 4),
+        "two stream shards met a third's transaction, in three instances"
+    );
+    // The crowd was claimed once: a fourth instance meeting the reel while
+    // it is quiet asks for nothing more.
+    drive(&t.stack.app.reshard, &pop).await;
+    let d = stream_shard(0, 4, &[&a, &b, &c]);
+    let instance = Aggregator::new(store.clone(), &t.stack.config);
+    let event: StreamEvent =
+        serde_json::from_value(batch(&d, "pop", &[(10, "u9")])).unwrap();
+    instance.handle(&event, None).await.expect("applied");
+    let s = t.stack.app.reshard.state(&pop).await.unwrap();
+    assert_eq!(
+        (s.phase, s.read_shards, s.write_shards),
+        (Phase::Stable, 8, 8)
+    );
+    assert_eq!(t.http_count("pop").await, 4);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cool_reel_keeps_a_shard_for_each_stream_shard_still_writing_it() {
     // Before: the schedule read the shards' `w` as likes a second, but in
     // stream mode it counts chunks, about one a second per stream shard

@@ -756,6 +756,7 @@ fn key_kinds() -> Vec<(&'static str, Vec<String>)> {
         ("base", vec![base_key(&r)]),
         ("settings", vec![settings_key(&r)]),
         ("ledger", vec![reconcile_key(&r)]),
+        ("crowd", vec![crowd_key(&r)]),
         ("idem", vec![idempotency_record_key("tok123")]),
         ("run", vec![RECONCILE_RUN_KEY.to_owned()]),
         ("chunk", vec![reconcile_chunk_key("17-ab", "seg3", 4)]),
@@ -1077,8 +1078,15 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
         // settings for the grow of a reel its stream shards crowd.
         ("AggregateFunction", "PutItem", false, vec!["settings"]),
         ("AggregateFunction", "PutItem", true, vec!["settings"]),
-        ("AggregateFunction", "UpdateItem", false, none.to_vec()),
-        ("AggregateFunction", "UpdateItem", true, vec!["checkpoint", "shard", "shard0"]),
+        // The reel's crowd record, noted by every instance (a statement
+        // of its own, not limited to transactions, as the grow's PutItem).
+        ("AggregateFunction", "UpdateItem", false, vec!["crowd"]),
+        (
+            "AggregateFunction",
+            "UpdateItem",
+            true,
+            vec!["checkpoint", "crowd", "shard", "shard0"],
+        ),
         ("AggregateFunction", "DeleteItem", true, none.to_vec()),
         ("AggregateFunction", "ConditionCheckItem", true, none.to_vec()),
         ("AggregateFunction", "GetItem", false, reads_aggregate.to_vec()),

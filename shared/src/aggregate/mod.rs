@@ -67,10 +67,15 @@
 //! Stream shards that outnumber a reel's shards never all spread apart, so
 //! chunks that meet also count towards growing the reel: once
 //! `CONTENTION_GROW_EVENTS` distinct stream shards met on one reel's shards
-//! within [`crowd::CROWD_WINDOW`] (in this instance), its shards double
-//! (up to `MAX_SHARDS`; never with `AUTO_RESHARD=off`). Doubling keeps
-//! apart the stream shards that had found a shard of their own (shard
-//! numbers that differ modulo W differ modulo 2W).
+//! within [`crowd::CROWD_WINDOW`], its shards double (up to `MAX_SHARDS`;
+//! never with `AUTO_RESHARD=off`). Doubling keeps apart the stream shards
+//! that had found a shard of their own (shard numbers that differ modulo
+//! W differ modulo 2W). The stream shards met are counted in the reel's
+//! crowd record ([`keys::crowd_key`]), which every instance adds to: on
+//! Lambda each stream shard's batches run in whichever instance is free,
+//! so no instance sees a crowd by itself. Each instance tells it of a
+//! (reel, stream shard) once per window, and exactly one note claims a
+//! crowd (see `store/dynamodb/crowd.rs`).
 //!
 //! # Recent changes
 //!
@@ -94,9 +99,9 @@ pub mod records;
 use crate::config::{Config, RecentWindow};
 use crate::error::Error;
 use crate::keys::{self, ReelId};
-use crate::reshard::{self, crowd, crowd::Crowd};
+use crate::reshard::{self, crowd};
 use crate::retry::Backoff;
-use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
+use crate::store::{AggregateStore, ChunkResult, ChunkWrite, CrowdSighting};
 use crate::token::RequestToken;
 use records::{SequenceNumber, StreamEvent};
 use std::time::{Duration, Instant};
@@ -120,10 +125,20 @@ pub struct Aggregator<S> {
     /// The shard items' recent-change buckets (see [`crate::reconcile`]).
     window: RecentWindow,
     /// Stream shards meeting on a reel's shards (`None` when
-    /// `AUTO_RESHARD=off`); see the module notes.
-    crowd: Option<Crowd>,
+    /// `AUTO_RESHARD=off` or `CONTENTION_GROW_EVENTS=0`); see the module
+    /// notes.
+    crowd: Option<CrowdRule>,
     /// `MAX_SHARDS`.
     max_shards: u32,
+}
+
+/// The crowd rule of stream mode: how many distinct stream shards make a
+/// crowd, how long a reel stays quiet after one, and what this instance
+/// has already noted.
+struct CrowdRule {
+    needed: u32,
+    quiet: Duration,
+    sightings: crowd::Sightings,
 }
 
 /// `out` with its skipped records counted: those the checkpoint covers that
@@ -163,10 +178,11 @@ impl<S: AggregateStore> Aggregator<S> {
             window: config.reconcile.recent_window(),
             // Quiet for two resize waits after a crowd: what chunks meet
             // while the grow is under way is the old placement's.
-            crowd: config
-                .resize
-                .auto
-                .then(|| Crowd::new(config.resize.contention_events, config.resize_wait() * 2)),
+            crowd: (config.resize.auto && config.resize.contention_events > 0).then(|| CrowdRule {
+                needed: config.resize.contention_events,
+                quiet: config.resize_wait() * 2,
+                sightings: crowd::Sightings::default(),
+            }),
             max_shards: config.resize.max_shards,
         }
     }
@@ -233,9 +249,28 @@ impl<S: AggregateStore> Aggregator<S> {
     /// reel's shards when enough stream shards did (see the module notes).
     /// A failure to start the grow is logged and left to the next crowd.
     async fn met_on(&self, reel: &ReelId, key: &str) {
-        let Some(crowd) = &self.crowd else { return };
-        if !crowd.note(reel, crowd::source(key)).await {
+        let Some(rule) = &self.crowd else { return };
+        if !rule.sightings.first(reel, crowd::source(key)).await {
             return;
+        }
+        let now_ms = crate::clock::now_ms();
+        let sighting = CrowdSighting {
+            now_ms,
+            window_ms: crowd::CROWD_WINDOW.as_millis() as i64,
+            needed: rule.needed,
+            quiet_until_ms: now_ms + rule.quiet.as_millis() as i64,
+        };
+        // The checkpoint key's hash names the stream shard; 64 bits of it
+        // tell a crowd's members apart.
+        let hash = key.strip_prefix("agg#").unwrap_or(key);
+        let source = hash.get(..16).unwrap_or(hash);
+        match self.store.note_crowd(reel, source, &sighting).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(reel = %reel, error = e.code(), "could not note a crowd");
+                return;
+            }
         }
         let max = self.max_shards;
         let double = |s: &crate::store::Settings| s.write_shards.saturating_mul(2).min(max);

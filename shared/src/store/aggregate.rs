@@ -113,4 +113,31 @@ pub trait AggregateStore: CounterStore {
         &self,
         write: &ChunkWrite,
     ) -> impl Future<Output = Result<ChunkResult, Error>> + Send;
+
+    /// Notes in `reel`'s crowd record, which every instance shares, that
+    /// the stream shard `source` met another's transaction on one of its
+    /// shards at `now_ms`. `true` for exactly one note, across instances:
+    /// the one after which the record holds `sighting.needed` distinct
+    /// sources within `sighting.window_ms`; the record then stays quiet
+    /// (takes no notes) until `sighting.quiet_until_ms`.
+    fn note_crowd(
+        &self,
+        reel: &ReelId,
+        source: &str,
+        sighting: &CrowdSighting,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+}
+
+/// When a [`AggregateStore::note_crowd`] is made, and what makes a crowd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrowdSighting {
+    /// The aggregator's clock (Unix ms).
+    pub now_ms: i64,
+    /// Sources count together within this long of the record's first.
+    pub window_ms: i64,
+    /// Distinct sources that make a crowd.
+    pub needed: u32,
+    /// After a crowd, no notes until then (Unix ms): the grow it asked for
+    /// takes effect meanwhile.
+    pub quiet_until_ms: i64,
 }

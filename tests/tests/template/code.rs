@@ -1008,6 +1008,7 @@ const KEYS_OUTSIDE_TX: &[(&str, &str, &[&str])] = &[
     ("get_chunk", "GetItem", &["chunk"]),
     ("key_record", "GetItem", &["idem"]),
     ("load_run", "GetItem", &["run"]),
+    ("note_crowd", "UpdateItem", &["crowd"]),
     ("ping", "GetItem", &["settings"]),
     ("put_chunk", "PutItem", &["chunk"]),
     ("put_settings", "PutItem", &["settings"]),

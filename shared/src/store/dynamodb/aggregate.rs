@@ -9,8 +9,10 @@ use super::ext::ItemExt;
 use super::{CheckpointMove, DynamoStore};
 use crate::error::Error;
 use crate::keys;
+use crate::keys::ReelId;
 use crate::store::{
-    AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd, RetryReason,
+    AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, CrowdSighting, RecentAdd,
+    RetryReason,
 };
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -37,6 +39,15 @@ impl AggregateStore for DynamoStore {
                 .and_then(|t| u32::try_from(t).ok())
                 .unwrap_or(0),
         }))
+    }
+
+    async fn note_crowd(
+        &self,
+        reel: &ReelId,
+        source: &str,
+        sighting: &CrowdSighting,
+    ) -> Result<bool, Error> {
+        self.crowd_note(reel, source, sighting).await
     }
 
     async fn apply_chunk(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {

@@ -29,6 +29,7 @@
 mod aggregate;
 mod compact;
 mod counter;
+mod crowd;
 mod error;
 mod ext;
 mod reads;
