@@ -168,3 +168,51 @@ async fn idempotency_keys_ground_offline_do_not_pin_a_shard() {
     assert_eq!(t.shard_sum("target").await, 32);
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_viral_reel_grows_with_each_stream_shard_in_an_instance_of_its_own() {
+    // Stream mode as on Lambda: eight stream shards, each handed to an
+    // aggregate instance of its own, meeting in the conflict model on a
+    // reel that starts at one shard. Before, the crowd was counted in each
+    // instance's memory, which only ever saw its own stream shard: the reel
+    // stayed at one shard however many of them met there (issue 35).
+    let t = TestStack::start(&[
+        ("COUNTING", "stream"),
+        ("LOCAL_STREAM_SHARDS", "8"),
+        ("LOCAL_STREAM_INSTANCES", "per-shard"),
+        ("FAULTS", "seed=5,conflict_hold_ms=30"),
+        ("AUTO_RESHARD", "on"),
+        ("CONTENTION_GROW_EVENTS", "3"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+    ])
+    .await;
+    let mut grown = None;
+    for wave in 0..20 {
+        futures::future::join_all((0..32).map(|i| {
+            let user = format!("fan{wave}-{i}");
+            let t = &t;
+            async move {
+                let r = t
+                    .send("PUT", "/reels/viral/like", Some(&user), &[], None)
+                    .await;
+                assert_eq!(r.status, 200, "{:?}", r.body);
+            }
+        }))
+        .await;
+        grown = settings(&t, "viral").await;
+        if grown.as_ref().is_some_and(|(shards, _)| *shards > 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        grown.as_ref().is_some_and(|(shards, _)| *shards > 1),
+        "stream shards in instances of their own grow the reel: {grown:?}"
+    );
+    common::drained(&t, Duration::from_secs(60)).await;
+    assert_eq!(
+        t.shard_sum("viral").await,
+        t.like_rows("viral").await as i64
+    );
+    t.stop().await;
+}

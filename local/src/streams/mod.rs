@@ -134,6 +134,21 @@ pub struct SourceSettings {
     pub roll_records: u64,
     /// `LOCAL_STREAM_FAULTS`.
     pub faults: SourceFaults,
+    /// `LOCAL_STREAM_INSTANCES`: whether each virtual shard's batches go to
+    /// a function instance of its own.
+    pub instances: Instances,
+}
+
+/// Which function instance takes a batch (`LOCAL_STREAM_INSTANCES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Instances {
+    /// `per-shard` (the default): each stream shard's batches go to an
+    /// instance of its own, which keeps nothing in memory with any other,
+    /// as on Lambda, where a shard's batches run in whichever instance is
+    /// free and no instance sees more than the shard it holds.
+    PerShard,
+    /// `shared`: every batch goes to the stack's one instance.
+    Shared,
 }
 
 impl Default for SourceSettings {
@@ -142,6 +157,7 @@ impl Default for SourceSettings {
             lanes: 1,
             roll_records: 0,
             faults: SourceFaults::default(),
+            instances: Instances::PerShard,
         }
     }
 }
@@ -164,6 +180,13 @@ impl SourceSettings {
         }
         s.faults = SourceFaults::parse(&lookup("LOCAL_STREAM_FAULTS").unwrap_or_default())
             .context("LOCAL_STREAM_FAULTS")?;
+        if let Some(v) = lookup("LOCAL_STREAM_INSTANCES").filter(|v| !v.trim().is_empty()) {
+            s.instances = match v.trim() {
+                "per-shard" => Instances::PerShard,
+                "shared" => Instances::Shared,
+                other => anyhow::bail!("LOCAL_STREAM_INSTANCES={other}: per-shard or shared"),
+            };
+        }
         Ok(s)
     }
 }
@@ -256,10 +279,25 @@ async fn last_record(client: &Client, stream_arn: &str, shard: &str) -> Result<O
     Ok(last)
 }
 
-/// The aggregate function's entry point of `app`, as a [`Handler`].
-fn aggregate(app: Arc<App>) -> Handler {
+/// The aggregate function's entry point of `app`, as a [`Handler`]: with
+/// [`Instances::PerShard`], of an instance per stream shard, each built as
+/// a cold start of `app` (its configuration and store, nothing else).
+fn aggregate(app: Arc<App>, instances: Instances) -> Handler {
+    let own: Arc<std::sync::Mutex<std::collections::HashMap<String, Arc<App>>>> = Arc::default();
     Arc::new(move |event, deadline| {
-        let app = app.clone();
+        let app = match instances {
+            Instances::Shared => app.clone(),
+            Instances::PerShard => {
+                let shard = event["shardId"].as_str().unwrap_or_default().to_owned();
+                // A poisoned lock still holds whole instances.
+                let mut all = own.lock().unwrap_or_else(|p| p.into_inner());
+                all.entry(shard)
+                    .or_insert_with(|| {
+                        Arc::new(App::new(app.config.clone(), app.aggregate.store().clone()))
+                    })
+                    .clone()
+            }
+        };
         Box::pin(async move {
             likes::triggers::handle_aggregate_event(&app, event, deadline)
                 .await
@@ -298,7 +336,7 @@ pub fn spawn(
             partition_key,
         },
         delivery: Arc::new(deliver::delivery(
-            aggregate(app),
+            aggregate(app, settings.instances),
             def,
             stream_arn,
             timeout,
@@ -329,6 +367,18 @@ mod settings_tests {
         let s = SourceSettings::from_lookup(env).unwrap();
         assert_eq!((s.lanes, s.roll_records), (4, 50));
         assert_eq!(s.faults, SourceFaults::parse("seed=2,reorder=0.5").unwrap());
+        assert_eq!(none.instances, Instances::PerShard, "as on Lambda");
+        let shared = SourceSettings::from_lookup(|k| {
+            (k == "LOCAL_STREAM_INSTANCES").then(|| "shared".to_owned())
+        })
+        .unwrap();
+        assert_eq!(shared.instances, Instances::Shared);
+        assert!(
+            SourceSettings::from_lookup(|k| {
+                (k == "LOCAL_STREAM_INSTANCES").then(|| "each".to_owned())
+            })
+            .is_err()
+        );
         for bad in ["0", "257", "-1", "four"] {
             let r = SourceSettings::from_lookup(|k| {
                 (k == "LOCAL_STREAM_SHARDS").then(|| bad.to_owned())
