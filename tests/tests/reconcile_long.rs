@@ -97,7 +97,9 @@ async fn a_scan_outlasting_the_settle_time_still_repairs_quiet_reels() {
     let cut = summary["cut_ms"].as_i64().expect("a cut");
     // The run may compare once a settle time (and a second) has passed
     // since its likes scan ended.
-    let ready = summary["stream_ready_at_ms"].as_i64().expect("a ready time");
+    let ready = summary["stream_ready_at_ms"]
+        .as_i64()
+        .expect("a ready time");
     let done = ready - SETTLE_MS - 1_000;
     assert!(
         done - cut >= 5 * SETTLE_MS,

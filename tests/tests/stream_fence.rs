@@ -371,8 +371,7 @@ async fn stream_shards_in_instances_of_their_own_still_make_a_crowd() {
     drive(&t.stack.app.reshard, &pop).await;
     let d = stream_shard(0, 4, &[&a, &b, &c]);
     let instance = Aggregator::new(store.clone(), &t.stack.config);
-    let event: StreamEvent =
-        serde_json::from_value(batch(&d, "pop", &[(10, "u9")])).unwrap();
+    let event: StreamEvent = serde_json::from_value(batch(&d, "pop", &[(10, "u9")])).unwrap();
     instance.handle(&event, None).await.expect("applied");
     let s = t.stack.app.reshard.state(&pop).await.unwrap();
     assert_eq!(

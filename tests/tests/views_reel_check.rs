@@ -59,7 +59,10 @@ async fn post(app: &App, viewer: &str, body: Value) -> (u16, Value) {
         lambda_http::Body::Binary(b) => b,
         _ => Vec::new(),
     };
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +82,12 @@ async fn a_view_batch_naming_an_unknown_reel_is_refused_whole() {
     .with_views_of(&t.stack.app)
     .with_reel_check(catalogue.clone());
 
-    let (status, body) = post(&app, "v1", json!({"views": [{"reel_id": "pub-a", "count": 3}]})).await;
+    let (status, body) = post(
+        &app,
+        "v1",
+        json!({"views": [{"reel_id": "pub-a", "count": 3}]}),
+    )
+    .await;
     assert_eq!((status, &body), (202, &json!({"accepted": 3})));
     let (status, body) = post(
         &app,
@@ -90,14 +98,26 @@ async fn a_view_batch_naming_an_unknown_reel_is_refused_whole() {
     assert_eq!(status, 404, "{body}");
     assert_eq!(body["error"]["code"], "reel_not_found", "{body}");
     // Known reels are looked up once per instance.
-    let (status, _) = post(&app, "v3", json!({"views": [{"reel_id": "pub-a", "count": 2}]})).await;
+    let (status, _) = post(
+        &app,
+        "v3",
+        json!({"views": [{"reel_id": "pub-a", "count": 2}]}),
+    )
+    .await;
     assert_eq!(status, 202);
-    assert_eq!(catalogue.lookups.load(Ordering::Relaxed), 2, "pub-a once, invented once");
+    assert_eq!(
+        catalogue.lookups.load(Ordering::Relaxed),
+        2,
+        "pub-a once, invented once"
+    );
 
     // What was accepted is counted; nothing of the refused batch is.
     let started = Instant::now();
     while views_of(&t, "pub-a").await < 5 {
-        assert!(started.elapsed() < Duration::from_secs(30), "views not applied");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "views not applied"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_millis(1_500)).await;

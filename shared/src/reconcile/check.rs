@@ -115,7 +115,8 @@ impl<S: ReconcileStore> Reconciler<S> {
                         seg.cursor = page.next;
                         seg.done = seg.cursor.is_none();
                         unsaved += 1;
-                        if seg.done || unsaved >= self.cfg.checkpoint_pages.min(CHECK_COMMIT_PAGES) {
+                        if seg.done || unsaved >= self.cfg.checkpoint_pages.min(CHECK_COMMIT_PAGES)
+                        {
                             inv.run.lock().await.state.counter_segments[i] = seg.clone();
                             self.commit(inv).await?;
                             unsaved = 0;

@@ -49,9 +49,7 @@ impl DynamoStore {
                 .table_name(&self.counters_table)
                 .key("pk", key.clone())
                 .update_expression("ADD #src :s SET #exp = :exp")
-                .condition_expression(
-                    "(attribute_not_exists(#qu) OR #qu < :now) AND #win >= :from",
-                )
+                .condition_expression("(attribute_not_exists(#qu) OR #qu < :now) AND #win >= :from")
                 .expression_attribute_names("#src", "src")
                 .expression_attribute_names("#exp", "expires_at")
                 .expression_attribute_names("#qu", "quiet_until")
