@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates BENCHMARKS.md: the shard-sizing planner on the published
 # example, the viral-load benchmark (naive counter, fixed shards with and
-# without the cache, automatic growth, stream mode, stream mode at scale:
+# without the cache, automatic growth, stream mode, stream mode at scale,
+# views, the cost of each operation:
 # every `Variant` of local/src/bench/variant.rs unless BENCH_VARIANTS says
 # otherwise), and the Lambda figures. One command: `make benchmarks`.
 #
@@ -72,8 +73,14 @@ RUST_LOG=${RUST_LOG:-off} BENCH_RATIO_OUT=target/bench/ratio.json "$bin" bench r
 
 echo "benchmarks: viral load" >&2
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-RUST_LOG=${RUST_LOG:-off} BENCH_OUT=target/bench/viral.json BENCH_SVG=BENCHMARKS-onset.svg "$bin" bench > "$work/bench.md"
+RUST_LOG=${RUST_LOG:-off} BENCH_OUT=target/bench/viral.json BENCH_SVG=BENCHMARKS-onset.svg "$bin" bench > "$work/bench-all.md"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+# The `costs` variant's section (heading, prose and table, all the bench's:
+# local/src/bench/report.rs, COSTS_HEADING) gets a place of its own after
+# the viral load's, which the docs link to; the rest is the viral load's.
+costs_heading='## Cost per operation, all in'
+awk -v h="$costs_heading" '$0 == h {exit} {print}' "$work/bench-all.md" > "$work/bench.md"
+awk -v h="$costs_heading" '$0 == h {on = 1} on {print}' "$work/bench-all.md" > "$work/costs.md"
 
 # How the Lambda figures come: measured now (run), from an earlier run
 # (reuse), or not at all (skip).
@@ -299,6 +306,10 @@ copied from a run):
 EOF
   echo "  The machine's load average (1, 5, 15 min) was $load_start when the"
   echo "  benchmark started and $load_end when it ended."
+  if [ -s "$work/costs.md" ]; then
+    echo
+    cat "$work/costs.md"
+  fi
   cat <<'EOF'
 
 ## Lambda figures

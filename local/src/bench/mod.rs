@@ -28,7 +28,11 @@
 //!    /views` → Kinesis → the views aggregator → the views table), one
 //!    viral reel closed-loop at the rate this machine sustains, with its
 //!    freshness, write units per view, unique-viewer error and exactness
-//!    (`views/`, its own figures and table).
+//!    (`views/`, its own figures and table);
+//! 9. `costs`: not a load but a bill: DynamoDB units per like, keyed like,
+//!    unlike and keyed unlike in both counting modes, and per view, at
+//!    breadth and on one reel, request path and aggregation apart
+//!    (`costs/`, its own cells and table).
 //!
 //! The bench also draws, per variant, the likes accepted and refused each
 //! second and the viral reel's shard count over time (`BENCH_SVG`).
@@ -53,6 +57,7 @@
 //! * `units.rs`: write units by whose likes they served;
 //! * `scale.rs`: the stream-at-scale variants' resize and figures;
 //! * `views/`: the `views` variant, run and measured on its own (the run, what it reads back, its arithmetic);
+//! * `costs/`: the `costs` variant, run and measured on its own;
 //! * `store.rs`: pre-sizing, and the stored count read back;
 //! * `report.rs`: the Markdown table; `svg.rs`: the onset chart.
 //! * [`ratio`]: a second benchmark, `likes-local bench ratio`: the like
@@ -60,6 +65,7 @@
 
 #![warn(missing_docs)]
 
+mod costs;
 mod load;
 mod measure;
 mod rank;
@@ -356,8 +362,17 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     let mut results: BTreeMap<String, Vec<RunResult>> = BTreeMap::new();
     // The views variant's runs: figures of their own.
     let mut views: Vec<ViewsResult> = Vec::new();
+    // The costs variant's cells: counts, not timings, so one run only.
+    let mut costs: Vec<costs::CostCell> = Vec::new();
     for run in 0..opts.runs {
         for &v in &opts.variants {
+            if v.is_costs() {
+                if run == 0 {
+                    crate::errln!("bench: variant {v} (once: its figures are counts)");
+                    costs = costs::run_costs(&opts).await?;
+                }
+                continue;
+            }
             crate::errln!("bench: run {}/{} variant {v}", run + 1, opts.runs);
             if v.is_views() {
                 let r = views::run_views(&opts, run).await?;
@@ -401,6 +416,9 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     if !views.is_empty() {
         table.push_str(&report::views_table(&opts, &views));
     }
+    if !costs.is_empty() {
+        table.push_str(&report::costs_table(&costs));
+    }
     if let Some(dir) = opts.svg.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -416,6 +434,14 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
         map.insert(
             Variant::Views.as_str().to_owned(),
             serde_json::to_value(&views)?,
+        );
+    }
+    if !costs.is_empty()
+        && let Some(map) = runs.as_object_mut()
+    {
+        map.insert(
+            Variant::Costs.as_str().to_owned(),
+            serde_json::to_value(&costs)?,
         );
     }
     std::fs::write(
@@ -533,7 +559,7 @@ mod tests {
         assert_eq!(get("BENCH_WRU_PRICE"), "0.625");
         assert_eq!(
             get("BENCH_VARIANTS"),
-            "naive,fixed,fixed-nocache,auto,stream,stream-scale,stream-scale-mixed,views"
+            "naive,fixed,fixed-nocache,auto,stream,stream-scale,stream-scale-mixed,views,costs"
         );
         assert_eq!(get("BENCH_VIEWS_VIEWERS"), "200000");
     }

@@ -4,6 +4,7 @@
 //! issue 21's target. `scripts/benchmarks.sh` puts it into BENCHMARKS.md
 //! as it is, so its format is that file's.
 
+use super::costs::{self, CostCell, Mode, Op, Spread};
 use super::variant::{
     CONFLICT_HOLD_MS, SCALE_FROM, SCALE_TO, STREAM_SHARDS, VIEWS_SHARDS, Variant,
 };
@@ -307,6 +308,73 @@ pub(super) fn views_table(opts: &BenchOptions, rs: &[ViewsResult]) -> String {
     out
 }
 
+/// The heading of the `costs` variant's section: `scripts/benchmarks.sh`
+/// cuts the bench's output at it and gives the section a place of its
+/// own in BENCHMARKS.md, which docs/counting.md and docs/views.md link
+/// to (`#cost-per-operation-all-in`).
+pub(super) const COSTS_HEADING: &str = "## Cost per operation, all in";
+
+/// The `costs` variant's section: its heading, what a row is, and one
+/// row per cell with the request path's and the aggregation's units per
+/// operation, their totals, and docs/counting.md's arithmetic beside
+/// them.
+pub(super) fn costs_table(cells: &[CostCell]) -> String {
+    let mut out = format!(
+        "\n{COSTS_HEADING}\n\n`likes-local bench` with `BENCH_VARIANTS=costs`: DynamoDB capacity units per operation, as the fault proxy counted them (no fault injected, no cap reached), on the machine and commit at the top of this file. Each mode on a stack of its own; each cell alone: {ops} operations through the HTTP API, at breadth (one on each of {ops} reels) or on one viral reel; an unlike removes a like of the like cell of its spread with the same key-ness; each cell starts once the read caches of the cell before it have expired. *Request* is what the proxy counted from the first request to the last answer, with the event sources paused (the row, the key's record, the shard in transactional mode, the settings read); *aggregation* is what it counted from then until the sources had drained (the aggregator's transactions and checkpoints, the views' seen items, and the reads they make). Views go through the views pipeline (the same in both modes), {per} views a request, keyed, figures per view; their request path writes Kinesis, not DynamoDB, and the proxy charges a transactional item 2 units whatever its size, so the views' sketch items (about 2.1 KB, 6 units each) are undercounted here (the `views` variant's *sized* figure is the upper bound). *Arithmetic* is docs/counting.md's for the cell's writes: 2 units a transactional item, 1 a plain write, 2 × (1 + reels) a stream-mode chunk ({chunk} reels a chunk at breadth, one chunk per {batch} records on one reel). One run: units are counts, not timings.\n\n| mode | operation | spread | ok (failed) | WU/op request | RU/op request | WU/op aggregation | RU/op aggregation | total WU/op | total RU/op | arithmetic WU/op |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        ops = thousands(costs::OPS),
+        per = costs::VIEWS_PER_REQUEST,
+        chunk = costs::CHUNK_REELS,
+        batch = thousands(costs::BATCH_RECORDS as u32),
+    );
+    for c in cells {
+        let mode = match c.mode {
+            Mode::Transactional => "transactional",
+            Mode::Stream => "stream",
+            Mode::Views => "views (either)",
+        };
+        let op = match c.op {
+            Op::Like => "like",
+            Op::KeyedLike => "like, keyed",
+            Op::Unlike => "unlike",
+            Op::KeyedUnlike => "unlike, keyed",
+            Op::View => "view",
+        };
+        let spread = match c.spread {
+            Spread::Breadth => "breadth",
+            Spread::Viral => "one reel",
+        };
+        let arithmetic = c
+            .arithmetic_wu()
+            .map_or_else(|| "—".to_owned(), |a| format!("{a:.3}"));
+        out.push_str(&format!(
+            "| {mode} | {op} | {spread} | {} ({}) | {:.3} | {:.3} | {:.3} | {:.3} | **{:.3}** | {:.3} | {arithmetic} |\n",
+            c.ok,
+            c.failed,
+            c.request_wu(),
+            c.request_ru(),
+            c.aggregation_wu(),
+            c.aggregation_ru(),
+            c.total_wu(),
+            c.total_ru(),
+        ));
+    }
+    out
+}
+
+/// `n` with a comma every three digits, as the prose around it writes
+/// numbers.
+fn thousands(n: u32) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The median of `v` (the mean of the middle two for an even count), 0 if
 /// empty.
 pub(super) fn median(mut v: Vec<f64>) -> f64 {
@@ -414,6 +482,35 @@ mod tests {
         assert!(t.contains("| views/s accepted | 4000 |"), "{t}");
         assert!(t.contains("exact (table = accepted = read views): yes"));
         assert!(t.contains("per view (sized) in every run: yes"));
+    }
+
+    #[test]
+    fn costs_have_their_own_section_one_row_a_cell() {
+        let cells = [
+            crate::bench::costs::tests::cell(Mode::Stream, Op::Like, Spread::Breadth),
+            crate::bench::costs::tests::cell(Mode::Views, Op::View, Spread::Viral),
+        ];
+        let t = costs_table(&cells);
+        // Its own heading, which the script cuts at and the docs link to.
+        assert!(t.starts_with("\n## Cost per operation, all in\n"), "{t}");
+        assert!(t.contains("| mode | operation | spread | ok (failed) | WU/op request |"));
+        // 1,000 likes: 1,000 units of rows, 2,042 of aggregation, 21 of
+        // its reads; the arithmetic is counting.md's 1 + 2 + 2 ÷ 49.
+        assert!(
+            t.contains("| stream | like | breadth | 1000 (0) | 1.000 | 0.000 | 2.042 | 0.021 | **3.042** | 0.021 | 3.041 |"),
+            "{t}"
+        );
+        // Views: per view (10 a request), no counting.md arithmetic.
+        assert!(
+            t.contains("| views (either) | view | one reel | 1000 (0) | 0.100 | 0.000 | 0.204 | 0.002 | **0.304** | 0.002 | — |"),
+            "{t}"
+        );
+        assert_eq!(t.lines().filter(|l| l.starts_with("| ")).count(), 2 + 2);
+        assert!(t.contains("one on each of 1,000 reels"));
+        assert_eq!(
+            [thousands(7), thousands(1000), thousands(1234567)],
+            ["7", "1,000", "1,234,567"]
+        );
     }
 
     #[test]

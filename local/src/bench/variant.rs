@@ -42,6 +42,10 @@ pub enum Variant {
     /// rate the machine sustains (`views/`, which runs and reports it on
     /// its own: none of the likes' figures apply).
     Views,
+    /// Not a load but a bill: what each operation costs in DynamoDB
+    /// units, all in, in both counting modes, at breadth and on one reel
+    /// (`costs/`, which runs and reports it on its own).
+    Costs,
 }
 
 /// `stream-scale`'s stream shards (`LOCAL_STREAM_SHARDS`): a viral reel's
@@ -68,7 +72,7 @@ pub(super) const VIEWS_SHARDS: u32 = 4;
 
 impl Variant {
     /// Every variant, in the order `BENCH_VARIANTS` runs them by default.
-    pub const ALL: [Variant; 8] = [
+    pub const ALL: [Variant; 9] = [
         Variant::Naive,
         Variant::Fixed,
         Variant::FixedNocache,
@@ -77,6 +81,7 @@ impl Variant {
         Variant::StreamScale,
         Variant::StreamScaleMixed,
         Variant::Views,
+        Variant::Costs,
     ];
 
     /// The name in `BENCH_VARIANTS`, the table's columns and the JSON.
@@ -90,6 +95,7 @@ impl Variant {
             Variant::StreamScale => "stream-scale",
             Variant::StreamScaleMixed => "stream-scale-mixed",
             Variant::Views => "views",
+            Variant::Costs => "costs",
         }
     }
 
@@ -106,6 +112,11 @@ impl Variant {
     /// The views variant, run by `views.rs` rather than `measure.rs`.
     pub(super) fn is_views(self) -> bool {
         self == Variant::Views
+    }
+
+    /// The costs variant, run by `costs/` rather than `measure.rs`.
+    pub(super) fn is_costs(self) -> bool {
+        self == Variant::Costs
     }
 
     /// Stream mode: likes write their row only; the counts catch up later.
@@ -138,7 +149,9 @@ impl Variant {
         match self {
             Variant::Fixed | Variant::FixedNocache => Some(opts.fixed_shards),
             Variant::StreamScale | Variant::StreamScaleMixed => Some(SCALE_FROM),
-            Variant::Naive | Variant::Auto | Variant::Stream | Variant::Views => None,
+            Variant::Naive | Variant::Auto | Variant::Stream | Variant::Views | Variant::Costs => {
+                None
+            }
         }
     }
 
@@ -153,7 +166,8 @@ impl Variant {
             | Variant::Fixed
             | Variant::FixedNocache
             | Variant::Auto
-            | Variant::Views => 0,
+            | Variant::Views
+            | Variant::Costs => 0,
         }
     }
 
@@ -164,7 +178,7 @@ impl Variant {
             Variant::Stream => opts.stream_rate,
             Variant::StreamScale | Variant::StreamScaleMixed => opts.stream_scale_rate,
             // Closed loop: no rate is offered.
-            Variant::Views => f64::NAN,
+            Variant::Views | Variant::Costs => f64::NAN,
             Variant::Naive | Variant::Fixed | Variant::FixedNocache | Variant::Auto => {
                 opts.viral_rate
             }
@@ -183,6 +197,9 @@ impl Variant {
     pub(super) fn stack_env(self, opts: &BenchOptions) -> Vec<(String, String)> {
         if self.is_views() {
             return views_env();
+        }
+        if self.is_costs() {
+            return costs_env(false, true);
         }
         let cap = opts.write_cap;
         let mut faults = format!("seed=1,write_cap={cap}");
@@ -216,7 +233,8 @@ impl Variant {
             | Variant::Stream
             | Variant::StreamScale
             | Variant::StreamScaleMixed
-            | Variant::Views => ("off", "2000"),
+            | Variant::Views
+            | Variant::Costs => ("off", "2000"),
         };
         if self.is_stream() {
             env.push(("COUNTING".into(), "stream".into()));
@@ -253,6 +271,46 @@ fn views_env() -> Vec<(String, String)> {
         if let Ok(v) = std::env::var(k) {
             env.push((k.into(), v));
         }
+    }
+    env
+}
+
+/// How long a `costs` cell waits before it starts: longer than the
+/// caches of [`costs_env`] live (the settings' 5 s, the counts' 2 s), so
+/// that a cell on the reels of the one before it (an unlike after its
+/// likes) reads what a cold reel reads, not what the cell before it left
+/// cached, and its read units are its own.
+pub(super) const COSTS_CACHES_COLD: std::time::Duration = std::time::Duration::from_millis(5_500);
+
+/// The `costs` variant's stack environment (stream mode if `stream`, the
+/// views stream too if `views`): the fault proxy in front of DynamoDB to
+/// count every unit, with a cap no cell comes near (a throttled request's
+/// retry would be counted as the operation's cost), and nothing running
+/// that is not a cell's: no scheduled functions, no automatic growth (a
+/// viral reel's resize would bill its cells for the settings it writes).
+/// The read caches at the product's defaults, pinned: the reads a like
+/// makes are part of what it costs, and each cell waits
+/// [`COSTS_CACHES_COLD`] for the caches of the cell before it to expire.
+pub(super) fn costs_env(stream: bool, views: bool) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("FAULTS".into(), "seed=1,write_cap=1000000".into()),
+        ("CACHE_TTL_MS".into(), "2000".into()),
+        ("SETTINGS_TTL_MS".into(), "5000".into()),
+        ("LOCAL_SCHEDULE_SECS".into(), "0".into()),
+        ("AUTO_RESHARD".into(), "off".into()),
+    ];
+    if stream {
+        env.push(("COUNTING".into(), "stream".into()));
+    }
+    if views {
+        env.extend(views_env().into_iter().filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                "FAULTS" | "CACHE_TTL_MS" | "LOCAL_SCHEDULE_SECS"
+            )
+        }));
+    } else {
+        env.push(("LOCAL_VIEWS".into(), "off".into()));
     }
     env
 }
@@ -364,7 +422,8 @@ mod tests {
                 "stream",
                 "stream-scale",
                 "stream-scale-mixed",
-                "views"
+                "views",
+                "costs"
             ]
         );
     }
