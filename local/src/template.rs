@@ -423,6 +423,69 @@ pub fn one_batch_per_shard(function: &str, p: &Value, parameters: Option<&Value>
     }
 }
 
+/// One `SQS` event of a function, with its queue's settings: what
+/// Lambda's SQS event source mapping does, which the local views stack
+/// imitates for the OnFailure queue (`crate::kinesis::repairs`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueSourceDef {
+    /// The queue's logical id (`Queue: !GetAtt <Queue>.Arn`).
+    pub queue: String,
+    /// `BatchSize` (Lambda's default for SQS: 10).
+    pub batch_size: u32,
+    /// `ScalingConfig.MaximumConcurrency` (left out: 2 here, SQS's
+    /// minimum, rather than Lambda's unbounded scaling).
+    pub max_concurrency: u32,
+    /// `FunctionResponseTypes` holds `ReportBatchItemFailures`.
+    pub report_failures: bool,
+    /// The queue's `VisibilityTimeout` (SQS's default: 30 s).
+    pub visibility: std::time::Duration,
+    /// Its `RedrivePolicy.maxReceiveCount`, if it has a dead-letter queue.
+    pub max_receives: Option<u32>,
+}
+
+/// The `SQS` event of `function` in `doc` (a whole template), if it has
+/// one whose queue is a resource of the template.
+pub fn queue_source(doc: &Value, function: &str) -> Option<QueueSourceDef> {
+    let resources = doc.get("Resources")?;
+    let events = resources
+        .get(function)?
+        .get("Properties")?
+        .get("Events")?
+        .as_mapping()?;
+    let p = events
+        .values()
+        .find(|e| e.get("Type").and_then(Value::as_str) == Some("SQS"))?
+        .get("Properties")?;
+    let queue = match p.get("Queue")? {
+        Value::Tagged(t) if t.tag == "!GetAtt" => t.value.as_str()?.strip_suffix(".Arn")?,
+        _ => return None,
+    };
+    let q = resources.get(queue)?.get("Properties");
+    let num = |v: Option<&Value>| v.and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()));
+    Some(QueueSourceDef {
+        queue: queue.to_owned(),
+        batch_size: num(p.get("BatchSize")).map_or(10, |n| n.clamp(1, 10_000) as u32),
+        max_concurrency: num(p
+            .get("ScalingConfig")
+            .and_then(|c| c.get("MaximumConcurrency")))
+        .map_or(2, |n| n.clamp(2, 1000) as u32),
+        report_failures: p
+            .get("FunctionResponseTypes")
+            .and_then(Value::as_sequence)
+            .is_some_and(|t| {
+                t.iter()
+                    .any(|v| v.as_str() == Some("ReportBatchItemFailures"))
+            }),
+        visibility: std::time::Duration::from_secs(
+            num(q.and_then(|q| q.get("VisibilityTimeout"))).map_or(30, |n| n.min(43_200)),
+        ),
+        max_receives: num(q
+            .and_then(|q| q.get("RedrivePolicy"))
+            .and_then(|r| r.get("maxReceiveCount")))
+        .map(|n| n.clamp(1, 1000) as u32),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,6 +540,23 @@ mod tests {
             "/../template.yaml"
         )));
         assert!(ours.is_ok_and(|t| !t.stream_sources.is_empty()));
+    }
+
+    /// The views aggregator's repairs: its SQS event on the OnFailure
+    /// queue, with the queue's settings, as `crate::kinesis` imitates it.
+    #[test]
+    fn the_repairs_queue_source_is_read() {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml"))
+                .unwrap();
+        let doc: Value = yaml_serde::from_str(&text).unwrap();
+        let q = queue_source(&doc, "ViewAggregateFunction").unwrap();
+        assert_eq!(q.queue, "ViewsOnFailureQueue");
+        assert_eq!((q.batch_size, q.max_concurrency), (1, 2));
+        assert!(q.report_failures);
+        assert_eq!(q.visibility, std::time::Duration::from_secs(360));
+        assert_eq!(q.max_receives, Some(240));
+        assert_eq!(queue_source(&doc, "AggregateFunction"), None);
     }
 
     #[test]

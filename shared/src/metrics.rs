@@ -98,6 +98,9 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("ViewBatchesOutOfOrder", Unit::Count),
     ("ViewRepairParts", Unit::Count),
     ("ViewRepairsIncomplete", Unit::Count),
+    ("ViewRepairsCompleted", Unit::Count),
+    ("ViewRepairsTooEarly", Unit::Count),
+    ("ViewRepairMessagesDropped", Unit::Count),
     ("ViewErrors", Unit::Count),
     ("ViewAggregationLag", Unit::Milliseconds),
     // The views aggregator's compaction of sealed writers' items.

@@ -1,7 +1,9 @@
 //! The functions' entry points that are not HTTP requests: the `reshard`
 //! function's event (an admin route's API Gateway request, or the
 //! EventBridge schedule), the `reconcile` function's event and the
-//! `aggregate` function's stream batch (stream mode). They record their
+//! `aggregate` function's stream batch (stream mode), and the
+//! `aggregate-views` function's (a views-log batch, a given-up range, or
+//! the OnFailure queue's messages naming such ranges). They record their
 //! runs' metrics; the HTTP handling itself stays in [`crate::http`].
 
 use crate::App;
@@ -208,6 +210,9 @@ pub async fn handle_views_event(
     if crate::views::repair::GivenUp::is_invocation_record(&event) {
         return repair_views(app, aggregator, &event, deadline).await;
     }
+    if crate::views::repair::QueuedRanges::is_sqs_event(&event) {
+        return repair_queued(app, aggregator, &event, deadline).await;
+    }
     let event: crate::views::record::KinesisEvent = serde_json::from_value(event)
         .map_err(|e| Error::internal("unreadable Kinesis event", e))?;
     let records = event.records.len() as u64;
@@ -269,6 +274,105 @@ async fn repair_views(
     app.config.metrics.flush(None);
     Ok(json!({ "repair": result? }))
 }
+
+/// `aggregate-views` invoked by the OnFailure queue (an SQS event source,
+/// `ReportBatchItemFailures`): each message's range repaired in turn
+/// within the deadline; the answer names the messages SQS is to deliver
+/// again after the queue's visibility timeout (which is then the delay
+/// of a retry): a repair too early, one stopped before its end (it goes
+/// on from its checkpoint), one that failed, one that found the stream's
+/// lease held past its wait, and those the deadline left no time for.
+/// A range's failure is its message's, never the event's: it must not
+/// hand the others back. Only an event without message ids (which Lambda
+/// always writes) is an error, so that Lambda delivers it whole again.
+async fn repair_queued(
+    app: &App,
+    aggregator: &crate::views::aggregate::ViewAggregator<DynamoViews, KinesisLog>,
+    event: &Value,
+    deadline: Option<Instant>,
+) -> Result<Value, Error> {
+    use crate::views::repair::{QueuedRanges, batch_item_failures};
+    let messages = QueuedRanges::parse(event)?.0;
+    let mut again: Vec<&str> = Vec::new();
+    let m = app.config.metrics.record("aggregate-views");
+    for (id, range) in &messages {
+        let range = match range {
+            Ok(r) => r,
+            Err(e) => {
+                // Dropped, not failed: nothing makes a body that names no
+                // range name one, so delivering it again would only spend
+                // invocations until the dead-letter queue took it a day
+                // later. Logged whole, for an operator to look at.
+                m.count("ViewRepairMessagesDropped", 1);
+                tracing::error!(message = %id, error = %e, event = %event, "an OnFailure queue message that is no invocation record of a views range: dropped");
+                continue;
+            }
+        };
+        if deadline.is_some_and(|d| Instant::now() + crate::aggregate::core::DEADLINE_SAFETY >= d) {
+            again.push(id);
+            continue;
+        }
+        match repair_waiting_for_lease(aggregator, range, deadline).await {
+            Ok(out) => {
+                m.count("ViewRepairParts", out.applied_now as u64)
+                    .count("ViewRepairsIncomplete", u64::from(!out.complete))
+                    .count("ViewRepairsCompleted", u64::from(out.complete));
+                tracing::info!(message = %id, shard = %range.shard_id, start = %range.start, end = %range.end, ?out, "views range repaired from the OnFailure queue");
+                if !out.complete {
+                    again.push(id);
+                }
+            }
+            Err(e) if matches!(e.code(), "repair_too_early" | "repair_in_progress") => {
+                m.count("ViewRepairsTooEarly", 1);
+                tracing::info!(message = %id, shard = %range.shard_id, start = %range.start, why = %e, "views repair not yet: the queue delivers it again after its visibility timeout");
+                again.push(id);
+            }
+            Err(e) if e.code() == "invalid_invocation_record" => {
+                // Another stream's range: this function's keys would
+                // find nothing counted of it, and count it all.
+                m.count("ViewRepairMessagesDropped", 1);
+                tracing::error!(message = %id, error = %e, "an OnFailure queue message names a range this function cannot repair: dropped");
+            }
+            Err(e) => {
+                m.count("ViewErrors", 1);
+                tracing::warn!(message = %id, shard = %range.shard_id, start = %range.start, error = %e, "views repair failed; the queue delivers it again");
+                again.push(id);
+            }
+        }
+    }
+    app.config.metrics.flush(None);
+    Ok(batch_item_failures(again))
+}
+
+/// A repair of `range`, waiting for the stream's lease while another
+/// repair holds it (at most half the time left, so that the repair itself
+/// still has the rest): two messages delivered side by side
+/// (`MaximumConcurrency` 2) would otherwise fail one in two, and each
+/// failure spends a receive of the message's `maxReceiveCount`.
+async fn repair_waiting_for_lease(
+    aggregator: &crate::views::aggregate::ViewAggregator<DynamoViews, KinesisLog>,
+    range: &crate::views::repair::GivenUp,
+    deadline: Option<Instant>,
+) -> Result<crate::views::repair::RepairOutcome, Error> {
+    let wait_until = deadline.map(|d| {
+        let now = Instant::now();
+        now + d.saturating_duration_since(now) / 2
+    });
+    loop {
+        match aggregator.repair(range, deadline).await {
+            Err(e)
+                if e.code() == "repair_in_progress"
+                    && wait_until.is_some_and(|w| Instant::now() + LEASE_POLL < w) =>
+            {
+                tokio::time::sleep(LEASE_POLL).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How often a queued repair asks for the stream's lease again.
+const LEASE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Lambda's `batchItemFailures` for what an aggregator did not apply: the
 /// record it is to deliver again from, if any (both event sources).

@@ -365,6 +365,7 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         "AggregateFailuresAlarm",
         "ViewsIteratorAgeAlarm",
         "ViewsOnFailureAlarm",
+        "ViewsRepairDeadLetterAlarm",
         "ViewsPutThrottledAlarm",
         "ViewsTableThrottleAlarm",
         "ViewFunctionThrottlesAlarm",
@@ -1543,7 +1544,18 @@ fn the_views_aggregator_reads_the_views_stream_as_the_likes_aggregator_reads_its
                 assert!(is_tagged(resource, "!GetAtt", "ViewsStream.Arn"), "{st:?}");
                 kinesis.insert(a.clone());
             } else if a.starts_with("sqs:") {
-                assert_eq!(a, "sqs:SendMessage");
+                // The OnFailure destination's send, and the Repairs event
+                // source's poll of the same queue.
+                assert!(
+                    [
+                        "sqs:SendMessage",
+                        "sqs:ReceiveMessage",
+                        "sqs:DeleteMessage",
+                        "sqs:GetQueueAttributes"
+                    ]
+                    .contains(&a.as_str()),
+                    "{a}"
+                );
                 assert!(
                     is_tagged(resource, "!GetAtt", "ViewsOnFailureQueue.Arn"),
                     "{st:?}"
@@ -1585,9 +1597,11 @@ fn the_views_aggregator_reads_the_views_stream_as_the_likes_aggregator_reads_its
         lag["Period"].as_i64().unwrap() * lag["DatapointsToAlarm"].as_i64().unwrap(),
         300
     );
+    // Sent, not visible: the Repairs event source takes each message as
+    // it comes, so the queue looks empty while its repairs wait.
     let failed = alarm("ViewsOnFailureAlarm");
     assert_eq!(failed["Namespace"], "AWS/SQS");
-    assert_eq!(failed["MetricName"], "ApproximateNumberOfMessagesVisible");
+    assert_eq!(failed["MetricName"], "NumberOfMessagesSent");
     assert!(is_tagged(
         &failed["Dimensions"][0]["Value"],
         "!GetAtt",
@@ -1769,16 +1783,9 @@ fn every_stream_event_source_takes_one_batch_per_shard_from_one_parameter() {
         let events = &doc["Resources"][f.as_str()]["Properties"]["Events"];
         for (name, ev) in events.as_mapping().into_iter().flatten() {
             let ty = ev["Type"].as_str().unwrap_or_default();
-            if ![
-                "DynamoDB",
-                "Kinesis",
-                "SQS",
-                "MSK",
-                "MQ",
-                "SelfManagedKafka",
-            ]
-            .contains(&ty)
-            {
+            // Streams only: a queue (the views' Repairs event, SQS) has
+            // no shards, and no ParallelizationFactor.
+            if !["DynamoDB", "Kinesis", "MSK", "MQ", "SelfManagedKafka"].contains(&ty) {
                 continue;
             }
             let p = &ev["Properties"];
@@ -1898,7 +1905,12 @@ fn a_views_range_given_up_at_the_largest_age_can_still_be_repaired() {
 #[test]
 fn the_views_stream_and_its_failure_queue_outlive_the_stack() {
     let doc = template_doc();
-    for id in ["ViewsStream", "ViewsOnFailureQueue", "ViewsTable"] {
+    for id in [
+        "ViewsStream",
+        "ViewsOnFailureQueue",
+        "ViewsRepairDeadLetterQueue",
+        "ViewsTable",
+    ] {
         let r = &doc["Resources"][id];
         assert_eq!(r["DeletionPolicy"], "Retain", "{id}");
         assert_eq!(r["UpdateReplacePolicy"], "Retain", "{id}");
@@ -2091,4 +2103,87 @@ fn admin_and_erasure_are_allowlisted_and_the_jwt_scope_is_required_by_default() 
     let config = likes::Config::from_lookup(|k| env.get(k).cloned()).unwrap();
     assert_eq!(config.access.jwt_scope.as_deref(), Some(scope));
     assert!(config.access.admin.is_empty() && config.access.erasure.is_empty());
+}
+
+/// Issue 35: repairs are automatic. The OnFailure queue is an SQS event
+/// source of the views aggregator (one message per invocation, partial
+/// batch answers, SQS's minimum concurrency); its visibility timeout, the
+/// delay of a repair's next attempt, is at least the function's timeout
+/// (Lambda refuses the mapping otherwise) and 6 times it (Lambda's
+/// advice); a message still failing after a day of deliveries goes to an
+/// encrypted, retained, alarmed dead-letter queue, on the dashboard.
+/// Before: no event source; an operator invoked the function with each
+/// message by hand.
+#[test]
+fn the_views_on_failure_queue_feeds_the_repairs() {
+    let doc = template_doc();
+    let res = &doc["Resources"];
+    let f = &res["ViewAggregateFunction"]["Properties"];
+    let sqs: Vec<&yaml_serde::Value> = f["Events"]
+        .as_mapping()
+        .unwrap()
+        .values()
+        .filter(|e| e["Type"] == "SQS")
+        .collect();
+    assert_eq!(sqs.len(), 1, "one SQS event");
+    let p = &sqs[0]["Properties"];
+    assert!(is_tagged(&p["Queue"], "!GetAtt", "ViewsOnFailureQueue.Arn"));
+    assert_eq!(p["BatchSize"], 1);
+    assert_eq!(
+        strings(&p["FunctionResponseTypes"]),
+        vec!["ReportBatchItemFailures".to_owned()]
+    );
+    assert_eq!(p["ScalingConfig"]["MaximumConcurrency"], 2);
+    let q = &res["ViewsOnFailureQueue"]["Properties"];
+    let timeout = f["Timeout"].as_i64().unwrap();
+    let visibility = q["VisibilityTimeout"].as_i64().unwrap();
+    assert!(visibility >= 6 * timeout, "{visibility} < 6 × {timeout}");
+    let redrive = &q["RedrivePolicy"];
+    assert!(is_tagged(
+        &redrive["deadLetterTargetArn"],
+        "!GetAtt",
+        "ViewsRepairDeadLetterQueue.Arn"
+    ));
+    // Deliveries for a day at least: the longest a repair may wait is
+    // about ViewsMaxRecordAgeSecs' largest value (12 h) past the give-up.
+    let receives = redrive["maxReceiveCount"].as_i64().unwrap();
+    let retention = res["ViewsStream"]["Properties"]["RetentionPeriodHours"]
+        .as_i64()
+        .unwrap()
+        * 3600;
+    assert!(
+        receives * visibility >= retention,
+        "{receives} × {visibility}"
+    );
+    let max_age = doc["Parameters"]["ViewsMaxRecordAgeSecs"]["MaxValue"]
+        .as_i64()
+        .unwrap();
+    assert!(receives * visibility > max_age + 900 + 300);
+    // Messages are kept past the time they may wait.
+    assert!(q["MessageRetentionPeriod"].as_i64().unwrap() >= 2 * retention);
+    let dlq = &res["ViewsRepairDeadLetterQueue"];
+    assert_eq!(dlq["Type"], "AWS::SQS::Queue");
+    assert_eq!(dlq["Properties"]["SqsManagedSseEnabled"], true);
+    assert_eq!(
+        dlq["Properties"]["MessageRetentionPeriod"],
+        q["MessageRetentionPeriod"]
+    );
+    let alarm = &res["ViewsRepairDeadLetterAlarm"]["Properties"];
+    assert_eq!(alarm["Namespace"], "AWS/SQS");
+    assert_eq!(alarm["MetricName"], "ApproximateNumberOfMessagesVisible");
+    assert!(is_tagged(
+        &alarm["Dimensions"][0]["Value"],
+        "!GetAtt",
+        "ViewsRepairDeadLetterQueue.QueueName"
+    ));
+    assert_eq!(alarm["Threshold"], 0);
+    assert_eq!(alarm["ComparisonOperator"], "GreaterThanThreshold");
+    let text = std::fs::read_to_string(repo_root().join("template.yaml")).unwrap();
+    let body = text.split_once("DashboardBody:").unwrap().1;
+    for needle in [
+        "${ViewsRepairDeadLetterAlarm.Arn}",
+        "${ViewsRepairDeadLetterQueue.QueueName}",
+    ] {
+        assert!(body.contains(needle), "the dashboard shows {needle}");
+    }
 }

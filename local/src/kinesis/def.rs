@@ -42,6 +42,9 @@ pub struct KinesisSourceDef {
     pub from_oldest: bool,
     /// The function's `Timeout`, per invocation.
     pub timeout: Duration,
+    /// The function's `SQS` event on the `OnFailure` destination's queue
+    /// (the repairs of given-up ranges), if it has one.
+    pub repairs: Option<crate::template::QueueSourceDef>,
 }
 
 impl Default for KinesisSourceDef {
@@ -62,6 +65,7 @@ impl Default for KinesisSourceDef {
             report_failures: true,
             from_oldest: true,
             timeout: Duration::from_secs(60),
+            repairs: None,
         }
     }
 }
@@ -153,6 +157,22 @@ impl KinesisSourceDef {
         if let Some(pos) = p.get("StartingPosition").and_then(Value::as_str) {
             def.from_oldest = pos == "TRIM_HORIZON";
         }
+        // The OnFailure queue as an event source of the same function:
+        // only that queue's, as the given-up records go there.
+        let destination = match p
+            .get("DestinationConfig")
+            .and_then(|d| d.get("OnFailure"))
+            .and_then(|o| o.get("Destination"))
+        {
+            Some(Value::Tagged(t)) if t.tag == "!GetAtt" => t
+                .value
+                .as_str()
+                .and_then(|v| v.strip_suffix(".Arn"))
+                .map(str::to_owned),
+            _ => None,
+        };
+        def.repairs = crate::template::queue_source(&doc, FUNCTION_ID)
+            .filter(|q| destination.as_deref() == Some(q.queue.as_str()));
         // Refused, not imitated: the local source reads one batch per
         // shard at a time, which would hide the records Lambda's would
         // make the aggregator skip.
@@ -176,6 +196,11 @@ mod tests {
             "/../template.yaml"
         )));
         assert!(ours.is_ok(), "{ours:?}");
+        let repairs = ours
+            .unwrap()
+            .repairs
+            .expect("the OnFailure queue's SQS event");
+        assert_eq!(repairs.queue, "ViewsOnFailureQueue");
     }
 
     /// Issue 35: a views event source of more than one batch per shard is
@@ -235,6 +260,7 @@ mod tests {
                 report_failures: true,
                 from_oldest: true,
                 timeout: Duration::from_secs(30),
+                repairs: None,
             }
         );
     }

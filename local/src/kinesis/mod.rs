@@ -18,6 +18,9 @@
 //!   retries the records go to the `OnFailure` destination (here: the log
 //!   and [`KinesisSourceStats::discarded`]) and the shard moves on, as do
 //!   records older than `MaximumRecordAgeInSeconds`;
+//! * that destination's queue is an SQS event source of the same function
+//!   (the repairs of given-up ranges), as the template makes it: `repairs`
+//!   (off with `LOCAL_VIEWS_REPAIRS=off`, for repairs by hand);
 //! * faults on demand (`LOCAL_VIEWS_FAULTS`, else `LOCAL_STREAM_FAULTS`):
 //!   the DynamoDB stream source's classes (`crate::streams::faults`, where
 //!   AWS's words for each are): `redeliver`, `lost`, `reorder`,
@@ -35,6 +38,7 @@ mod deliver;
 mod emulator;
 mod event;
 mod mapping;
+mod repairs;
 #[cfg(test)]
 mod tests;
 
@@ -95,6 +99,17 @@ pub struct KinesisSourceStats {
     /// The invocation records sent to the `OnFailure` destination, as
     /// Lambda writes them (`KinesisBatchInfo`), oldest first.
     pub on_failure: Mutex<Vec<serde_json::Value>>,
+    /// Invocations by the OnFailure queue's event source (repairs).
+    pub repair_invocations: AtomicU64,
+    /// The queue's messages done with: repaired, or dropped by the
+    /// function (deleted from the queue).
+    pub repaired: AtomicU64,
+    /// The queue's messages delivered again (named in
+    /// `batchItemFailures`, or of a failed invocation).
+    pub repair_retries: AtomicU64,
+    /// The queue's messages moved to its dead-letter queue after
+    /// `maxReceiveCount` receives, as given up (the invocation records).
+    pub dead_letters: Mutex<Vec<serde_json::Value>>,
     /// Records read and not yet handed to the function for good.
     pub outstanding: AtomicU64,
     /// Per shard: the last sequence number handed to the function with no
@@ -115,6 +130,14 @@ impl KinesisSourceStats {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::SeqCst)
     }
+
+    /// Given-up ranges whose repair is not done: in the OnFailure queue
+    /// (neither repaired nor dead-lettered).
+    pub fn repairs_pending(&self) -> u64 {
+        let sent = self.on_failure.lock().map_or(0, |v| v.len()) as u64;
+        let dead = self.dead_letters.lock().map_or(0, |v| v.len()) as u64;
+        sent.saturating_sub(Self::get(&self.repaired) + dead)
+    }
 }
 
 /// The local event source's own settings, beyond the template's.
@@ -122,6 +145,14 @@ impl KinesisSourceStats {
 pub struct KinesisSettings {
     /// `LOCAL_VIEWS_FAULTS`, else `LOCAL_STREAM_FAULTS`.
     pub faults: SourceFaults,
+    /// `LOCAL_VIEWS_REPAIRS=off`: the OnFailure queue's records are kept
+    /// ([`KinesisSourceStats::on_failure`]) and never delivered, for
+    /// repairs by hand (the fallback the runbook keeps).
+    pub hold_repairs: bool,
+    /// `LOCAL_VIEWS_REPAIR_VISIBILITY_SECS`: the OnFailure queue's
+    /// visibility timeout (the delay of a repair's next attempt) instead of
+    /// the template's, for tests.
+    pub repair_visibility: Option<std::time::Duration>,
 }
 
 impl KinesisSettings {
@@ -131,8 +162,32 @@ impl KinesisSettings {
             .into_iter()
             .find_map(|k| lookup(k).filter(|v| !v.trim().is_empty()).map(|v| (k, v)))
             .unwrap_or(("LOCAL_VIEWS_FAULTS", String::new()));
+        let set = |k: &str| {
+            lookup(k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let hold_repairs = match set("LOCAL_VIEWS_REPAIRS").as_deref() {
+            None | Some("on" | "1" | "true") => false,
+            Some("off" | "0" | "false") => true,
+            Some(other) => anyhow::bail!("LOCAL_VIEWS_REPAIRS={other}: on or off"),
+        };
+        // Unset: the template's `VisibilityTimeout`.
+        let repair_visibility = set("LOCAL_VIEWS_REPAIR_VISIBILITY_SECS")
+            .map(|v| {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|s| (0.0..=43_200.0).contains(s))
+                    .map(std::time::Duration::from_secs_f64)
+                    .with_context(|| {
+                        format!("LOCAL_VIEWS_REPAIR_VISIBILITY_SECS={v}: 0 to 43200 seconds")
+                    })
+            })
+            .transpose()?;
         Ok(KinesisSettings {
             faults: SourceFaults::parse(&spec).context(name)?,
+            hold_repairs,
+            repair_visibility,
         })
     }
 }
@@ -144,6 +199,8 @@ pub struct KinesisSource {
     /// The stream it reads.
     pub stream: String,
     task: JoinHandle<()>,
+    /// The OnFailure queue's event source, when the template has one.
+    repairs: Option<JoinHandle<()>>,
 }
 
 impl KinesisSource {
@@ -158,6 +215,16 @@ impl KinesisSource {
     ) -> KinesisSource {
         let stats = Arc::new(KinesisSourceStats::default());
         let stream = def.stream.clone();
+        let repairs = match (&def.repairs, settings.hold_repairs) {
+            (Some(q), false) => Some(tokio::spawn(repairs::run(
+                q.clone(),
+                settings.repair_visibility.unwrap_or(q.visibility),
+                handler.clone(),
+                stats.clone(),
+                stopped.clone(),
+            ))),
+            _ => None,
+        };
         let mapping = Arc::new(Mapping {
             client,
             delivery: Arc::new(deliver::delivery(
@@ -176,6 +243,7 @@ impl KinesisSource {
             stats,
             stream,
             task,
+            repairs,
         }
     }
 
@@ -188,6 +256,9 @@ impl KinesisSource {
     /// to five seconds.
     pub async fn stop(self) {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(5), self.task).await;
+        if let Some(r) = self.repairs {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), r).await;
+        }
     }
 
     /// Whether every record now in the stream has been handed to the

@@ -1,7 +1,10 @@
 //! A range of a views-log shard that Lambda gave up on, as the OnFailure
 //! invocation record it sent names it (`KinesisBatchInfo`): what a repair
 //! ([`super::repair`]) counts once. A record that is not what Lambda
-//! writes is a 400 (`invalid_invocation_record`).
+//! writes is a 400 (`invalid_invocation_record`). The record comes as the
+//! payload of a manual invocation, or as the body of a message of the
+//! OnFailure queue, which is an SQS event source of the same function
+//! ([`QueuedRanges`]).
 
 use crate::aggregate::records::SequenceNumber;
 use crate::error::Error;
@@ -90,6 +93,67 @@ impl GivenUp {
     }
 }
 
+/// The messages of an SQS event (Lambda's, from the OnFailure queue as
+/// an event source): each message's id, which a `batchItemFailures` answer
+/// names, and its body read as an invocation record.
+#[derive(Debug)]
+pub struct QueuedRanges(pub Vec<(String, Result<GivenUp, Error>)>);
+
+impl QueuedRanges {
+    /// Whether `event` is an SQS event: `Records` whose `eventSource` is
+    /// `aws:sqs` (a Kinesis batch's say `aws:kinesis`).
+    pub fn is_sqs_event(event: &Value) -> bool {
+        event["Records"]
+            .as_array()
+            .and_then(|r| r.first())
+            .is_some_and(|r| r["eventSource"] == "aws:sqs")
+    }
+
+    /// The messages of `event` (an SQS event). A body that is not an
+    /// invocation record is that message's error, not the event's; a
+    /// record without a `messageId` (which Lambda always writes) cannot be
+    /// answered for, and makes the event an error, so Lambda delivers it
+    /// whole again.
+    pub fn parse(event: &Value) -> Result<Self, Error> {
+        let records = event["Records"].as_array().ok_or_else(|| {
+            Error::bad_request("invalid_event", "an SQS event has a Records array")
+        })?;
+        let mut out = Vec::with_capacity(records.len());
+        for r in records {
+            let id = r["messageId"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| {
+                    Error::bad_request("invalid_event", "an SQS record has a messageId")
+                })?;
+            let range = match r["body"].as_str().map(serde_json::from_str::<Value>) {
+                Some(Ok(body)) => GivenUp::parse(&body),
+                Some(Err(e)) => Err(Error::bad_request(
+                    "invalid_invocation_record",
+                    format!("the message's body is not JSON: {e}"),
+                )),
+                None => Err(Error::bad_request(
+                    "invalid_invocation_record",
+                    "the message has no body",
+                )),
+            };
+            out.push((id.to_owned(), range));
+        }
+        Ok(QueuedRanges(out))
+    }
+}
+
+/// The answer to an SQS event (`ReportBatchItemFailures`): the messages
+/// SQS is to deliver again, after the queue's visibility timeout; the
+/// others are deleted.
+pub fn batch_item_failures<'a>(again: impl IntoIterator<Item = &'a str>) -> Value {
+    let failures: Vec<Value> = again
+        .into_iter()
+        .map(|id| serde_json::json!({ "itemIdentifier": id }))
+        .collect();
+    serde_json::json!({ "batchItemFailures": failures })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +220,48 @@ mod tests {
             let e = GivenUp::parse(&r).unwrap_err();
             assert_eq!(e.code(), "invalid_invocation_record", "{field}");
         }
+    }
+
+    /// Lambda's SQS event holding `bodies` as its messages' bodies.
+    fn sqs(bodies: &[String]) -> Value {
+        json!({"Records": bodies.iter().enumerate().map(|(i, b)| json!({
+            "messageId": format!("m{i}"),
+            "receiptHandle": "AQEB",
+            "body": b,
+            "attributes": {"ApproximateReceiveCount": "1"},
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-2:123456789012:ViewsOnFailureQueue",
+            "awsRegion": "us-east-2"
+        })).collect::<Vec<_>>()})
+    }
+
+    #[test]
+    fn an_sqs_event_carries_invocation_records_each_answered_by_its_id() {
+        let good = record().to_string();
+        let event = sqs(&[good, "not json".into(), json!({"x": 1}).to_string()]);
+        assert!(QueuedRanges::is_sqs_event(&event));
+        assert!(!QueuedRanges::is_sqs_event(&record()));
+        assert!(!QueuedRanges::is_sqs_event(&json!({"Records": [
+            {"eventSource": "aws:kinesis"}
+        ]})));
+        assert!(!QueuedRanges::is_sqs_event(&json!({"Records": []})));
+        let q = QueuedRanges::parse(&event).unwrap();
+        assert_eq!(q.0.len(), 3);
+        assert_eq!(q.0[0].0, "m0");
+        assert_eq!(q.0[0].1.as_ref().unwrap().shard_id, "shardId-000000000001");
+        for (id, r) in &q.0[1..] {
+            let e = r.as_ref().unwrap_err();
+            assert_eq!(e.code(), "invalid_invocation_record", "{id}");
+        }
+        // A record without its id cannot be answered for: the event fails.
+        let mut no_id = sqs(&[record().to_string()]);
+        no_id["Records"][0]["messageId"] = json!(null);
+        assert!(QueuedRanges::parse(&no_id).is_err());
+        assert_eq!(
+            batch_item_failures(["m0", "m2"]),
+            json!({"batchItemFailures": [{"itemIdentifier": "m0"}, {"itemIdentifier": "m2"}]})
+        );
+        assert_eq!(batch_item_failures([]), json!({"batchItemFailures": []}));
     }
 }

@@ -50,8 +50,10 @@
 //!    its checkpoint and counts nothing twice.
 //!
 //! A wait is an error, `repair_too_early`, that writes nothing: invoke
-//! the repair again later. Malformed records count nothing, as in the
-//! aggregator; a record of a newer format than this version reads stops
+//! the repair again later (the OnFailure queue, an event source of the
+//! function, delivers its message again: `crate::triggers`). Malformed
+//! records count nothing, as in the aggregator; a record of a newer
+//! format than this version reads stops
 //! the repair below it (`failed_from`, not `complete`): invoke it again
 //! once an aggregator that reads it is deployed. Its views are in
 //! `ViewsApplied`, as the aggregator's are.
@@ -72,7 +74,7 @@
 
 use super::aggregate::{ViewAggregator, ViewPlanning};
 use super::chunk::{Part, parts, record_seq};
-pub use super::given_up::GivenUp;
+pub use super::given_up::{GivenUp, QueuedRanges, batch_item_failures};
 use super::record::{self, Decoded, ViewRecord};
 use super::seen::ARRIVAL_SKEW_MS;
 use super::throttle::read_retrying;
