@@ -89,6 +89,7 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("ViewRecordsApplied", Unit::Count),
     ("ViewRecordsSkipped", Unit::Count),
     ("ViewRecordsMalformed", Unit::Count),
+    ("ViewsOverViewerBound", Unit::Count),
     ("ViewRecordsNewerFormat", Unit::Count),
     ("ViewReadThrottlesRetried", Unit::Count),
     ("ViewReadThrottlesGivenUp", Unit::Count),

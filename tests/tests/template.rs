@@ -366,6 +366,7 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
         "ViewsIteratorAgeAlarm",
         "ViewsOnFailureAlarm",
         "ViewsRepairDeadLetterAlarm",
+        "ViewsOverViewerBoundAlarm",
         "ViewsPutThrottledAlarm",
         "ViewsTableThrottleAlarm",
         "ViewFunctionThrottlesAlarm",

@@ -163,6 +163,8 @@ pub struct ViewChunkWrite {
     pub seen_sort: String,
     /// The event ids the chunk applied (duplicates left out).
     pub seen_ids: Vec<u64>,
+    /// What each viewer's parts counted (see [`SeenItem::usage`]).
+    pub seen_usage: Vec<u8>,
     /// When the seen item may expire (Unix seconds, TTL).
     pub seen_expires_at: i64,
     /// The view items it updates.
@@ -198,6 +200,10 @@ pub struct SeenItem {
     pub sort: String,
     /// The event ids applied by its chunk.
     pub ids: Vec<u64>,
+    /// What each viewer's parts in its chunk counted, packed as the
+    /// aggregator packs it (`views::bound::Usage`); empty in items written
+    /// before it was kept.
+    pub usage: Vec<u8>,
 }
 
 /// A reel's view item as compaction reads it ([`ViewStore::fold_items`]).

@@ -53,6 +53,7 @@
 //! (`ViewRecordsMalformed`). [`super::record::FORMAT`] says why.
 
 use super::ViewsConfig;
+use super::bound;
 use super::chunk::{ItemOf, Part, ViewChunk, cut, parts, record_seq};
 use super::compact::Compaction;
 use super::record::{self, KinesisEvent};
@@ -302,6 +303,9 @@ pub(super) struct ViewPlanning<'a, S, L> {
     /// Per planned chunk (its last part), the reels whose all-time item of
     /// this writer it creates: queued for folding once it lands.
     first_items: Mutex<HashMap<String, Vec<String>>>,
+    /// Per planned chunk (its last part), the views the per-viewer bound
+    /// dropped: counted once it lands.
+    over_bound: Mutex<HashMap<String, u64>>,
 }
 
 impl<'a, S, L> ViewPlanning<'a, S, L> {
@@ -326,6 +330,7 @@ impl<'a, S, L> ViewPlanning<'a, S, L> {
             views: AtomicU64::new(0),
             instance_views: true,
             first_items: Mutex::new(HashMap::new()),
+            over_bound: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -367,6 +372,7 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
         let window = a.config.dedup_window.as_millis() as i64;
         let mut partitions = self.ancestors.clone();
         partitions.push(self.seen_key.clone());
+        // The window covers the per-viewer bound's minute too.
         let seen = a
             .seen
             .since(
@@ -374,7 +380,7 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
                 &a.read_backoff,
                 &partitions,
                 &self.seen_key,
-                oldest - window,
+                oldest - window.max(bound::WINDOW_MS),
                 self.deadline,
             )
             .await?;
@@ -392,10 +398,23 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             }
             fresh.push(p);
         }
+        // What each viewer may still count this minute (see `bound`).
+        let prior = a.seen.usage(&partitions, oldest - bound::WINDOW_MS);
+        let bounded = bound::bound(
+            bound::ViewerAllowance {
+                views: a.config.per_viewer.0,
+                reels: a.config.per_viewer.1,
+            },
+            &prior,
+            &fresh,
+        );
+        if let Ok(mut o) = self.over_bound.lock() {
+            o.insert(chunk.last().padded().to_owned(), bounded.dropped_views);
+        }
         // Views and viewers per item: (reel, None) all time, (reel, day).
         let mut groups: BTreeMap<ItemOf, (u64, Vec<&str>)> = BTreeMap::new();
-        for p in &fresh {
-            for (reel, n) in &p.views {
+        for (p, counted) in fresh.iter().zip(&bounded.views) {
+            for (reel, n) in counted {
                 for day in [None, Some(p.day.clone())] {
                     let g = groups.entry((reel.clone(), day)).or_default();
                     g.0 += u64::from(*n);
@@ -460,6 +479,7 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             seen_key: self.seen_key.clone(),
             seen_sort: keys::views_seen_sort(newest, chunk.last().padded()),
             seen_ids: ids,
+            seen_usage: bound::Usage::pack(&bounded.usage),
             // Past the window and the stream's 24 hours, with a day to
             // spare: a repair of a given-up range reads them for as long as
             // the stream keeps its records (`super::repair`). TTL deletes
@@ -500,6 +520,13 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             .filter(|s| write.expected.as_ref().is_none_or(|e| *s > e) && **s <= write.next)
             .count();
         metrics().count("ViewRecordsMalformed", passed as u64);
+        let over = self
+            .over_bound
+            .lock()
+            .ok()
+            .and_then(|mut o| o.remove(&write.next))
+            .unwrap_or(0);
+        metrics().count("ViewsOverViewerBound", over);
         self.aggregator.seen.applied(write);
         let first = self
             .first_items
@@ -525,6 +552,7 @@ fn token(write: &ViewChunkWrite) -> RequestToken {
         seen_key,
         seen_sort,
         seen_ids,
+        seen_usage,
         seen_expires_at,
         items,
         records,
@@ -535,6 +563,8 @@ fn token(write: &ViewChunkWrite) -> RequestToken {
     for id in seen_ids {
         h.update(id.to_be_bytes());
     }
+    h.update((seen_usage.len() as u64).to_be_bytes());
+    h.update(seen_usage);
     for i in items {
         for f in [&i.pk, &i.sk, i.day.as_deref().unwrap_or("-")] {
             h.update((f.len() as u64).to_be_bytes());

@@ -46,12 +46,16 @@
 //! * `given_up`: the OnFailure invocation record that names such a range.
 //! * `chunk`: records cut into parts and chunks.
 //! * `limits`: what one viewer may make the view function put.
+//! * `bound`: what one viewer's records may count within a minute, however
+//!   many instances put them.
 //! * `sketch`: the HLL sketches and why `lg_k = 12`.
 //! * `read`: the sums, cached.
 
 pub mod accept;
 #[cfg(feature = "dynamodb")]
 pub mod aggregate;
+#[cfg(feature = "dynamodb")]
+pub mod bound;
 #[cfg(feature = "dynamodb")]
 pub mod chunk;
 #[cfg(feature = "dynamodb")]
@@ -108,6 +112,10 @@ pub struct ViewsConfig {
     pub max_record_age: Duration,
     /// What one viewer may put (`VIEWER_*`, see [`limits`]).
     pub viewer: limits::ViewerBounds,
+    /// What one viewer's records may count within a minute, across
+    /// instances (`VIEWS_PER_VIEWER_MINUTE`, default 600;
+    /// `VIEW_REELS_PER_VIEWER_MINUTE`, default 300; see `bound`).
+    pub per_viewer: (u32, u32),
     /// What days are counted by.
     pub clock: Clock,
 }
@@ -122,6 +130,7 @@ impl std::fmt::Debug for ViewsConfig {
             .field("repair_after", &self.repair_after)
             .field("max_record_age", &self.max_record_age)
             .field("viewer", &self.viewer)
+            .field("per_viewer", &self.per_viewer)
             .finish_non_exhaustive()
     }
 }
@@ -148,6 +157,10 @@ impl ViewsConfig {
             table: text("VIEWS_TABLE"),
             stream: text("VIEWS_STREAM"),
             dedup_window: Duration::from_secs(num("VIEWS_DEDUP_SECS", 300, 3_600)?),
+            per_viewer: (
+                num("VIEWS_PER_VIEWER_MINUTE", 600, 1_000_000)? as u32,
+                num("VIEW_REELS_PER_VIEWER_MINUTE", 300, 1_000_000)? as u32,
+            ),
             day_ttl: Duration::from_secs(86_400 * num("VIEWS_DAY_TTL_DAYS", 35, 3_650)?),
             repair_after: Duration::from_secs(num("VIEWS_REPAIR_AFTER_SECS", 900, 86_400)?),
             max_record_age: Duration::from_secs(num(

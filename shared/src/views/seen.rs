@@ -24,8 +24,9 @@ struct SeenCache {
     read_from: String,
     /// The highest sort key read or written.
     known_to: String,
-    /// Ids by sort key.
-    items: BTreeMap<String, Vec<u64>>,
+    /// Ids, and the packed usage of each viewer ([`super::bound`]), by
+    /// sort key.
+    items: BTreeMap<String, (Vec<u64>, Vec<u8>)>,
     /// A parent shard's partition: closed, read once.
     closed: bool,
 }
@@ -88,7 +89,7 @@ impl Seen {
                     if i.sort > c.known_to {
                         c.known_to = i.sort.clone();
                     }
-                    c.items.insert(i.sort, i.ids);
+                    c.items.insert(i.sort, (i.ids, i.usage));
                 }
                 c.closed = key != own;
             }
@@ -100,10 +101,35 @@ impl Seen {
                     c.items = c.items.split_off(&from);
                     c.read_from = from.clone();
                 }
-                out.extend(c.items.values().flatten().copied());
+                out.extend(c.items.values().flat_map(|(ids, _)| ids).copied());
             }
         }
         Ok(out)
+    }
+
+    /// What each viewer counted (views, reel entries), by
+    /// [`super::bound::viewer_tag`], in the chunks of the seen partitions
+    /// `keys` whose newest record arrived at or after `from_ms`, as this
+    /// instance knows them: what [`Seen::since`] read for a window that
+    /// covers `from_ms`. Deterministic in the items: every instance that
+    /// read them decides the same.
+    pub(super) fn usage(&self, keys: &[String], from_ms: i64) -> HashMap<u32, (u64, u64)> {
+        let from = keys::views_seen_from(from_ms);
+        let mut out: HashMap<u32, (u64, u64)> = HashMap::new();
+        let Ok(seen) = self.0.lock() else {
+            return out;
+        };
+        for key in keys {
+            let Some(c) = seen.get(key) else { continue };
+            for (_, usage) in c.items.range(from.clone()..).map(|(_, v)| v) {
+                for u in super::bound::Usage::unpack(usage) {
+                    let e = out.entry(u.viewer).or_default();
+                    e.0 += u64::from(u.views);
+                    e.1 += u64::from(u.reels);
+                }
+            }
+        }
+        out
     }
 
     /// Extends the partition `write` wrote its ids to by them, once
@@ -115,8 +141,10 @@ impl Seen {
             if let Some(c) = seen.get_mut(&write.seen_key)
                 && !c.known_to.is_empty()
             {
-                c.items
-                    .insert(write.seen_sort.clone(), write.seen_ids.clone());
+                c.items.insert(
+                    write.seen_sort.clone(),
+                    (write.seen_ids.clone(), write.seen_usage.clone()),
+                );
                 if write.seen_sort > c.known_to {
                     c.known_to = write.seen_sort.clone();
                 }

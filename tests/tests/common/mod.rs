@@ -9,6 +9,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 pub mod stream_events;
+pub mod views_events;
 pub mod views_log;
 
 /// Write bounds too wide to meet: for the tests whose simulated clients

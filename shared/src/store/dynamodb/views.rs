@@ -102,6 +102,7 @@ fn seen_items(items: &[HashMap<String, AttributeValue>]) -> Vec<SeenItem> {
             Some(SeenItem {
                 sort: i.string("sk")?.to_owned(),
                 ids: unpack_ids(i.bytes("ids").unwrap_or_default()),
+                usage: i.bytes("use").map(<[u8]>::to_vec).unwrap_or_default(),
             })
         })
         .collect()
@@ -299,6 +300,12 @@ impl ViewStore for DynamoViews {
             "ids".into(),
             AttributeValue::B(Blob::new(pack_ids(&write.seen_ids))),
         );
+        if !write.seen_usage.is_empty() {
+            seen.insert(
+                "use".into(),
+                AttributeValue::B(Blob::new(write.seen_usage.clone())),
+            );
+        }
         seen.insert("expires_at".into(), n(write.seen_expires_at));
         request = request.transact_items(
             TransactWriteItem::builder()
