@@ -57,10 +57,12 @@ pub async fn run(opts: &DemoOptions, client: &Client, counters_table: &str) -> R
             opts.base_url
         );
     }
-    let secs = std::time::SystemTime::now()
+    // A reel of its own each run: two runs within one second (a script,
+    // a test) must not like each other's reel, whose users already liked.
+    let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs();
-    let reel = format!("demo-{secs}");
+        .as_millis();
+    let reel = format!("demo-{ms}-{}", std::process::id());
     // Size the reel up front, the way the resharding function grows a hot
     // reel, so the spread over shards shows.
     client
