@@ -462,12 +462,13 @@ async fn a_given_up_range_is_counted_once_by_a_repair() {
         if source.on_failure.lock().unwrap().len() < 4 {
             continue;
         }
-        let a = acked.lock().unwrap();
-        want = REELS
-            .iter()
-            .map(|r| (*r, a.views.get(*r).copied().unwrap_or(0)))
-            .collect();
-        drop(a);
+        want = {
+            let a = acked.lock().unwrap();
+            REELS
+                .iter()
+                .map(|r| (*r, a.views.get(*r).copied().unwrap_or(0)))
+                .collect()
+        };
         for reel in REELS {
             before.insert(reel, figures(&t, reel).await["views"].as_u64().unwrap());
         }
