@@ -111,6 +111,37 @@ pub(super) async fn put_seal(
     }
 }
 
+/// A view item's update in a transaction: `update` with `expr` (its
+/// `SET` clause last) and, for a day item, its day and expiry set too.
+/// The writers' chunks and the folds into a base write the same fields.
+pub(super) fn view_item_update(
+    mut update: aws_sdk_dynamodb::types::builders::UpdateBuilder,
+    mut expr: String,
+    day: Option<&str>,
+    expires_at: Option<i64>,
+) -> Result<TransactWriteItem, Error> {
+    if let Some(day) = day {
+        expr.push_str(", #d = :d");
+        update = update
+            .expression_attribute_names("#d", "day")
+            .expression_attribute_values(":d", AttributeValue::S(day.to_owned()));
+    }
+    if let Some(exp) = expires_at {
+        expr.push_str(", #e = :e");
+        update = update
+            .expression_attribute_names("#e", "expires_at")
+            .expression_attribute_values(":e", n(exp));
+    }
+    Ok(TransactWriteItem::builder()
+        .update(
+            update
+                .update_expression(expr)
+                .build()
+                .map_err(|e| request_build_failed("Update", &e))?,
+        )
+        .build())
+}
+
 /// Applies `fold` in one transaction: per base, its update conditioned on
 /// the fold version read, and each folded item's delete conditioned on the
 /// views read.
@@ -121,7 +152,7 @@ pub(super) async fn fold_transaction(
 ) -> Result<ViewFoldResult, Error> {
     let mut request = client.transact_write_items();
     for f in &fold.families {
-        let mut expr = String::from("ADD #v :v, #fv :one SET #h = :h, #u = :at");
+        let expr = String::from("ADD #v :v, #fv :one SET #h = :h, #u = :at");
         let mut update = Update::builder()
             .table_name(table)
             .set_key(Some(key(&fold.pk, &f.base_sk)))
@@ -139,28 +170,12 @@ pub(super) async fn fold_transaction(
                 .condition_expression("#fv = :fv")
                 .expression_attribute_values(":fv", n(v as i64)),
         };
-        if let Some(day) = &f.day {
-            expr.push_str(", #d = :d");
-            update = update
-                .expression_attribute_names("#d", "day")
-                .expression_attribute_values(":d", AttributeValue::S(day.clone()));
-        }
-        if let Some(exp) = f.expires_at {
-            expr.push_str(", #e = :e");
-            update = update
-                .expression_attribute_names("#e", "expires_at")
-                .expression_attribute_values(":e", n(exp));
-        }
-        request = request.transact_items(
-            TransactWriteItem::builder()
-                .update(
-                    update
-                        .update_expression(expr)
-                        .build()
-                        .map_err(|e| request_build_failed("Update", &e))?,
-                )
-                .build(),
-        );
+        request = request.transact_items(view_item_update(
+            update,
+            expr,
+            f.day.as_deref(),
+            f.expires_at,
+        )?);
         for (sk, views) in &f.folded {
             // Every write of a writer adds at least one view, so views as
             // read mean the item (sketch included) is as read.

@@ -273,7 +273,6 @@ impl ViewStore for DynamoViews {
 
     async fn apply_views(&self, write: &ViewChunkWrite) -> Result<ChunkResult, Error> {
         let n = |v: i64| AttributeValue::N(v.to_string());
-        let s = |v: &str| AttributeValue::S(v.to_owned());
         let checkpoint = CheckpointMove {
             key: Self::key(&write.checkpoint_key, keys::VIEWS_SINGLE_SORT),
             expected: write.expected.as_deref(),
@@ -322,8 +321,8 @@ impl ViewStore for DynamoViews {
             // The sketch is replaced, not merged here: only this writer
             // (this Kinesis shard, under its checkpoint's condition) ever
             // writes this item, so the value it read is the value stored.
-            let mut expr = String::from("ADD #v :v SET #h = :h, #u = :at");
-            let mut update = Update::builder()
+            let expr = String::from("ADD #v :v SET #h = :h, #u = :at");
+            let update = Update::builder()
                 .table_name(&self.views_table)
                 .set_key(Some(Self::key(&item.pk, &item.sk)))
                 .expression_attribute_names("#v", "v")
@@ -335,28 +334,12 @@ impl ViewStore for DynamoViews {
                     AttributeValue::B(Blob::new(item.sketch.clone())),
                 )
                 .expression_attribute_values(":at", n(write.now_ms));
-            if let Some(day) = &item.day {
-                expr.push_str(", #d = :d");
-                update = update
-                    .expression_attribute_names("#d", "day")
-                    .expression_attribute_values(":d", s(day));
-            }
-            if let Some(exp) = item.expires_at {
-                expr.push_str(", #e = :e");
-                update = update
-                    .expression_attribute_names("#e", "expires_at")
-                    .expression_attribute_values(":e", n(exp));
-            }
-            request = request.transact_items(
-                TransactWriteItem::builder()
-                    .update(
-                        update
-                            .update_expression(expr)
-                            .build()
-                            .map_err(|e| request_build_failed("Update", &e))?,
-                    )
-                    .build(),
-            );
+            request = request.transact_items(compact::view_item_update(
+                update,
+                expr,
+                item.day.as_deref(),
+                item.expires_at,
+            )?);
         }
         let result = request
             .client_request_token(write.token.as_str())
