@@ -1,7 +1,7 @@
 //! Typed configuration, read once per cold start.
 //!
-//! Every knob has a default so that a function deployed with only the two
-//! table names works; the template sets them explicitly.
+//! Every knob has a default (a function deployed with only the table
+//! names works); the template sets them explicitly.
 
 use std::time::Duration;
 
@@ -10,19 +10,18 @@ use std::time::Duration;
 pub enum AuthMode {
     /// Only the `sub` claim that the API Gateway JWT authorizer verified.
     Jwt,
-    /// Local development: the `x-user-id` header is accepted when no JWT
-    /// claim is present. Set by the local stack, never by the template.
+    /// Local development: `x-user-id` accepted without a JWT claim (set by
+    /// the local stack, never by the template).
     Dev,
 }
 
 /// How likes are counted (`COUNTING`), chosen per deployment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counting {
-    /// `transactional` (the default): each like is one transaction of its
-    /// row and a shard increment.
+    /// `transactional` (default): a like is one transaction, row and shard.
     Transactional,
-    /// `stream`: a like writes only its row; the aggregate function adds
-    /// the Likes table's stream to the shards ([`crate::aggregate`]).
+    /// `stream`: a like writes only its row; the aggregate function counts
+    /// the Likes table's stream in writer items ([`crate::aggregate`]).
     Stream,
 }
 
@@ -44,37 +43,35 @@ pub struct Config {
     pub counters_table: String,
     /// `LIKES_TABLE`: one item per (user, reel) like: the source of truth.
     pub likes_table: String,
+    /// `WRITERS_TABLE` (stream mode): the table of the reels' writer items,
+    /// one per stream shard that counted a reel (`crate::aggregate`).
+    pub writers_table: Option<String>,
     /// `CACHE_TTL_MS` (default 2000): how long a summed count is served from
     /// memory before the shards are read again.
     pub cache_ttl: Duration,
     /// `SETTINGS_TTL_MS` (default 5000): how long a reel's shard counts are
     /// cached. Resizing waits this long (plus a margin) between its steps.
     pub settings_ttl: Duration,
-    /// `CACHE_MAX_REELS` (default 100000): entries per cache; the least
-    /// recently used are evicted past it, so a feed touching millions of reels
-    /// cannot exhaust the function's memory.
+    /// `CACHE_MAX_REELS` (default 100000): entries per cache, least recently
+    /// used evicted past it (a feed of millions of reels fits in memory).
     pub cache_max_reels: u64,
     /// `TX_MAX_ATTEMPTS` (default 6): attempts of one like/unlike transaction
     /// when DynamoDB cancels it for a conflict or throttling. The SDK's own
     /// retries (throttled calls, 5xx, timeouts) come on top, per attempt.
     pub tx_max_attempts: u32,
     /// `RETRY_BASE_MS` (default 25): the first delay of the full-jitter
-    /// exponential backoff between those attempts, and between the SDK's own
-    /// retries.
+    /// backoff between those attempts and between the SDK's own retries.
     pub retry_base: Duration,
     /// `RETRY_MAX_MS` (default 1000, at least `RETRY_BASE_MS`): the cap on
     /// one delay of that backoff.
     pub retry_max: Duration,
-    /// `DDB_CONNECT_TIMEOUT_MS` (default 1000): the SDK's bound on opening a
-    /// connection.
+    /// `DDB_CONNECT_TIMEOUT_MS` (default 1000): bounds opening a connection.
     pub ddb_connect_timeout: Duration,
     /// `DDB_ATTEMPT_TIMEOUT_MS` (default 1500): the bound on one SDK attempt.
     pub ddb_attempt_timeout: Duration,
-    /// `DDB_OPERATION_TIMEOUT_MS` (default 3000): the bound on one SDK call,
-    /// its retries included.
+    /// `DDB_OPERATION_TIMEOUT_MS` (default 3000): bounds one SDK call, retries in.
     pub ddb_operation_timeout: Duration,
-    /// `DDB_MAX_ATTEMPTS` (default 3): the SDK's attempts per call, the first
-    /// included.
+    /// `DDB_MAX_ATTEMPTS` (default 3): the SDK's attempts per call, 1st included.
     pub ddb_max_attempts: u32,
     /// `DDB_RETRY_QUOTA` (default 500, the SDK's own): the SDK's retry quota,
     /// a token bucket per client (so per function instance) that every
@@ -525,6 +522,9 @@ impl Config {
         Ok(Config {
             counters_table: table("COUNTERS_TABLE")?,
             likes_table: table("LIKES_TABLE")?,
+            writers_table: get("WRITERS_TABLE")
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty()),
             cache_ttl: ms("CACHE_TTL_MS", 2_000, 0, 3_600_000)?,
             settings_ttl: ms("SETTINGS_TTL_MS", 5_000, 0, 3_600_000)?,
             cache_max_reels: num("CACHE_MAX_REELS", 100_000, 1, 100_000_000)?,

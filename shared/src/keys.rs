@@ -273,14 +273,6 @@ pub fn probe_reel() -> ReelId {
 /// The user id of the readiness probe's like-row read.
 pub const PROBE_USER: &str = "_healthz_probe";
 
-/// `reel#{reel_id}#crowd`: the stream shards whose aggregation met on the
-/// reel's shards lately, shared by every aggregator instance, so that a
-/// crowd is seen however Lambda spreads the stream shards over instances
-/// ([`crate::aggregate`]). Expires through TTL.
-pub fn crowd_key(reel: &ReelId) -> String {
-    format!("reel#{reel}#crowd")
-}
-
 /// `reel#{reel_id}#settings`: how many shards writers use and readers sum.
 pub fn settings_key(reel: &ReelId) -> String {
     format!("reel#{reel}#settings")
@@ -339,6 +331,41 @@ pub fn parse_shard_key(pk: &str) -> Option<(u32, ReelId)> {
     }
     let reel = rest.strip_prefix("reel#")?.strip_suffix("#likes")?;
     Some((shard.parse().ok()?, ReelId::parse(reel).ok()?))
+}
+
+// ---- Likes' writer items (stream mode; `WRITERS_TABLE`, which the template
+// points at the views table): key `pk` + sort key `sk`.
+
+/// `l#{reel}`: the partition of a reel's like counts written by stream
+/// shards, one item per stream shard that ever counted the reel
+/// ([`likes_writer_sort`]) and the base item compaction folds quiet ones
+/// into ([`LIKES_WRITERS_BASE_SORT`]); a reader queries it and sums.
+pub fn likes_writers_key(reel: &ReelId) -> String {
+    format!("l#{}", reel.as_str())
+}
+
+/// `w#{writer}`: the like count one stream shard added to a reel; the
+/// writer is the hash of its checkpoint key ([`likes_writer`]). Only that
+/// stream shard's transactions write it, so no two stream shards' writes
+/// ever meet on an item.
+pub fn likes_writer_sort(writer: &str) -> String {
+    format!("w#{writer}")
+}
+
+/// The prefix of every writer item's sort key.
+pub const LIKES_WRITER_PREFIX: &str = "w#";
+
+/// `~base`: the base item of a reel's writer partition, where quiet
+/// writer items are folded. It sorts after every `w#` item, so a `Query`
+/// reads it last (see `store/dynamodb/writers.rs` for why that matters).
+pub const LIKES_WRITERS_BASE_SORT: &str = "~base";
+
+/// The writer name of the stream shard behind checkpoint key `key`
+/// ([`aggregate_checkpoint_key`]): its hash, without the prefix.
+pub fn likes_writer(checkpoint_key: &str) -> &str {
+    checkpoint_key
+        .strip_prefix("agg#")
+        .unwrap_or(checkpoint_key)
 }
 
 // ---- Views (the `VIEWS_TABLE`, see `crate::views`): key `pk` + sort key `sk`.

@@ -758,7 +758,6 @@ fn key_kinds() -> Vec<(&'static str, Vec<String>)> {
         ("base", vec![base_key(&r)]),
         ("settings", vec![settings_key(&r)]),
         ("ledger", vec![reconcile_key(&r)]),
-        ("crowd", vec![crowd_key(&r)]),
         ("idem", vec![idempotency_record_key("tok123")]),
         ("run", vec![RECONCILE_RUN_KEY.to_owned()]),
         ("chunk", vec![reconcile_chunk_key("17-ab", "seg3", 4)]),
@@ -1030,7 +1029,6 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
     let reads_recon = [
         "base", "chunk", "count", "ledger", "run", "settings", "shard", "shard0",
     ];
-    let reads_aggregate = ["base", "checkpoint", "settings", "shard", "shard0"];
     let none: [&str; 0] = [];
     #[rustfmt::skip]
     let expected: Vec<(&str, &str, bool, Vec<&str>)> = vec![
@@ -1075,24 +1073,16 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
         ("ReconcileFunction", "ConditionCheckItem", true, vec!["settings"]),
         ("ReconcileFunction", "GetItem", false, reads_recon.to_vec()),
         ("ReconcileFunction", "BatchGetItem", false, reads_recon.to_vec()),
-        // Aggregate (stream mode): checkpoints and shard increments (each
-        // refused by a closed shard) inside one transaction per chunk;
-        // settings for the grow of a reel its stream shards crowd.
-        ("AggregateFunction", "PutItem", false, vec!["settings"]),
-        ("AggregateFunction", "PutItem", true, vec!["settings"]),
-        // The reel's crowd record, noted by every instance (a statement
-        // of its own, not limited to transactions, as the grow's PutItem).
-        ("AggregateFunction", "UpdateItem", false, vec!["crowd"]),
-        (
-            "AggregateFunction",
-            "UpdateItem",
-            true,
-            vec!["checkpoint", "crowd", "shard", "shard0"],
-        ),
+        // Aggregate (stream mode): its checkpoints, inside one transaction
+        // per chunk with its writer items (the views table's, not here).
+        ("AggregateFunction", "PutItem", false, none.to_vec()),
+        ("AggregateFunction", "PutItem", true, none.to_vec()),
+        ("AggregateFunction", "UpdateItem", false, none.to_vec()),
+        ("AggregateFunction", "UpdateItem", true, vec!["checkpoint"]),
         ("AggregateFunction", "DeleteItem", true, none.to_vec()),
         ("AggregateFunction", "ConditionCheckItem", true, none.to_vec()),
-        ("AggregateFunction", "GetItem", false, reads_aggregate.to_vec()),
-        ("AggregateFunction", "BatchGetItem", false, reads_aggregate.to_vec()),
+        ("AggregateFunction", "GetItem", false, vec!["checkpoint"]),
+        ("AggregateFunction", "BatchGetItem", false, none.to_vec()),
         // Views aggregator: its own table only, never the counters.
         ("ViewAggregateFunction", "GetItem", false, none.to_vec()),
         ("ViewAggregateFunction", "BatchGetItem", false, none.to_vec()),
@@ -1721,6 +1711,17 @@ fn the_views_table_is_made_kept_and_written_as_it_should() {
             readers.insert(st.function.clone());
             continue;
         }
+        // Stream mode's writer items ("l#…", WRITERS_TABLE points here):
+        // the aggregator's chunk updates and the readers' folds, each in a
+        // transaction and on those partitions alone.
+        if st.leading_keys.as_deref() == Some(&["l#*".to_owned()][..]) {
+            assert_eq!(
+                st.enclosing.as_deref(),
+                Some(&["TransactWriteItems".to_owned()][..]),
+                "{st:?}"
+            );
+            continue;
+        }
         assert_eq!(st.function, "ViewAggregateFunction", "{st:?}");
         // Its writes are transactions, but for a repair's lease (one
         // UpdateItem on the lease items alone) and the writers' seals (one
@@ -1745,9 +1746,20 @@ fn the_views_table_is_made_kept_and_written_as_it_should() {
             "{st:?}"
         );
     }
+    // Views are read by these two; every function that sums a reel's
+    // likes reads the writer partitions too (stream mode).
     assert_eq!(
         readers,
-        BTreeSet::from(["ReadFunction", "ViewAggregateFunction"].map(str::to_owned))
+        BTreeSet::from(
+            [
+                "LikeFunction",
+                "ReadFunction",
+                "ReconcileFunction",
+                "ReshardFunction",
+                "ViewAggregateFunction",
+            ]
+            .map(str::to_owned)
+        )
     );
 }
 

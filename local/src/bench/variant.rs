@@ -57,12 +57,10 @@ pub(super) const STREAM_SHARDS: u32 = 32;
 /// well under a millisecond; a `TransactWriteItems` in DynamoDB takes
 /// about this long, so two aggregations overlap about as often as there.
 pub(super) const CONFLICT_HOLD_MS: u32 = 10;
-/// `stream-scale`'s viral reel before the resize: as many shards as stream
-/// shards carry its likes, where the aggregator's own growth takes a reel
-/// whose stream shards keep meeting on its shards (docs/counting.md,
-/// "Which shard"; tested in tests/tests/stream_fence.rs). With fewer, two
-/// stream shards share each shard and meet whenever their batches come
-/// together.
+/// `stream-scale`'s viral reel before the resize. Stream mode's aggregator
+/// writes items of its own per stream shard (docs/counting.md, "Writer
+/// items"), so the reel's shards hold only what earlier versions counted;
+/// the resize under load checks that reads stay exact while it runs.
 pub(super) const SCALE_FROM: u32 = 32;
 /// ... and after it: the aggregator's chunks must follow the settings
 /// while the stream shards keep writing.

@@ -2,13 +2,13 @@
 //! that each fit one transaction, so that each can advance the shard's
 //! checkpoint to its last record; and each run's transaction.
 
+use super::CHECKPOINT_TTL;
 use super::records::{Change, SequenceNumber};
-use super::{CHECKPOINT_TTL, counter_shard};
 use crate::config::RecentWindow;
 use crate::keys::ReelId;
-use crate::store::{ChunkAdd, ChunkWrite, RecentAdd, Settings};
+use crate::store::{ChunkAdd, ChunkWrite, RecentAdd};
 use crate::token::RequestToken;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Consecutive changes of one stream shard, applied by one transaction:
@@ -36,26 +36,23 @@ pub struct Chunk {
 }
 
 impl Chunk {
-    /// The reels it writes a shard of, with their net change.
+    /// The reels it writes the stream shard's item of, with their net
+    /// change.
     pub fn reels(&self) -> impl Iterator<Item = (&ReelId, i64)> {
         self.deltas.iter().map(|(r, d)| (r, *d))
     }
 
     /// Its transaction on the checkpoint item `key` of stream shard
     /// `shard_id`, from `checkpoint` (the value read) to its last record:
-    /// each reel's delta on the shard `settings` (by reel; missing: none
-    /// yet) give this stream shard, `turn` shards on ([`counter_shard`]);
-    /// `now` is the aggregator's clock.
-    #[allow(clippy::too_many_arguments)] // each is one input of the body
+    /// each reel's delta on the stream shard's own item of the reel; `now`
+    /// is the aggregator's clock.
     pub fn write(
         &self,
         key: &str,
         shard_id: &str,
         checkpoint: Option<&SequenceNumber>,
-        settings: &HashMap<ReelId, Settings>,
         window: RecentWindow,
         now: Duration,
-        turn: u32,
     ) -> ChunkWrite {
         let now_ms = now.as_millis() as i64;
         // The oldest bucket kept; the few before it are dropped by this
@@ -65,7 +62,6 @@ impl Chunk {
             + window.width_ms;
         let mut adds = Vec::with_capacity(self.deltas.len());
         for (reel, delta) in self.reels() {
-            let s = settings.get(reel).copied().unwrap_or_default();
             let recent = self
                 .recent
                 .get(reel)
@@ -76,7 +72,6 @@ impl Chunk {
                 .collect();
             adds.push(ChunkAdd {
                 reel: reel.clone(),
-                shard: counter_shard(key, s.write_shards, turn),
                 delta,
                 recent,
             });
@@ -101,7 +96,6 @@ impl Chunk {
             expires_at: (now + CHECKPOINT_TTL).as_secs() as i64,
             width_ms: window.width_ms,
             prune,
-            turn,
         };
         write.token = token(&write);
         write
@@ -136,7 +130,6 @@ fn token(write: &ChunkWrite) -> RequestToken {
         expires_at,
         width_ms,
         prune,
-        turn,
     } = write;
     let mut fields: Vec<String> = vec![
         checkpoint_key.clone(),
@@ -148,20 +141,14 @@ fn token(write: &ChunkWrite) -> RequestToken {
         expires_at.to_string(),
     ];
     fields.push(format!("w{width_ms}"));
-    fields.push(format!("t{turn}"));
     fields.extend(prune.iter().map(|p| format!("p{p}")));
     for ChunkAdd {
         reel,
-        shard,
         delta,
         recent,
     } in adds
     {
-        fields.extend([
-            reel.as_str().to_owned(),
-            shard.to_string(),
-            delta.to_string(),
-        ]);
+        fields.extend([reel.as_str().to_owned(), delta.to_string()]);
         for RecentAdd {
             start_ms,
             delta,
@@ -172,9 +159,9 @@ fn token(write: &ChunkWrite) -> RequestToken {
         }
     }
     let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-    // v4: the body gained the recent-change buckets (v3: it lost the
-    // settings checks); an older token names another body.
-    RequestToken::for_fields("aggregate/v4", &fields)
+    // v5: the deltas go to writer items (v4: shard items with the recent
+    // buckets); an older token names another body.
+    RequestToken::for_fields("aggregate/v5", &fields)
 }
 
 /// Cuts `changes` (in sequence order, none at or below the checkpoint) into
@@ -331,15 +318,7 @@ mod tests {
                 .enumerate()
                 .collect();
         let out = chunks(&cs, 5, 10, 0);
-        let write = out[0].write(
-            "agg#k",
-            "s",
-            None,
-            &HashMap::new(),
-            WINDOW,
-            Duration::from_millis(100),
-            0,
-        );
+        let write = out[0].write("agg#k", "s", None, WINDOW, Duration::from_millis(100));
         assert_eq!(write.adds.len(), 1);
         assert_eq!(write.adds[0].delta, -1);
         assert_eq!(
@@ -359,15 +338,7 @@ mod tests {
         );
         // Written much later, the buckets are past keeping: `n` alone
         // moves, and the write drops the buckets just before those kept.
-        let late = out[0].write(
-            "agg#k",
-            "s",
-            None,
-            &HashMap::new(),
-            WINDOW,
-            Duration::from_millis(1_000),
-            0,
-        );
+        let late = out[0].write("agg#k", "s", None, WINDOW, Duration::from_millis(1_000));
         assert!(late.adds[0].recent.is_empty());
         assert_eq!(late.adds[0].delta, -1);
         assert_eq!(late.prune, [680, 670, 660, 650]);
@@ -383,34 +354,27 @@ mod tests {
         let key = "agg#k";
         let read = SequenceNumber::parse("9");
         let reel = |r: &str| ReelId::parse(r).unwrap();
-        let mut settings = HashMap::from([(reel("a"), Settings::default())]);
-        let now = Duration::from_millis(1_800_000_000_000);
-        let write = |chunk: &Chunk, read: Option<&SequenceNumber>, s: &HashMap<_, _>, now| {
-            chunk.write(key, "shard-1", read, s, WINDOW, now, 0)
+        // Soon after the records: their buckets are still kept.
+        let now = Duration::from_millis(100);
+        let write = |chunk: &Chunk, read: Option<&SequenceNumber>, now| {
+            chunk.write(key, "shard-1", read, WINDOW, now)
         };
-        let base = write(chunk, read.as_ref(), &settings, now);
+        let base = write(chunk, read.as_ref(), now);
         // Planned again from the same state, the same transaction: an
         // SDK or aggregator retry is a replay.
-        assert_eq!(write(chunk, read.as_ref(), &settings, now), base);
+        assert_eq!(write(chunk, read.as_ref(), now), base);
         // Any other body, another token: DynamoDB answers a token used
         // again with another body with IdempotentParameterMismatch.
         let mut others = vec![
             // Planned later (a retried batch): another clock, stamped on
-            // the shards and the checkpoint's expiry.
-            write(
-                chunk,
-                read.as_ref(),
-                &settings,
-                now + Duration::from_secs(5),
-            ),
-            write(chunk, None, &settings, now),
+            // the writer items and the checkpoint's expiry.
+            write(chunk, read.as_ref(), now + Duration::from_secs(5)),
+            write(chunk, None, now),
         ];
-        settings.get_mut(&reel("a")).unwrap().write_shards = 7;
-        others.push(write(chunk, read.as_ref(), &settings, now));
         // The same range with other deltas (another STREAM_SINCE_MS).
         let mut changed = chunk.clone();
         changed.deltas.insert(reel("a"), 2);
-        others.push(write(&changed, read.as_ref(), &HashMap::new(), now));
+        others.push(write(&changed, read.as_ref(), now));
         // The same deltas in other buckets.
         let mut moved = chunk.clone();
         for buckets in moved.recent.values_mut() {
@@ -427,7 +391,7 @@ mod tests {
                 })
                 .collect();
         }
-        others.push(write(&moved, read.as_ref(), &settings, now));
+        others.push(write(&moved, read.as_ref(), now));
         for (i, other) in others.iter().enumerate() {
             assert_ne!(*other, base, "variant {i}");
             assert_ne!(

@@ -10,8 +10,8 @@
 //!   transaction that also moves the checkpoint from the value read to the
 //!   chunk's last record (the `Planner`'s write, conditioned so);
 //! * a chunk refused because the checkpoint moved meanwhile is planned
-//!   again from the checkpoint now; a conflict, a throttle or a settings
-//!   change is retried with bounded, jittered backoff, counted in
+//!   again from the checkpoint now; a conflict or a throttle is retried
+//!   with bounded, jittered backoff, counted in
 //!   [`BatchOutcome::retries`]; what cannot be applied before the deadline or
 //!   within the retries is handed back to Lambda from the first record not
 //!   applied (`batchItemFailures`).
@@ -27,10 +27,6 @@ use std::time::{Duration, Instant};
 /// reports the rest as failed, so Lambda sends them again.
 pub const DEADLINE_SAFETY: Duration = Duration::from_secs(3);
 
-/// Settings re-reads one chunk may take (each after a resize moved on)
-/// before the batch is handed back to Lambda.
-const MAX_PLANS: u32 = 8;
-
 /// What one invocation did with its batch.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct BatchOutcome {
@@ -41,7 +37,7 @@ pub struct BatchOutcome {
     pub skipped: usize,
     /// Transactions committed.
     pub chunks: usize,
-    /// Transactions retried (conflicts, throttling, settings changes).
+    /// Transactions retried (conflicts, throttling).
     pub retries: u32,
     /// The sequence number from which Lambda must deliver again (Lambda's
     /// `batchItemFailures`), if the batch was not applied to its end.
@@ -84,12 +80,11 @@ pub(crate) trait Planner: Sync {
     /// into chunks; `now_ms` is the aggregator's clock.
     fn cut(&self, pending: &[Self::Record], now_ms: i64) -> Vec<Self::Chunk>;
 
-    /// The checkpoint behind `key`, and the shard's turn (see
-    /// [`super::counter_shard`]; 0 where a source has none).
+    /// The checkpoint behind `key`.
     fn checkpoint(
         &self,
         key: &str,
-    ) -> impl Future<Output = Result<(Option<SequenceNumber>, u32), Error>> + Send;
+    ) -> impl Future<Output = Result<Option<SequenceNumber>, Error>> + Send;
 
     /// The transaction applying `chunk` on top of `checkpoint`, stamped
     /// `now`.
@@ -99,7 +94,6 @@ pub(crate) trait Planner: Sync {
         checkpoint: Option<&SequenceNumber>,
         chunk: &Self::Chunk,
         now: Duration,
-        turn: u32,
     ) -> impl Future<Output = Result<Self::Write, Error>> + Send;
 
     /// Applies `write` in one transaction.
@@ -108,16 +102,6 @@ pub(crate) trait Planner: Sync {
 
     /// `write` was applied (its records count from now on).
     fn applied(&self, _key: &str, _write: &Self::Write) {}
-
-    /// `write` met another writer's transaction on the item at `add`.
-    fn met(
-        &self,
-        _key: &str,
-        _write: &Self::Write,
-        _add: Option<usize>,
-    ) -> impl Future<Output = ()> + Send {
-        async {}
-    }
 }
 
 /// Applies `records` (ordered, each once) of the shard whose checkpoint is
@@ -130,8 +114,7 @@ pub(crate) async fn run<P: Planner>(
     deadline: Option<Instant>,
 ) -> Result<(BatchOutcome, Option<SequenceNumber>), Error> {
     let mut out = BatchOutcome::default();
-    let (mut checkpoint, mut turn) = planner.checkpoint(key).await?;
-    let mut plans = 0u32;
+    let mut checkpoint = planner.checkpoint(key).await?;
     'batch: loop {
         let pending: Vec<P::Record> = records
             .iter()
@@ -150,9 +133,7 @@ pub(crate) async fn run<P: Planner>(
                     return Ok((out, checkpoint));
                 }
                 attempt += 1;
-                let write = planner
-                    .plan(key, checkpoint.as_ref(), &chunk, now, turn)
-                    .await?;
+                let write = planner.plan(key, checkpoint.as_ref(), &chunk, now).await?;
                 let reason = match planner.apply(&write).await? {
                     ChunkResult::Applied => {
                         planner.applied(key, &write);
@@ -169,33 +150,18 @@ pub(crate) async fn run<P: Planner>(
                         // retry that overlapped this one), or this chunk
                         // committed under an answer lost past the token's
                         // lifetime: go on from where it is now.
-                        let (now, now_turn) = planner.checkpoint(key).await?;
+                        let now = planner.checkpoint(key).await?;
                         tracing::info!(checkpoint = key, from = ?checkpoint, to = ?now, "checkpoint moved under the aggregator");
                         if now == checkpoint {
                             return Err(Error::Contended);
                         }
                         checkpoint = now;
-                        turn = now_turn;
                         out.retries += 1;
                         continue 'batch;
                     }
-                    ChunkResult::SettingsChanged => {
-                        plans += 1;
-                        out.retries += 1;
-                        if plans >= MAX_PLANS {
-                            out.failed_from = Some(chunk.first().to_string());
-                            return Ok((out, checkpoint));
-                        }
-                        continue;
-                    }
-                    ChunkResult::Conflict { add } => {
-                        // Another writer's transaction held an item: move
-                        // on to the next placement, now and in this shard's
-                        // later batches (the turn is kept on its checkpoint).
-                        turn = turn.wrapping_add(1);
-                        planner.met(key, &write, add).await;
-                        RetryReason::Conflict
-                    }
+                    // Another transaction held one of its items: its own
+                    // shard's overlapping invocation, or a fold.
+                    ChunkResult::Conflict => RetryReason::Conflict,
                     ChunkResult::Retry(reason) => reason,
                 };
                 out.retries += 1;

@@ -9,9 +9,10 @@
 //! last record applied. A batch is applied in sequence order (see
 //! [Order](#order)), in [`chunk::Chunk`]s of consecutive records, each by
 //! one `TransactWriteItems` that adds the chunk's per-reel deltas to the
-//! reels' shards and moves the checkpoint from the value read to the
-//! chunk's last record, conditioned on the checkpoint still holding the
-//! value read and lying below the new one. So:
+//! stream shard's own writer items of those reels (see
+//! [Writer items](#writer-items)) and moves the checkpoint from the value
+//! read to the chunk's last record, conditioned on the checkpoint still
+//! holding the value read and lying below the new one. So:
 //!
 //! * records at or below the checkpoint are skipped: a redelivered batch,
 //!   or the part of a batch Lambda sends again after a partial failure,
@@ -22,13 +23,10 @@
 //!   the aggregator's clock stamped in it included: one token never names
 //!   two bodies) makes a retry of one plan, the SDK's after a lost answer
 //!   or the aggregator's, a replay;
-//! * each shard update is also conditioned on the shard not being closed:
-//!   a chunk planned before a shrink retired the shard is refused and
-//!   planned again with the new settings, so the resize protocol's waits
-//!   need no bound on how long an aggregation takes. The transaction
-//!   touches no other item (not the reel's settings item, on which every
-//!   stream shard's chunks would queue); why the fence suffices is in
-//!   [`crate::reshard`].
+//! * no other stream shard's transaction touches any of its items, so
+//!   the only conflicts left are an overlapping invocation of the same
+//!   stream shard (which the checkpoint sorts out) and a fold of the
+//!   stream shard's quiet items (retried).
 //!
 //! # Order
 //!
@@ -52,34 +50,28 @@
 //! row's INSERT and REMOVE may come from different shards after a
 //! partition split; the deltas commute, so the sums are exact either way.
 //!
-//! # Which shard a chunk adds to
+//! # Writer items
 //!
-//! One derived from the stream shard ([`counter_shard`]), so one stream
-//! shard's chunks never conflict with each other; chunks of different
-//! stream shards may meet on one item (DynamoDB cancels a transaction that
-//! touches an item another one holds in flight). Stream shards outnumber a
-//! reel's shards at scale, so several share one; the one cancelled moves
-//! on to the next shard for its retry and its later batches (a *turn*, kept
-//! on its checkpoint item, so whichever instance takes its next batch
-//! knows): stream shards whose batches come at the same moments spread
-//! apart. Any shard is as exact as another; only the placement moves.
-//!
-//! Stream shards that outnumber a reel's shards never all spread apart, so
-//! chunks that meet also count towards growing the reel: once
-//! `CONTENTION_GROW_EVENTS` distinct stream shards met on one reel's shards
-//! within [`crowd::CROWD_WINDOW`], its shards double (up to `MAX_SHARDS`;
-//! never with `AUTO_RESHARD=off`). Doubling keeps apart the stream shards
-//! that had found a shard of their own (shard numbers that differ modulo
-//! W differ modulo 2W). The stream shards met are counted in the reel's
-//! crowd record ([`keys::crowd_key`]), which every instance adds to: on
-//! Lambda each stream shard's batches run in whichever instance is free,
-//! so no instance sees a crowd by itself. Each instance tells it of a
-//! (reel, stream shard) once per window, and exactly one note claims a
-//! crowd (see `store/dynamodb/crowd.rs`).
+//! A chunk adds a reel's delta to the reel's item *of this stream shard*
+//! (`l#{reel}` / `w#{writer}` in `WRITERS_TABLE`,
+//! [`keys::likes_writers_key`], the writer being the checkpoint key's
+//! hash), never to an item another stream shard writes. Like rows are
+//! keyed by user, so every busy stream shard carries likes of every
+//! popular reel: with shared shard items, a chunk of 49 cold reels met
+//! some other stream shard's transaction on one of them most of the time
+//! (63–86 % of chunks at 2 likes/s per reel), and a viral reel's shards
+//! were fought over by every stream shard. With items of its own, a chunk
+//! conflicts with nothing but a fold, by construction, whatever the
+//! number of stream shards or reels; there is no placement to move and
+//! no crowd to grow for. The price is on the read side: a reader queries
+//! the reel's partition and sums its items, one per stream shard that
+//! counted the reel lately plus a base item, since quiet items are folded
+//! into the base (`store/dynamodb/writers.rs`). Counts that earlier
+//! versions added to shard items stay there and are summed too.
 //!
 //! # Recent changes
 //!
-//! Each shard update also adds the chunk's changes of the reel to the
+//! Each writer item's update also adds the chunk's changes of the reel to the
 //! item's recent-change buckets (by a new row's `liked_at`, a removal's
 //! stream timestamp; [`crate::keys::recent_delta_attr`]) and drops the
 //! oldest, so reconciliation can take out of `n` what came from rows liked
@@ -98,11 +90,9 @@ pub mod records;
 
 use crate::config::{Config, RecentWindow};
 use crate::error::Error;
-use crate::keys::{self, ReelId};
-use crate::reshard::{self, crowd};
+use crate::keys;
 use crate::retry::Backoff;
-use crate::store::{AggregateStore, ChunkResult, ChunkWrite, CrowdSighting};
-use crate::token::RequestToken;
+use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
 use records::{SequenceNumber, StreamEvent};
 use std::time::{Duration, Instant};
 
@@ -114,7 +104,7 @@ const CHECKPOINT_TTL: Duration = Duration::from_secs(2 * 86_400);
 pub use core::BatchOutcome;
 
 /// The stream consumer: applies batches of the Likes table's stream to the
-/// reels' shard items.
+/// stream shards' writer items.
 pub struct Aggregator<S> {
     store: S,
     backoff: Backoff,
@@ -122,23 +112,8 @@ pub struct Aggregator<S> {
     since_ms: i64,
     /// See [`Config::aggregate_chunk_reels`].
     chunk_reels: usize,
-    /// The shard items' recent-change buckets (see [`crate::reconcile`]).
+    /// The writer items' recent-change buckets (see [`crate::reconcile`]).
     window: RecentWindow,
-    /// Stream shards meeting on a reel's shards (`None` when
-    /// `AUTO_RESHARD=off` or `CONTENTION_GROW_EVENTS=0`); see the module
-    /// notes.
-    crowd: Option<CrowdRule>,
-    /// `MAX_SHARDS`.
-    max_shards: u32,
-}
-
-/// The crowd rule of stream mode: how many distinct stream shards make a
-/// crowd, how long a reel stays quiet after one, and what this instance
-/// has already noted.
-struct CrowdRule {
-    needed: u32,
-    quiet: Duration,
-    sightings: crowd::Sightings,
 }
 
 /// `out` with its skipped records counted: those the checkpoint covers that
@@ -157,14 +132,6 @@ fn finish(
     out
 }
 
-/// The shard of a reel with `write_shards` shards that the stream shard
-/// behind `checkpoint_key` adds to after `turn` moves away from a conflict
-/// (see the module notes).
-pub fn counter_shard(checkpoint_key: &str, write_shards: u32, turn: u32) -> u32 {
-    let home = RequestToken::for_fields("aggregate-shard", &[checkpoint_key]).shard(write_shards);
-    ((u64::from(home) + u64::from(turn)) % u64::from(write_shards.max(1))) as u32
-}
-
 impl<S: AggregateStore> Aggregator<S> {
     /// An aggregator over `store`, with the retry settings of `config`.
     pub fn new(store: S, config: &Config) -> Self {
@@ -176,14 +143,6 @@ impl<S: AggregateStore> Aggregator<S> {
             since_ms: (config.stream_since_ms + 999) / 1000 * 1000,
             chunk_reels: config.aggregate_chunk_reels,
             window: config.reconcile.recent_window(),
-            // Quiet for two resize waits after a crowd: what chunks meet
-            // while the grow is under way is the old placement's.
-            crowd: (config.resize.auto && config.resize.contention_events > 0).then(|| CrowdRule {
-                needed: config.resize.contention_events,
-                quiet: config.resize_wait() * 2,
-                sightings: crowd::Sightings::default(),
-            }),
-            max_shards: config.resize.max_shards,
         }
     }
 
@@ -244,46 +203,9 @@ impl<S: AggregateStore> Aggregator<S> {
         Ok(finish(out, &batch, checkpoint.as_ref()))
     }
 
-    /// Notes that a chunk of the stream shard behind `key` met another
-    /// stream shard's transaction on a shard of `reel`, and doubles the
-    /// reel's shards when enough stream shards did (see the module notes).
-    /// A failure to start the grow is logged and left to the next crowd.
-    async fn met_on(&self, reel: &ReelId, key: &str) {
-        let Some(rule) = &self.crowd else { return };
-        if !rule.sightings.first(reel, crowd::source(key)).await {
-            return;
-        }
-        let now_ms = crate::clock::now_ms();
-        let sighting = CrowdSighting {
-            now_ms,
-            window_ms: crowd::CROWD_WINDOW.as_millis() as i64,
-            needed: rule.needed,
-            quiet_until_ms: now_ms + rule.quiet.as_millis() as i64,
-        };
-        // The checkpoint key's hash names the stream shard; 64 bits of it
-        // tell a crowd's members apart.
-        let hash = key.strip_prefix("agg#").unwrap_or(key);
-        let source = hash.get(..16).unwrap_or(hash);
-        match self.store.note_crowd(reel, source, &sighting).await {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                tracing::warn!(reel = %reel, error = e.code(), "could not note a crowd");
-                return;
-            }
-        }
-        let max = self.max_shards;
-        let double = |s: &crate::store::Settings| s.write_shards.saturating_mul(2).min(max);
-        if let Err(e) =
-            reshard::request_grow_to(&self.store, reel, double, "stream_conflicts").await
-        {
-            tracing::warn!(reel = %reel, error = e.code(), "could not start a grow");
-        }
-    }
-
     /// The stream shard's checkpoint; a stored value that is not a sequence
     /// number is a fault of ours, never read as "nothing applied".
-    async fn checkpoint(&self, key: &str) -> Result<(Option<SequenceNumber>, u32), Error> {
+    async fn checkpoint(&self, key: &str) -> Result<Option<SequenceNumber>, Error> {
         let stored = self.store.checkpoint(key).await?;
         let seq = match stored.seq {
             None => None,
@@ -294,27 +216,19 @@ impl<S: AggregateStore> Aggregator<S> {
                 )
             })?),
         };
-        Ok((seq, stored.turn))
+        Ok(seq)
     }
 
-    /// The transaction of `chunk` under the reels' current settings (see
-    /// [`chunk::Chunk::write`]).
-    async fn plan(
+    /// The transaction of `chunk` (see [`chunk::Chunk::write`]).
+    fn plan(
         &self,
         key: &str,
         shard_id: &str,
         checkpoint: Option<&SequenceNumber>,
         chunk: &chunk::Chunk,
         now: Duration,
-        turn: u32,
-    ) -> Result<ChunkWrite, Error> {
-        let reels: Vec<ReelId> = chunk.reels().map(|(r, _)| r.clone()).collect();
-        let settings = if reels.is_empty() {
-            Default::default()
-        } else {
-            self.store.settings(&reels).await?
-        };
-        Ok(chunk.write(key, shard_id, checkpoint, &settings, self.window, now, turn))
+    ) -> ChunkWrite {
+        chunk.write(key, shard_id, checkpoint, self.window, now)
     }
 }
 
@@ -356,7 +270,7 @@ impl<S: AggregateStore> core::Planner for Planning<'_, S> {
         chunk::chunks(&indexed, a.chunk_reels, a.window.width_ms, now_ms)
     }
 
-    async fn checkpoint(&self, key: &str) -> Result<(Option<SequenceNumber>, u32), Error> {
+    async fn checkpoint(&self, key: &str) -> Result<Option<SequenceNumber>, Error> {
         self.aggregator.checkpoint(key).await
     }
 
@@ -366,21 +280,13 @@ impl<S: AggregateStore> core::Planner for Planning<'_, S> {
         checkpoint: Option<&SequenceNumber>,
         chunk: &chunk::Chunk,
         now: Duration,
-        turn: u32,
     ) -> Result<ChunkWrite, Error> {
-        self.aggregator
-            .plan(key, self.shard_id, checkpoint, chunk, now, turn)
-            .await
+        Ok(self
+            .aggregator
+            .plan(key, self.shard_id, checkpoint, chunk, now))
     }
 
     async fn apply(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
         self.aggregator.store.apply_chunk(write).await
-    }
-
-    async fn met(&self, key: &str, write: &ChunkWrite, add: Option<usize>) {
-        // Another stream shard's transaction held a shard item of a reel.
-        if let Some(a) = add.and_then(|i| write.adds.get(i)) {
-            self.aggregator.met_on(&a.reel, key).await;
-        }
     }
 }

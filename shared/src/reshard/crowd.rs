@@ -1,8 +1,8 @@
 //! Contention that calls for more shards only when it comes from a crowd:
 //! distinct sources meeting on one reel's shards within a window. The like
-//! path's sources are users (one user's parallel likes only meet
-//! themselves, and must never grow a reel); the stream aggregator's are
-//! stream shards (two of them adding to one shard item at once).
+//! path's sources are users: one user's parallel likes only meet
+//! themselves, and must never grow a reel. (Stream mode has no such
+//! contention: each stream shard writes items of its own.)
 
 use crate::keys::ReelId;
 use moka::future::Cache;
@@ -85,36 +85,6 @@ impl Crowd {
     }
 }
 
-/// The (reel, source) pairs one instance has met within
-/// [`CROWD_WINDOW`]: a crowd shared by instances (stream mode's, in a
-/// record every aggregator instance writes) is told of each pair once per
-/// window, not once per conflict.
-pub struct Sightings {
-    seen: Cache<(ReelId, u64), ()>,
-}
-
-impl Default for Sightings {
-    fn default() -> Self {
-        Sightings {
-            seen: Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(CROWD_WINDOW)
-                .build(),
-        }
-    }
-}
-
-impl Sightings {
-    /// `true` the first time within the window `source` is met on `reel`.
-    pub async fn first(&self, reel: &ReelId, source: u64) -> bool {
-        self.seen
-            .entry((reel.clone(), source))
-            .or_insert(())
-            .await
-            .is_fresh()
-    }
-}
-
 /// A source's hash for [`Crowd::note`].
 pub fn source(name: &str) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -144,15 +114,6 @@ mod tests {
         // Forgotten once seen: the next grow needs a crowd of its own.
         assert!(!c.note(&r, source("a")).await);
         assert!(!Crowd::new(0, Duration::ZERO).note(&r, 1).await);
-    }
-
-    #[tokio::test]
-    async fn a_pair_is_a_first_sighting_once_per_window() {
-        let s = Sightings::default();
-        assert!(s.first(&reel("r1"), 1).await);
-        assert!(!s.first(&reel("r1"), 1).await);
-        assert!(s.first(&reel("r1"), 2).await);
-        assert!(s.first(&reel("r2"), 1).await);
     }
 
     #[tokio::test]

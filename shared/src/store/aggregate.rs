@@ -1,6 +1,7 @@
 //! [`AggregateStore`]: what stream mode's aggregator ([`crate::aggregate`])
 //! needs beyond [`CounterStore`]: a stream shard's checkpoint, and the one
-//! transaction that applies a chunk of its records.
+//! transaction that applies a chunk of its records to the stream shard's
+//! own writer items.
 
 use super::{CounterStore, RetryReason};
 use crate::error::Error;
@@ -28,18 +29,16 @@ pub struct ChunkWrite {
     /// The transaction's `ClientRequestToken`: derived from every other
     /// field, so that it never names two bodies.
     pub token: RequestToken,
-    /// The aggregator's clock (the shards' `updated_at`).
+    /// The aggregator's clock (the writer items' `updated_at`).
     pub now_ms: i64,
     /// When the checkpoint may expire (Unix seconds, TTL).
     pub expires_at: i64,
     /// The recent-change buckets' width (ms), part of their names.
     pub width_ms: i64,
-    /// Starts (Unix ms) of the recent-change buckets each shard written
-    /// drops: older than any kept (see [`crate::config::RecentWindow`]).
+    /// Starts (Unix ms) of the recent-change buckets each writer item
+    /// written drops: older than any kept (see
+    /// [`crate::config::RecentWindow`]).
     pub prune: Vec<i64>,
-    /// How many shards on from its home the stream shard adds to, kept on
-    /// its checkpoint for its next batches (see [`crate::aggregate`]).
-    pub turn: u32,
 }
 
 /// A stream shard's checkpoint item, as read.
@@ -48,20 +47,16 @@ pub struct Checkpoint {
     /// The last sequence number applied, zero-padded (`None`: nothing
     /// applied yet).
     pub seq: Option<String>,
-    /// See [`ChunkWrite::turn`] (0 when never written).
-    pub turn: u32,
 }
 
 /// A reel's net change in a [`ChunkWrite`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkAdd {
-    /// The reel.
+    /// The reel: its writer item of this stream shard takes the change.
     pub reel: ReelId,
-    /// The shard it is added to (below the settings' `write_shards`).
-    pub shard: u32,
     /// The net change of its count (may be 0: see `recent`).
     pub delta: i64,
-    /// What its records add to the shard's recent-change buckets (see
+    /// What its records add to the item's recent-change buckets (see
     /// [`crate::keys::recent_delta_attr`]), by bucket, the empty ones left
     /// out.
     pub recent: Vec<RecentAdd>,
@@ -86,18 +81,12 @@ pub enum ChunkResult {
     /// The checkpoint was not what was read (another invocation applied
     /// records meanwhile), or `next` was not above it: nothing written.
     CheckpointMoved,
-    /// A shard it adds to is closed (a shrink retired it after the reel's
-    /// settings were read): plan again with the settings now in place.
-    SettingsChanged,
     /// Cancelled because another transaction held one of its items in
-    /// flight (DynamoDB's `TransactionConflict`): the index in
-    /// [`ChunkWrite::adds`] of the first shard item so held, `None` when
-    /// only the checkpoint item was (another invocation of the same stream
-    /// shard). Worth another attempt after backoff.
-    Conflict {
-        /// See the variant.
-        add: Option<usize>,
-    },
+    /// flight (DynamoDB's `TransactionConflict`): another invocation of the
+    /// same stream shard, or a fold of the stream shard's quiet items
+    /// (never another stream shard: none writes these items). Worth
+    /// another attempt after backoff.
+    Conflict,
     /// Worth another attempt after backoff (throttling, the token's first
     /// attempt still in flight).
     Retry(RetryReason),
@@ -113,31 +102,4 @@ pub trait AggregateStore: CounterStore {
         &self,
         write: &ChunkWrite,
     ) -> impl Future<Output = Result<ChunkResult, Error>> + Send;
-
-    /// Notes in `reel`'s crowd record, which every instance shares, that
-    /// the stream shard `source` met another's transaction on one of its
-    /// shards at `now_ms`. `true` for exactly one note, across instances:
-    /// the one after which the record holds `sighting.needed` distinct
-    /// sources within `sighting.window_ms`; the record then stays quiet
-    /// (takes no notes) until `sighting.quiet_until_ms`.
-    fn note_crowd(
-        &self,
-        reel: &ReelId,
-        source: &str,
-        sighting: &CrowdSighting,
-    ) -> impl Future<Output = Result<bool, Error>> + Send;
-}
-
-/// When a [`AggregateStore::note_crowd`] is made, and what makes a crowd.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CrowdSighting {
-    /// The aggregator's clock (Unix ms).
-    pub now_ms: i64,
-    /// Sources count together within this long of the record's first.
-    pub window_ms: i64,
-    /// Distinct sources that make a crowd.
-    pub needed: u32,
-    /// After a crowd, no notes until then (Unix ms): the grow it asked for
-    /// takes effect meanwhile.
-    pub quiet_until_ms: i64,
 }

@@ -39,9 +39,7 @@ mod reconcile;
 mod resize;
 mod views;
 
-pub use aggregate::{
-    AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, CrowdSighting, RecentAdd,
-};
+pub use aggregate::{AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd};
 pub use counter::{
     CountItem, CounterStore, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, Phase, ReadItems,
     RetryReason, Settings, ShardSum, ShardValue, TxResult, WriteSample,

@@ -344,7 +344,7 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
         cut(pending)
     }
 
-    async fn checkpoint(&self, key: &str) -> Result<(Option<SequenceNumber>, u32), Error> {
+    async fn checkpoint(&self, key: &str) -> Result<Option<SequenceNumber>, Error> {
         let a = self.aggregator;
         let stored = read_retrying(&a.read_backoff, self.deadline, "GetItem", || {
             a.store.view_checkpoint(key)
@@ -356,7 +356,7 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
                 Error::internal("unreadable views checkpoint", format_args!("{key}: {s:?}"))
             })?),
         };
-        Ok((seq, 0))
+        Ok(seq)
     }
 
     async fn plan(
@@ -365,7 +365,6 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
         checkpoint: Option<&SequenceNumber>,
         chunk: &ViewChunk,
         now: Duration,
-        _turn: u32,
     ) -> Result<ViewChunkWrite, Error> {
         let a = self.aggregator;
         let oldest = chunk.parts.iter().map(|p| p.arrival_ms).min().unwrap_or(0);

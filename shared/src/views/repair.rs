@@ -246,7 +246,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         // total (which the batches' entry point reads around each batch).
         planning.instance_views = false;
         let key = keys::views_checkpoint_key(stream_arn, &name);
-        let before = planning.checkpoint(&key).await?.0;
+        let before = planning.checkpoint(&key).await?;
         let run = core::run(&planning, &self.backoff, &key, &fresh, deadline).await;
         // Views counted are counted views, repaired or not: what
         // `ViewsAccepted` adds up to (flushed by the entry point).

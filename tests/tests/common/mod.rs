@@ -225,7 +225,48 @@ impl TestStack {
     /// The reel's count as stored: every shard item (000..999) plus the base
     /// item that shrinking folds into, read directly.
     pub async fn shard_sum(&self, reel: &str) -> i64 {
-        self.shards(reel).await.iter().map(|(_, n)| n).sum::<i64>() + self.base(reel).await
+        self.shards(reel).await.iter().map(|(_, n)| n).sum::<i64>()
+            + self.base(reel).await
+            + self.writers(reel).await.iter().map(|(_, n)| n).sum::<i64>()
+    }
+
+    /// Stream mode: the reel's writer items and their base, read directly
+    /// from `WRITERS_TABLE` (sort key, n); empty in transactional mode.
+    pub async fn writers(&self, reel: &str) -> Vec<(String, i64)> {
+        let Some(table) = &self.stack.config.writers_table else {
+            return Vec::new();
+        };
+        if self.stack.config.counting != likes::Counting::Stream {
+            return Vec::new();
+        }
+        let out = self
+            .stack
+            .client
+            .query()
+            .table_name(table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", AttributeValue::S(format!("l#{reel}")))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("query writers");
+        out.items
+            .unwrap_or_default()
+            .iter()
+            .map(|i| {
+                let sk = i
+                    .get("sk")
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default();
+                let n = i
+                    .get("n")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                (sk, n)
+            })
+            .collect()
     }
 
     /// `n` of the reel's base item (0 when there is none).

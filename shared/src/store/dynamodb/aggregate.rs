@@ -1,21 +1,14 @@
 //! [`AggregateStore`] on DynamoDB: a stream shard's checkpoint, and the
-//! transaction that applies one chunk of its records.
+//! transaction that applies one chunk of its records to its writer items.
 
-use super::error::{
-    MaintenanceTxFailure, cancellation_codes, maintenance_tx_failure, request_build_failed,
-    translate,
-};
+use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::ItemExt;
 use super::{CheckpointMove, DynamoStore};
 use crate::error::Error;
 use crate::keys;
-use crate::keys::ReelId;
 use crate::store::{
-    AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, CrowdSighting, RecentAdd,
-    RetryReason,
+    AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd, RetryReason,
 };
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::builders::UpdateBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use std::collections::HashMap;
@@ -28,26 +21,13 @@ impl AggregateStore for DynamoStore {
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(key.to_owned()))
             .consistent_read(true)
-            .projection_expression("seq, turn")
+            .projection_expression("seq")
             .send()
             .await
             .map_err(|e| translate("GetItem", e))?;
         Ok(out.item.map_or_else(Checkpoint::default, |i| Checkpoint {
             seq: i.string("seq").map(str::to_owned),
-            turn: i
-                .int("turn")
-                .and_then(|t| u32::try_from(t).ok())
-                .unwrap_or(0),
         }))
-    }
-
-    async fn note_crowd(
-        &self,
-        reel: &ReelId,
-        source: &str,
-        sighting: &CrowdSighting,
-    ) -> Result<bool, Error> {
-        self.crowd_note(reel, source, sighting).await
     }
 
     async fn apply_chunk(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
@@ -56,25 +36,20 @@ impl AggregateStore for DynamoStore {
             .transact_write_items()
             .transact_items(self.checkpoint_item(write)?);
         for add in &write.adds {
-            request = request.transact_items(self.shard_item(write, add)?);
+            request = request.transact_items(writer_item(self.writers_table()?, write, add)?);
         }
         let result = request
             .client_request_token(write.token.as_str())
             .send()
             .await;
-        // Which shard item a conflict was on, read before the error is
-        // classified (which consumes it): the aggregator grows a reel
-        // whose shards its chunks meet on.
-        let conflicted = conflicted_add(&result);
         match result.map_err(|e| maintenance_tx_failure("aggregation", e)) {
             Ok(_) => Ok(ChunkResult::Applied),
             Err(failure) => match failure? {
                 // The checkpoint is action 0, each reel's shard one after.
-                MaintenanceTxFailure::Condition(0) => Ok(ChunkResult::CheckpointMoved),
-                MaintenanceTxFailure::Condition(_) => Ok(ChunkResult::SettingsChanged),
-                MaintenanceTxFailure::Retry(RetryReason::Conflict) => {
-                    Ok(ChunkResult::Conflict { add: conflicted })
-                }
+                // The checkpoint is action 0; writer items have no
+                // condition.
+                MaintenanceTxFailure::Condition(_) => Ok(ChunkResult::CheckpointMoved),
+                MaintenanceTxFailure::Retry(RetryReason::Conflict) => Ok(ChunkResult::Conflict),
                 MaintenanceTxFailure::Retry(reason) => Ok(ChunkResult::Retry(reason)),
                 // The token is derived from the whole body, so this would
                 // take a hash collision; whatever it is, nothing was
@@ -88,7 +63,7 @@ impl AggregateStore for DynamoStore {
 impl DynamoStore {
     /// Action 0 of a chunk's transaction, the checkpoint's move: first, so
     /// that a refused move (another invocation got there) reads as
-    /// `Condition(0)`. Its expiry and turn are kept with it.
+    /// `Condition(0)`. Its expiry is kept with it.
     fn checkpoint_item(&self, write: &ChunkWrite) -> Result<TransactWriteItem, Error> {
         let checkpoint = CheckpointMove {
             key: HashMap::from([(
@@ -101,11 +76,9 @@ impl DynamoStore {
             now_ms: write.now_ms,
             records: write.records,
         }
-        .checkpoint_update(&self.counters_table, ", #exp = :exp, #t = :turn")
+        .checkpoint_update(&self.counters_table, ", #exp = :exp")
         .expression_attribute_names("#exp", "expires_at")
-        .expression_attribute_values(":exp", n(write.expires_at))
-        .expression_attribute_names("#t", "turn")
-        .expression_attribute_values(":turn", n(i64::from(write.turn)));
+        .expression_attribute_values(":exp", n(write.expires_at));
         Ok(TransactWriteItem::builder()
             .update(
                 checkpoint
@@ -114,43 +87,50 @@ impl DynamoStore {
             )
             .build())
     }
+}
 
-    /// The action of `add`'s shard item in a chunk's transaction.
-    fn shard_item(&self, write: &ChunkWrite, add: &ChunkAdd) -> Result<TransactWriteItem, Error> {
-        // `w` counts the writes the shard took (one per chunk here): its
-        // rate drives automatic resizing, which stream mode rarely
-        // needs. The recent-change buckets ride along (see
-        // keys::recent_delta_attr), and the oldest are dropped.
-        let mut expr = String::from("ADD #n :d, #w :one");
-        let update = Update::builder().table_name(&self.counters_table).key(
-            "pk",
-            AttributeValue::S(keys::shard_key(&add.reel, add.shard)),
+/// The action of `add`'s writer item in a chunk's transaction: the
+/// stream shard's own item of the reel in `table`. `w` counts its writes
+/// and `seq` is the chunk's last record: a fold deletes the item only if
+/// `seq` is still what it read, and remembers it, so a reader that saw the
+/// item and the folded base together counts it once (see `writers.rs`).
+/// The recent-change buckets ride along (see keys::recent_delta_attr), and
+/// the oldest are dropped. No condition: no other stream shard writes the
+/// item, and the checkpoint (action 0) makes the chunk land once.
+fn writer_item(
+    table: &str,
+    write: &ChunkWrite,
+    add: &ChunkAdd,
+) -> Result<TransactWriteItem, Error> {
+    let mut expr = String::from("ADD #n :d, #w :one");
+    let update = Update::builder()
+        .table_name(table)
+        .key("pk", AttributeValue::S(keys::likes_writers_key(&add.reel)))
+        .key(
+            "sk",
+            AttributeValue::S(keys::likes_writer_sort(keys::likes_writer(
+                &write.checkpoint_key,
+            ))),
         );
-        let update = add_recent_buckets(update, &mut expr, write.width_ms, &add.recent);
-        expr.push_str(" SET #u = :at");
-        let update = drop_old_buckets(update, &mut expr, write.width_ms, &write.prune);
-        Ok(TransactWriteItem::builder()
-            .update(
-                update
-                    .update_expression(expr)
-                    // A shard a shrink retired is kept as a
-                    // closed tombstone and refuses a chunk
-                    // planned before it (see crate::reshard):
-                    // the guard sits on the item written anyway,
-                    // not on the reel's one settings item.
-                    .condition_expression(super::SHARD_OPEN)
-                    .expression_attribute_names("#c", keys::SHARD_CLOSED)
-                    .expression_attribute_names("#n", "n")
-                    .expression_attribute_names("#w", "w")
-                    .expression_attribute_names("#u", "updated_at")
-                    .expression_attribute_values(":d", n(add.delta))
-                    .expression_attribute_values(":one", n(1))
-                    .expression_attribute_values(":at", n(write.now_ms))
-                    .build()
-                    .map_err(|e| request_build_failed("Update", &e))?,
-            )
-            .build())
-    }
+    let update = add_recent_buckets(update, &mut expr, write.width_ms, &add.recent);
+    expr.push_str(" SET #u = :at, #s = :seq");
+    let update = drop_old_buckets(update, &mut expr, write.width_ms, &write.prune);
+    Ok(TransactWriteItem::builder()
+        .update(
+            update
+                .update_expression(expr)
+                .expression_attribute_names("#n", "n")
+                .expression_attribute_names("#w", "w")
+                .expression_attribute_names("#u", "updated_at")
+                .expression_attribute_names("#s", "seq")
+                .expression_attribute_values(":d", n(add.delta))
+                .expression_attribute_values(":one", n(1))
+                .expression_attribute_values(":at", n(write.now_ms))
+                .expression_attribute_values(":seq", AttributeValue::S(write.next.clone()))
+                .build()
+                .map_err(|e| request_build_failed("Update", &e))?,
+        )
+        .build())
 }
 
 /// A number attribute.
@@ -216,19 +196,4 @@ fn drop_old_buckets(
     expr.push_str(" REMOVE ");
     expr.push_str(&names.join(", "));
     update
-}
-
-/// Which of a chunk's adds a transaction conflict was on, if one was: the
-/// checkpoint is action 0, `adds[i]` action i + 1.
-fn conflicted_add<T, R>(result: &Result<T, SdkError<TransactWriteItemsError, R>>) -> Option<usize> {
-    match result {
-        Err(SdkError::ServiceError(se)) => match se.err() {
-            TransactWriteItemsError::TransactionCanceledException(c) => cancellation_codes(c)
-                .iter()
-                .skip(1)
-                .position(|c| *c == "TransactionConflict"),
-            _ => None,
-        },
-        _ => None,
-    }
 }

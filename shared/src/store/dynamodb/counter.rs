@@ -74,7 +74,10 @@ impl CounterStore for DynamoStore {
             })
             .buffer_unordered(BATCH_GET_PARALLELISM)
             .try_collect::<Vec<_>>();
-        let (batch, transactional) = tokio::join!(batch, transactional);
+        // Stream mode: the stream shards' writer items, read beside.
+        let names: Vec<ReelId> = reels.iter().map(|(r, _)| r.clone()).collect();
+        let writers = self.writer_sums(&names);
+        let (batch, transactional, writers) = tokio::join!(batch, transactional, writers);
         let mut add = |reel: &ReelId, item: &Item| {
             let v = ShardValue::try_from(item)?;
             if let Some(sum) = sums.get_mut(reel) {
@@ -93,6 +96,12 @@ impl CounterStore for DynamoStore {
         for (reel, items) in transactional? {
             for item in &items {
                 add(&reel, item)?;
+            }
+        }
+        for (reel, p) in writers? {
+            if let Some(sum) = sums.get_mut(&reel) {
+                sum.n = sum.n.saturating_add(p.n);
+                sum.last_write_ms = sum.last_write_ms.max(p.last_write_ms);
             }
         }
         Ok(sums)

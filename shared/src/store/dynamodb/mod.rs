@@ -20,6 +20,8 @@
 //! * `counter`, `resize`, `reconcile`, `aggregate`: one trait impl each,
 //!   beside the trait's own file in `store` (`CounterStore`, `ResizeStore`,
 //!   `ReconcileStore`, `AggregateStore`).
+//! * `writers`: stream mode's writer items of the likes, as readers and
+//!   reconciliation read them, and the fold of quiet ones into a base.
 //! * `views`: [`DynamoViews`], the views table's store (`ViewStore`);
 //!   `compact`: its seal items and folds (`crate::views::compact`).
 //! * `error`: the one translation of SDK errors into [`Error`], and the
@@ -29,7 +31,6 @@
 mod aggregate;
 mod compact;
 mod counter;
-mod crowd;
 mod error;
 mod ext;
 mod reads;
@@ -38,6 +39,7 @@ mod resize;
 mod sdk;
 mod tls;
 mod views;
+mod writers;
 
 pub(crate) use error::translate;
 pub use sdk::{client, retry_partition, sdk_config_loader};
@@ -57,10 +59,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-/// The condition "this shard item is not closed" (no [`keys::SHARD_CLOSED`],
-/// named `#c`): what a stream aggregation's shard update requires.
-pub(super) const SHARD_OPEN: &str = "attribute_not_exists(#c)";
-
 /// The DynamoDB implementation of [`CounterStore`](super::CounterStore),
 /// [`ResizeStore`](super::ResizeStore),
 /// [`ReconcileStore`](super::ReconcileStore) and
@@ -71,6 +69,14 @@ pub struct DynamoStore {
     client: Client,
     counters_table: String,
     likes_table: String,
+    /// Stream mode: `WRITERS_TABLE` (`None` in transactional mode, where
+    /// no writer items are written or read).
+    writers_table: Option<String>,
+    /// How long a writer item must have been quiet before a reader folds
+    /// it (see `writers.rs`).
+    fold_quiet_ms: i64,
+    /// The recent-change buckets' window: a fold keeps those still in it.
+    window: crate::config::RecentWindow,
     backoff: Backoff,
     /// Shared by every clone of this store.
     stats: Arc<StoreStats>,
@@ -90,6 +96,12 @@ pub struct StoreStats {
     pub fold_group_reads: AtomicU64,
     /// Fold transactions that committed.
     pub folds: AtomicU64,
+    /// Writer partitions queried (stream mode: one per reel read).
+    pub writer_queries: AtomicU64,
+    /// Writer items those queries returned.
+    pub writer_items: AtomicU64,
+    /// Folds of quiet writer items that committed.
+    pub writer_folds: AtomicU64,
 }
 
 impl DynamoStore {
@@ -117,6 +129,12 @@ impl DynamoStore {
             client,
             counters_table: config.counters_table.clone(),
             likes_table: config.likes_table.clone(),
+            writers_table: match config.counting {
+                crate::config::Counting::Stream => config.writers_table.clone(),
+                crate::config::Counting::Transactional => None,
+            },
+            fold_quiet_ms: writers::fold_quiet_ms(config),
+            window: config.reconcile.recent_window(),
             backoff: Backoff::from_config(config),
             stats: Arc::default(),
         }

@@ -168,6 +168,22 @@ impl ReconcileStore for DynamoStore {
                 });
             }
         }
+        // Stream mode: the writer items, with their buckets (the base's
+        // included: a fold carries the buckets still kept).
+        if self.writers_table.is_some() {
+            let p = self.writer_partition(reel).await?;
+            sum.n = sum.n.saturating_add(p.n);
+            sum.last_write_ms = sum.last_write_ms.max(p.last_write_ms);
+            let pk = keys::likes_writers_key(reel);
+            for (sk, name, attr, value) in p.buckets {
+                recent.push(RecentBucket {
+                    item: format!("{pk}/{sk}"),
+                    name,
+                    attr,
+                    value,
+                });
+            }
+        }
         Ok(ReelView {
             ledger,
             settings,
@@ -350,7 +366,9 @@ impl ReconcileStore for DynamoStore {
     }
 
     async fn drop_attributes(&self, key: &str, names: &[String]) -> Result<(), Error> {
-        if names.is_empty() {
+        // A writer item ("l#…/w#…") drops its old buckets itself, on its
+        // stream shard's next write; a fold drops the base's.
+        if names.is_empty() || key.starts_with("l#") {
             return Ok(());
         }
         let mut update = Update::builder()
