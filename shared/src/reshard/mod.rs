@@ -22,16 +22,16 @@
 //!   `Stable`. A grow reopens closed shards of its new write range when
 //!   `Growing` ends, before `write_shards` is raised to them.
 //!
-//! # Stream aggregation: closed shards
+//! # Closed shards
 //!
-//! A chunk of stream aggregation, unlike a like, may land any time after
-//! it was planned; its danger is adding to a shard readers no longer sum.
 //! A fold closes its shard ([`crate::keys::SHARD_CLOSED`], an empty or
-//! missing one too) before `read_shards` is lowered, a chunk's `ADD`
-//! requires the shard open (refused: plan again), and a closed item is
+//! missing one too) before `read_shards` is lowered, and a closed item is
 //! never deleted (an `Update` would make a missing one live). Closing and
 //! reopening are conditioned on the settings version, so no stale run
-//! closes a written shard or reopens an unread one.
+//! closes a written shard or reopens an unread one. (Earlier releases'
+//! stream aggregation added to shard items and needed that fence against
+//! a chunk landing late; it now writes items of its own, see
+//! [`crate::aggregate`].)
 //!
 //! While draining, readers read the base item and the shards being folded
 //! as one snapshot ([`Settings::read_items`]), so no reader sees a fold
@@ -87,7 +87,7 @@ pub use policy::{request_grow, request_grow_to};
 pub use schedule::RunSummary;
 
 use crate::clock::now_ms;
-use crate::config::{Config, Counting, ResizeConfig};
+use crate::config::{Config, ResizeConfig};
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::retry::Backoff;
@@ -294,9 +294,6 @@ struct Tally {
 pub struct Resharder<S> {
     store: S,
     resize: ResizeConfig,
-    /// Stream mode: what a shard's `w` counts, and so how far a cool reel
-    /// may shrink (see `schedule`).
-    counting: Counting,
     wait: Duration,
     backoff: Backoff,
 }
@@ -307,7 +304,6 @@ impl<S: ResizeStore> Resharder<S> {
         Resharder {
             store,
             resize: config.resize.clone(),
-            counting: config.counting,
             wait: config.resize_wait(),
             backoff: Backoff::from_config(config),
         }

@@ -6,7 +6,6 @@ use super::{
     DEADLINE_SAFETY, Progress, Resharder, Stop, Tally, UNOBSERVED, clear_strays, read_settings,
 };
 use crate::clock::now_ms;
-use crate::config::Counting;
 use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::store::{Phase, ResizeStore, Settings, WriteSample};
@@ -163,8 +162,9 @@ impl<S: ResizeStore> Resharder<S> {
 
     /// Samples a stable reel's write rate (the change of its shards' `w`
     /// since the previous run) and starts a grow when it is hot or a shrink
-    /// when it has been cool for `COOL_DOWN_SECS`: to one shard, or in
-    /// stream mode to what its stream shards need ([`stream_floor`]).
+    /// when it has been cool for `COOL_DOWN_SECS` (to one shard at the
+    /// fewest; in stream mode no like writes a shard, so a reel grown by
+    /// hand shrinks back once cool).
     /// Returns the phase of a resize it started.
     async fn autoscale(&self, reel: &ReelId, cur: &Settings) -> Result<Option<Phase>, Error> {
         if !cur.indexed() {
@@ -198,10 +198,7 @@ impl<S: ResizeStore> Resharder<S> {
                 if cooled && cur.shards_to_sum() > 1 {
                     // One shrink retires at most 99 shards (see `plan`).
                     let have = cur.shards_to_sum();
-                    let mut to = have.saturating_sub(keys::MAX_TRANSACT_ITEMS - 1).max(1);
-                    if self.counting == Counting::Stream {
-                        to = to.max(stream_floor(rate, self.resize.max_shards));
-                    }
+                    let to = have.saturating_sub(keys::MAX_TRANSACT_ITEMS - 1).max(1);
                     target = (to < have).then_some(to);
                 }
             } else {
@@ -227,23 +224,6 @@ impl<S: ResizeStore> Resharder<S> {
     }
 }
 
-/// The fewest shards a cool reel keeps in stream mode, where its shards'
-/// `w` counts the aggregator's chunks, not likes: about one a second from
-/// each stream shard whose batches carry the reel. So `rate` stays near
-/// that number of stream shards while the reel still has likes on each of
-/// them, however far below `COOL_LIKES_PER_SEC` it is, and their chunks
-/// meet on a shard item unless each has about one of its own
-/// (docs/counting.md, "Which shard"), which is what the aggregator's
-/// crowd rule grows the reel to, doubling once more while they still meet.
-/// Shrinking below twice the chunk rate would undo that grow every
-/// `COOL_DOWN_SECS`, and bring back the conflicts and the grow with it.
-fn stream_floor(chunks_per_sec: f64, max_shards: u32) -> u32 {
-    let want = (2.0 * chunks_per_sec)
-        .ceil()
-        .clamp(1.0, f64::from(max_shards));
-    (want as u32).next_power_of_two().min(max_shards)
-}
-
 #[derive(Default)]
 struct ReelReport {
     tally: Tally,
@@ -252,21 +232,4 @@ struct ReelReport {
     skipped: bool,
     error: bool,
     phase_age_ms: u64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::stream_floor;
-
-    #[test]
-    fn a_stream_mode_reel_keeps_two_shards_per_chunk_a_second() {
-        assert_eq!(stream_floor(0.0, 100), 1);
-        assert_eq!(stream_floor(0.4, 100), 1);
-        assert_eq!(stream_floor(3.0, 100), 8);
-        // stream-scale: 32 stream shards, each about a chunk a second, on
-        // the 64 shards the crowd rule grew the reel to.
-        assert_eq!(stream_floor(32.0, 100), 64);
-        assert_eq!(stream_floor(80.0, 100), 100);
-        assert_eq!(stream_floor(f64::INFINITY, 64), 64);
-    }
 }
