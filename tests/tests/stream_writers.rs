@@ -13,7 +13,9 @@
 //!   from one item, exactly; a stream shard writing again after the fold
 //!   recreates its item with its new likes alone;
 //! * folds racing each other and the stream shards' own chunks: every like
-//!   counted once.
+//!   counted once;
+//! * a reel counted only in writer items, its rows all gone, is met by
+//!   reconciliation's scan and corrected.
 
 mod common;
 
@@ -29,6 +31,11 @@ fn seq(n: u64) -> String {
 
 /// Stream shard `shard`'s batch: one like of `reel` per (sequence, user).
 fn batch(shard: &str, reel: &str, likes: &[(u64, String)]) -> Value {
+    batch_at(shard, reel, likes, 1_800_000_000)
+}
+
+/// The same, the records stamped `created` (Unix seconds).
+fn batch_at(shard: &str, reel: &str, likes: &[(u64, String)], created: u64) -> Value {
     let records: Vec<Value> = likes
         .iter()
         .map(|(n, user)| {
@@ -41,7 +48,7 @@ fn batch(shard: &str, reel: &str, likes: &[(u64, String)]) -> Value {
                     "Keys": keys,
                     "NewImage": {"user_id": {"S": user}, "reel_id": {"S": reel}, "cm": {"S": "s"}},
                     "SequenceNumber": seq(*n),
-                    "ApproximateCreationDateTime": 1_800_000_000u64,
+                    "ApproximateCreationDateTime": created,
                     "StreamViewType": "NEW_IMAGE",
                 },
             })
@@ -186,5 +193,54 @@ async fn folds_racing_each_other_and_the_stream_count_every_like_once() {
     let items = t.writers("hot").await;
     assert!(items.len() <= 3, "folded down: {items:?}");
     assert_eq!(items.iter().map(|(_, n)| n).sum::<i64>(), total);
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_meets_a_reel_counted_only_in_writer_items() {
+    let t = TestStack::start(&[
+        ("COUNTING", "stream"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+        ("AUTO_RESHARD", "off"),
+        ("RECONCILE_STREAM_SETTLE_SECS", "1"),
+        ("RECONCILE_CLOCK_SKEW_MS", "0"),
+        ("REQUEST_TIMEOUT_MS", "1000"),
+        ("REQUEST_BUDGET_MS", "800"),
+        ("DDB_OPERATION_TIMEOUT_MS", "900"),
+        ("CACHE_TTL_MS", "0"),
+        ("STREAM_VISIBLE_MS", "0"),
+    ])
+    .await;
+    t.stack.streams[0].pause(true);
+    // A like the stream carried whose row is gone (as a REMOVE given up
+    // past Lambda's retries leaves it): the reel has no row and no item in
+    // the counters table, only its writer item.
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 2;
+    deliver(
+        &t,
+        &batch_at("shard-g", "ghost", &[(1, "nobody".into())], created),
+    )
+    .await;
+    assert_eq!(t.http_count("ghost").await, 1);
+    assert_eq!(t.like_rows("ghost").await, 0);
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let summary =
+        likes::triggers::handle_reconcile_event(&t.stack.app, &json!({"mode": "start"}), None)
+            .await
+            .unwrap();
+    assert_eq!(summary["complete"], true, "{summary}");
+    // Before, the counters scan never met the reel: its drift stayed.
+    let corrected: Vec<&str> = summary["corrected_reels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.as_str())
+        .collect();
+    assert_eq!(corrected, ["ghost"], "{summary}");
+    assert_eq!(t.http_count("ghost").await, 0);
     t.stop().await;
 }

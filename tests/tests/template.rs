@@ -1703,7 +1703,10 @@ fn the_views_table_is_made_kept_and_written_as_it_should() {
             .filter(|a| {
                 !matches!(
                     a.as_str(),
-                    "dynamodb:GetItem" | "dynamodb:BatchGetItem" | "dynamodb:Query"
+                    "dynamodb:GetItem"
+                        | "dynamodb:BatchGetItem"
+                        | "dynamodb:Query"
+                        | "dynamodb:Scan"
                 )
             })
             .collect();

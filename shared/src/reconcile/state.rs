@@ -4,6 +4,7 @@
 use super::pace::{Limiter, write_units};
 use super::{Inv, Mode, Options, Reconciler};
 use crate::clock::now_ms;
+use crate::config::Counting;
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::store::{ReconcileStore, StoredRun};
@@ -190,7 +191,17 @@ impl<S: ReconcileStore> Reconciler<S> {
             phase: RunPhase::ScanLikes,
             segments: vec![Segment::default(); self.cfg.segments as usize],
             reel_cursor: None,
-            counter_segments: vec![Segment::default(); self.cfg.segments as usize],
+            // Stream mode: twice as many, the odd ones over the writer
+            // items' table (see `ScanTable::Counters`).
+            counter_segments: vec![
+                Segment::default();
+                self.cfg.segments as usize
+                    * if self.counting == Counting::Stream {
+                        2
+                    } else {
+                        1
+                    }
+            ],
             lease_owner: me.to_owned(),
             lease_until_ms: lease_until(opts.deadline),
             invocations: ver_hint,

@@ -16,7 +16,10 @@ pub enum ScanTable {
     /// The like rows: one reel id per row.
     Likes,
     /// The counters table: the reel of every shard, base, settings and
-    /// ledger item.
+    /// ledger item. In stream mode the odd segments of an even total scan
+    /// the writer items' table instead (segment i of the total's half):
+    /// the reel of every writer item, so that a reel counted only there
+    /// (all its rows gone) is met too.
     Counters,
 }
 

@@ -35,9 +35,23 @@ impl ReconcileStore for DynamoStore {
         // The counters scan reads whole items (a scan costs the same read
         // units whatever it projects): it needs the count items' counts and
         // the values of shard and base items.
-        let (name, projection) = match table {
-            ScanTable::Likes => (&self.likes_table, Some("reel_id, liked_at")),
-            ScanTable::Counters => (&self.counters_table, None),
+        // Stream mode: the odd segments of the counters scan read the
+        // writer items' table (see ScanTable::Counters); only its `l#`
+        // items' keys matter there.
+        let writers = match &self.writers_table {
+            Some(t) if table == ScanTable::Counters && total.is_multiple_of(2) && segment % 2 == 1 => {
+                Some(t)
+            }
+            _ => None,
+        };
+        let (segment, total) = match (&self.writers_table, table) {
+            (Some(_), ScanTable::Counters) if total.is_multiple_of(2) => (segment / 2, total / 2),
+            _ => (segment, total),
+        };
+        let (name, projection) = match (table, writers) {
+            (ScanTable::Likes, _) => (&self.likes_table, Some("reel_id, liked_at")),
+            (ScanTable::Counters, Some(t)) => (t, Some("pk")),
+            (ScanTable::Counters, None) => (&self.counters_table, None),
         };
         let start_key = match start {
             None => None,
@@ -77,6 +91,10 @@ impl ReconcileStore for DynamoStore {
                     continue;
                 }
                 ScanTable::Likes => item.string("reel_id").and_then(|r| ReelId::parse(r).ok()),
+                ScanTable::Counters if writers.is_some() => item
+                    .pk()
+                    .and_then(|pk| pk.strip_prefix("l#"))
+                    .and_then(|r| ReelId::parse(r).ok()),
                 ScanTable::Counters => {
                     let pk = item.pk();
                     if let Some((run, reel)) = pk.and_then(keys::parse_reconcile_count_key) {
