@@ -44,7 +44,7 @@
 //! # What it costs
 //!
 //! A read: one `Query`, consistent, of the live writers' items (a few
-//! hundred bytes each) plus the base: 0.5 read units per 4 KB. A fold:
+//! hundred bytes each) plus the base: one read unit per 4 KB. A fold:
 //! one write unit per item deleted and two for the base (transactional),
 //! once per [`FOLD_MIN_ITEMS`] or more quiet items, which the stream's roll
 //! makes about every four hours per stream shard that carried the reel.
