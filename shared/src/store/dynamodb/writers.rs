@@ -68,6 +68,11 @@ pub const FOLD_MIN_ITEMS: usize = 4;
 /// actions per transaction.
 pub const FOLD_MAX_ITEMS: usize = 98;
 
+/// Writer partitions one read queries at once: a `GET /counts` of 100
+/// reels is a query each, and their latency, not their units, is what
+/// more at once saves.
+const WRITER_QUERY_PARALLELISM: usize = 32;
+
 /// The longest a writer item must be quiet before it is folded.
 const FOLD_QUIET_MAX_MS: i64 = 10 * 60 * 1000;
 
@@ -184,7 +189,7 @@ impl DynamoStore {
                 }
                 Ok::<_, Error>((reel, p))
             })
-            .buffer_unordered(super::reads::BATCH_GET_PARALLELISM)
+            .buffer_unordered(WRITER_QUERY_PARALLELISM)
             .try_collect()
             .await
     }
