@@ -273,6 +273,18 @@ pub fn probe_reel() -> ReelId {
 /// The user id of the readiness probe's like-row read.
 pub const PROBE_USER: &str = "_healthz_probe";
 
+/// `caller#{hash}#{minute}`: the read units one caller's count reads cost
+/// in one UTC minute (Unix ms / 60,000), added to by every function
+/// instance ([`crate::service`]'s read budget). The hash (64 bits of
+/// SHA-256 of the caller's key: the user, or the source address) keeps
+/// user ids and addresses out of the key. Expires through TTL.
+pub fn caller_reads_key(caller: &str, minute: i64) -> String {
+    format!(
+        "caller#{}#{minute}",
+        &digest_hex("likes/caller-reads/v1", &[caller])[..16]
+    )
+}
+
 /// `reel#{reel_id}#settings`: how many shards writers use and readers sum.
 pub fn settings_key(reel: &ReelId) -> String {
     format!("reel#{reel}#settings")

@@ -122,6 +122,9 @@ impl CounterStore for Delayed {
     ) -> Result<Vec<(likes::store::CountItem, likes::store::ShardValue)>, Error> {
         self.inner.count_items(r, i).await
     }
+    async fn add_caller_reads(&self, c: &str, m: i64, u: u64, e: i64) -> Result<u64, Error> {
+        self.inner.add_caller_reads(c, m, u, e).await
+    }
     async fn ping(&self) -> Result<(), Error> {
         self.inner.ping().await
     }

@@ -1186,7 +1186,9 @@ async fn the_limits_hold_at_and_far_past_their_edges() {
             ["r1", "r2", long.as_str(), "r4"]
                 .iter()
                 .any(|r| counter_key_of(&pk, r))
-                || pk.starts_with("idem#"),
+                || pk.starts_with("idem#")
+                // The readers' read units (the caller's budget).
+                || pk.starts_with("caller#"),
             "{pk}"
         );
     }

@@ -759,6 +759,7 @@ fn key_kinds() -> Vec<(&'static str, Vec<String>)> {
         ("settings", vec![settings_key(&r)]),
         ("ledger", vec![reconcile_key(&r)]),
         ("idem", vec![idempotency_record_key("tok123")]),
+        ("caller", vec![caller_reads_key("u:someone", 29_000_000)]),
         ("run", vec![RECONCILE_RUN_KEY.to_owned()]),
         ("chunk", vec![reconcile_chunk_key("17-ab", "seg3", 4)]),
         ("count", vec![reconcile_count_key("17-ab", &r)]),
@@ -1044,7 +1045,8 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
         ("LikeFunction", "BatchGetItem", false, reads_like.to_vec()),
         // Read: sums, and settings for the automatic grow.
         ("ReadFunction", "PutItem", true, vec!["settings"]),
-        ("ReadFunction", "UpdateItem", true, none.to_vec()),
+        ("ReadFunction", "UpdateItem", false, vec!["caller"]),
+        ("ReadFunction", "UpdateItem", true, vec!["caller"]),
         ("ReadFunction", "DeleteItem", true, none.to_vec()),
         ("ReadFunction", "ConditionCheckItem", true, none.to_vec()),
         ("ReadFunction", "GetItem", false, reads_sum.to_vec()),

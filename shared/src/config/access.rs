@@ -166,6 +166,10 @@ pub struct Access {
     /// `JWT_SCOPE`: the scope a user route's token must carry; `None`, no
     /// check.
     pub jwt_scope: Option<String>,
+    /// `CALLER_READ_UNITS_PER_MIN` (default 6000, 0: no bound): the read
+    /// units one caller's count reads may cost per UTC minute, across
+    /// instances (`crate::service`'s read budget).
+    pub read_units_per_min: u32,
 }
 
 impl Access {
@@ -193,10 +197,23 @@ impl Access {
             }
             Some(s) => Some(s.trim().to_owned()),
         };
+        let read_units_per_min = match get("CALLER_READ_UNITS_PER_MIN") {
+            None => 6_000,
+            Some(v) if v.trim().is_empty() => 6_000,
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n <= 100_000_000)
+                .ok_or_else(|| {
+                    format!("CALLER_READ_UNITS_PER_MIN={v:?}: a whole number, 0 to 100000000")
+                })?,
+        };
         Ok(Access {
             admin,
             erasure,
             jwt_scope,
+            read_units_per_min,
         })
     }
 }

@@ -1,5 +1,6 @@
 //! The `like` and `read` handlers.
 
+use super::charge::{READ_ROUTES, charge, view_reads};
 use super::request::{self, Command};
 use super::routes::{self, Function, Route};
 use crate::App;
@@ -59,12 +60,24 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     // acts only on the ids the command carries.
     let parsed = request::parse_with(&req, app.config.auth_mode, &app.config.access, function);
     let cacheable = parsed.as_ref().ok().and_then(Cacheable::of);
+    // Count reads are charged to their caller, across instances: one past
+    // its minute's bound is refused before anything is read.
+    let reader = READ_ROUTES
+        .contains(&route_name)
+        .then(|| request::caller(&req, app.config.auth_mode));
     let result = match parsed {
         Err(e) => Err(e),
         Ok(command) => match tokio::time::timeout(
             app.config.request_timeout,
             // Every log line of the request carries its id and route.
-            execute(app, command, request_id.clone(), &mut writes).instrument(
+            execute(
+                app,
+                command,
+                request_id.clone(),
+                reader.as_deref(),
+                &mut writes,
+            )
+            .instrument(
                 // At ERROR level, so that it is there whatever the log level.
                 tracing::error_span!(
                     "request",
@@ -163,8 +176,21 @@ async fn execute(
     app: &App,
     command: Command,
     request_id: Option<String>,
+    reader: Option<&str>,
     writes: &mut WriteMetrics,
 ) -> Result<(StatusCode, Value), Error> {
+    // A count read is charged to its caller, across instances: one past
+    // its minute's bound is refused before anything is read.
+    let charged = |caller: Option<&str>| {
+        let caller = caller.map(str::to_owned);
+        let before = (app.service.cache_stats().1, view_reads(app));
+        async move {
+            if let Some(c) = &caller {
+                app.service.admit_reads(c).await?;
+            }
+            Ok::<_, Error>((caller, before))
+        }
+    };
     match command {
         Command::Write {
             user,
@@ -181,15 +207,35 @@ async fn execute(
             };
             like_or_unlike(app, req, writes).await
         }
-        Command::Count { reel, user } => reel_count(app, &reel, user.as_ref()).await,
-        Command::Counts { reels } => reel_counts(app, &reels).await,
+        Command::Count { reel, user } => {
+            let c = charged(reader).await?;
+            let out = reel_count(app, &reel, user.as_ref()).await;
+            charge(app, c).await;
+            out
+        }
+        Command::Counts { reels } => {
+            let c = charged(reader).await?;
+            let out = reel_counts(app, &reels).await;
+            charge(app, c).await;
+            out
+        }
         Command::Views {
             viewer,
             views,
             idempotency_key,
         } => accept_views(app, &viewer, views, idempotency_key).await,
-        Command::ReelViews { reel } => views_of_reel(app, &reel).await,
-        Command::LikesAndViews { reels } => likes_and_views(app, &reels).await,
+        Command::ReelViews { reel } => {
+            let c = charged(reader).await?;
+            let out = views_of_reel(app, &reel).await;
+            charge(app, c).await;
+            out
+        }
+        Command::LikesAndViews { reels } => {
+            let c = charged(reader).await?;
+            let out = likes_and_views(app, &reels).await;
+            charge(app, c).await;
+            out
+        }
         Command::Health => {
             app.service.ready().await?;
             Ok((StatusCode::OK, json!({ "status": "ok" })))

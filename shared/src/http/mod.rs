@@ -12,13 +12,16 @@
 //! Rooms: `routes` (the routes and which function serves each: the one
 //! module both others depend on), `request` (parsing into a [`Command`]),
 //! `handlers` (executing a command, and the one mapping of errors to
-//! responses; readiness asks [`crate::service::LikeService::ready`]). The scheduled
+//! responses; readiness asks [`crate::service::LikeService::ready`]),
+//! `charge` (what a count read is charged to its caller). The scheduled
 //! functions' events are not HTTP: `crate::triggers`.
 //!
 //! Without the `dynamodb` feature only `routes` and `request` are built:
 //! parsing needs no store, and the fuzz target builds the crate that way.
 
 mod access;
+#[cfg(feature = "dynamodb")]
+mod charge;
 #[cfg(feature = "dynamodb")]
 mod handlers;
 mod request;

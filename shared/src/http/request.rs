@@ -317,6 +317,23 @@ fn idempotency_key(req: &Request) -> Result<Option<String>, Error> {
     Ok(Some(s.to_owned()))
 }
 
+/// Whom a read is charged to ([`crate::service::LikeService::charge_reads`]):
+/// the caller's user (as [`identity`] finds it), else the request's source
+/// address, else one shared key for requests with neither.
+pub(crate) fn caller(req: &Request, mode: AuthMode) -> String {
+    if let Ok(Some(user)) = identity(req, mode) {
+        return format!("u:{}", user.as_str());
+    }
+    match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+            .http
+            .source_ip
+            .as_deref()
+            .map_or_else(|| "anon".to_owned(), |ip| format!("ip:{ip}")),
+        _ => "anon".to_owned(),
+    }
+}
+
 /// The caller's identity: the `sub` claim verified by the API Gateway JWT
 /// authorizer; in dev mode only, the `x-user-id` header when no claim is
 /// present. Outside dev mode the header is ignored, never trusted.

@@ -304,6 +304,10 @@ impl CounterStore for Fake {
         // This store holds no items outside a reel's read range.
         Ok(Vec::new())
     }
+    async fn add_caller_reads(&self, _c: &str, _m: i64, units: u64, _e: i64) -> Result<u64, Error> {
+        Ok(units)
+    }
+
     async fn ping(&self) -> Result<(), Error> {
         Ok(())
     }

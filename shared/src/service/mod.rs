@@ -37,6 +37,7 @@
 //!   token, its transaction, their tally).
 //! * `erase`: every like of one user removed (an operator's erasure).
 //! * `limits`: what one caller may make this instance write.
+//! * `budget`: what one caller's count reads may cost, across instances.
 //! * `reels`: which ids are reels (a deployment's own check plugs in
 //!   there).
 //! * `observer`: the write-rate and contention observations that start a
@@ -60,6 +61,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod attempts;
+mod budget;
 mod erase;
 #[cfg(test)]
 mod fake;
@@ -209,6 +211,8 @@ pub struct LikeService<S> {
     feed_read_items: usize,
     /// Each caller's write bounds on this instance.
     limits: limits::Limits,
+    /// Each caller's read units this minute (`CALLER_READ_UNITS_PER_MIN`).
+    read_budget: budget::ReadBudget,
     /// Which ids a like may name ([`LikeService::with_reel_check`]).
     reels: reels::Reels,
     /// `CACHE_MAX_REELS`, for the reel check's cache.
@@ -243,6 +247,7 @@ impl<S: CounterStore> LikeService<S> {
             stream_visible: config.stream_visible,
             feed_read_items: config.feed_read_items as usize,
             limits: limits::Limits::new(config.write_limits, limits::MAX_USERS),
+            read_budget: budget::ReadBudget::new(config.access.read_units_per_min),
             reels: reels::Reels::any(),
             cache_max_reels: config.cache_max_reels,
             health: health::Health::default(),
@@ -267,6 +272,36 @@ impl<S: CounterStore> LikeService<S> {
     pub async fn admit_reels(&self, reels: &[&ReelId]) -> Result<(), Error> {
         futures::future::try_join_all(reels.iter().map(|r| self.reels.admit(r))).await?;
         Ok(())
+    }
+
+    /// `Ok` unless `caller`'s count reads this minute are past their
+    /// bound as last seen here (429 `rate_limited` until the minute ends):
+    /// asked before a read route reads anything.
+    pub async fn admit_reads(&self, caller: &str) -> Result<(), Error> {
+        self.read_budget.admit(caller, crate::clock::now_ms()).await
+    }
+
+    /// Counts `units` of read cost served to `caller`, adding them to the
+    /// shared per-minute item in steps ([`budget`]). A failed step is kept
+    /// for the next: the bound is an estimate, never a reason to fail a
+    /// read already served.
+    pub async fn charge_reads(&self, caller: &str, units: u64) {
+        let now = crate::clock::now_ms();
+        let Some(flush) = self.read_budget.charge(caller, units, now).await else {
+            return;
+        };
+        let expires = (flush.minute + 2) * 60;
+        match self
+            .store
+            .add_caller_reads(&flush.caller, flush.minute, flush.units, expires)
+            .await
+        {
+            Ok(total) => self.read_budget.flushed(&flush, total).await,
+            Err(e) => {
+                tracing::warn!(error = e.code(), "could not add to a caller's read units");
+                self.read_budget.unflushed(&flush).await;
+            }
+        }
     }
 
     /// Readiness: both tables answer. One probe answers every check for

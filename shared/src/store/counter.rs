@@ -396,6 +396,17 @@ pub trait CounterStore: Send + Sync + 'static {
         items: &[CountItem],
     ) -> impl Future<Output = Result<Vec<(CountItem, ShardValue)>, Error>> + Send;
 
+    /// Adds `units` to `caller`'s read units of UTC minute `minute` (the
+    /// item every instance adds to; it expires at `expires_at`, Unix s),
+    /// and answers the minute's total.
+    fn add_caller_reads(
+        &self,
+        caller: &str,
+        minute: i64,
+        units: u64,
+        expires_at: i64,
+    ) -> impl Future<Output = Result<u64, Error>> + Send;
+
     /// Succeeds when both tables can be reached.
     fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send;
 }

@@ -40,6 +40,8 @@ pub struct ViewReader<S> {
     /// `None` with a lifetime of 0: every read sums.
     cache: Option<moka::future::Cache<ReelId, Arc<ViewCounts>>>,
     clock: super::Clock,
+    /// Reads of the table since this reader was built (cache misses).
+    reads: std::sync::atomic::AtomicU64,
 }
 
 impl<S: ViewStore> ViewReader<S> {
@@ -55,7 +57,13 @@ impl<S: ViewStore> ViewReader<S> {
                     .build()
             }),
             clock,
+            reads: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Reels read from the table (not from the cache) since it was built.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The figures of `reel`, from the cache while they are fresh; one
@@ -71,6 +79,8 @@ impl<S: ViewStore> ViewReader<S> {
     }
 
     async fn read(&self, reel: &ReelId) -> Result<Arc<ViewCounts>, Error> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let now = (self.clock)();
         let today = keys::utc_day(now);
         let first = keys::utc_day(now - (WINDOW_DAYS - 1) * 86_400_000);

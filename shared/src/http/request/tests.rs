@@ -231,6 +231,7 @@ fn access(admin: &str, erasure: &str, scope: Option<&str>) -> Access {
         admin: Principals::from_list("ADMIN_PRINCIPALS", admin).unwrap(),
         erasure: Principals::from_list("ERASURE_PRINCIPALS", erasure).unwrap(),
         jwt_scope: scope.map(str::to_owned),
+        read_units_per_min: 0,
     }
 }
 

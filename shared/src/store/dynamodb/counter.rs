@@ -316,6 +316,37 @@ impl CounterStore for DynamoStore {
         Ok(out)
     }
 
+    async fn add_caller_reads(
+        &self,
+        caller: &str,
+        minute: i64,
+        units: u64,
+        expires_at: i64,
+    ) -> Result<u64, Error> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.counters_table)
+            .key(
+                "pk",
+                AttributeValue::S(keys::caller_reads_key(caller, minute)),
+            )
+            .update_expression("ADD #u :u SET #e = :e")
+            .expression_attribute_names("#u", "u")
+            .expression_attribute_names("#e", "expires_at")
+            .expression_attribute_values(":u", AttributeValue::N(units.to_string()))
+            .expression_attribute_values(":e", AttributeValue::N(expires_at.to_string()))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(|e| translate("UpdateItem", e))?;
+        Ok(out
+            .attributes
+            .as_ref()
+            .and_then(|a| a.int("u"))
+            .map_or(units, |u| u.max(0) as u64))
+    }
+
     async fn ping(&self) -> Result<(), Error> {
         // Data-plane reads, not DescribeTable: control-plane calls are
         // rate-limited per account and shared with deployments, and an

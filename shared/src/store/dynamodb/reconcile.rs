@@ -39,7 +39,9 @@ impl ReconcileStore for DynamoStore {
         // writer items' table (see ScanTable::Counters); only its `l#`
         // items' keys matter there.
         let writers = match &self.writers_table {
-            Some(t) if table == ScanTable::Counters && total.is_multiple_of(2) && segment % 2 == 1 => {
+            Some(t)
+                if table == ScanTable::Counters && total.is_multiple_of(2) && segment % 2 == 1 =>
+            {
                 Some(t)
             }
             _ => None,
