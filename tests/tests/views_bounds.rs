@@ -166,9 +166,8 @@ async fn a_flood_of_new_reels_writes_its_allowance_and_another_viewer_goes_throu
     // One viewer's flood of new reels on a shard, and another viewer's
     // views among it: the flood writes its minute's 300 reels, not 2,000,
     // and the other viewer's records are applied in the batches they came
-    // in. What it does not bound yet: the transactions a batch takes (its
-    // parts are cut before the bound is known, so a dropped part still
-    // takes its place in a chunk), which is the other viewer's lag.
+    // in, each batch past the flood's allowance in one transaction: the
+    // round trips before the other viewer's records are that viewer's lag.
     let t = TestStack::start(&[("LOCAL_SCHEDULE_SECS", "0"), ("METRICS", "memory")]).await;
     let bounded = config();
     let (bounded_chunks, bounded_reels) = flood(&t, &bounded, "shardId-000000000031").await;
@@ -184,6 +183,13 @@ async fn a_flood_of_new_reels_writes_its_allowance_and_another_viewer_goes_throu
     );
     eprintln!(
         "transactions for 20 batches: bounded {bounded_chunks}, unbounded {unbounded_chunks}"
+    );
+    // Before, a part the bound drops still took its place in a chunk: 80
+    // transactions either way. Now, once its minute's reels are spent, a
+    // batch of the flood costs the other viewer one transaction (its own).
+    assert!(
+        bounded_chunks * 2 < unbounded_chunks,
+        "bounded {bounded_chunks} transactions, unbounded {unbounded_chunks}"
     );
     t.stop().await;
 }

@@ -135,16 +135,30 @@ impl CutChunk for ViewChunk {
 
 /// Cuts parts into chunks whose transactions stay within DynamoDB's item
 /// limit; depends only on the parts, so a redelivery cuts alike.
+#[cfg(test)]
 pub(super) fn cut(parts: &[Part]) -> Vec<ViewChunk> {
+    cut_with(parts, |_| false)
+}
+
+/// [`cut`], with the parts of viewers for whom `spent` holds taking no
+/// item: their minute's allowance is certainly used up, so the chunk's
+/// plan counts nothing of them (see `super::bound`). A `spent` that is
+/// wrong the other way (a viewer who still has allowance) would let a
+/// chunk's plan exceed the item limit, so it must only ever say so of a
+/// viewer whom every chunk of the batch finds spent.
+pub(super) fn cut_with(parts: &[Part], spent: impl Fn(&str) -> bool) -> Vec<ViewChunk> {
     let mut out: Vec<ViewChunk> = Vec::new();
     let mut items: BTreeSet<ItemOf> = BTreeSet::new();
     for p in parts {
-        let new: Vec<ItemOf> = p
-            .views
-            .iter()
-            .flat_map(|(r, _)| [(r.clone(), None), (r.clone(), Some(p.day.clone()))])
-            .filter(|k| !items.contains(k))
-            .collect();
+        let all: Vec<ItemOf> = if spent(&p.viewer) {
+            Vec::new()
+        } else {
+            p.views
+                .iter()
+                .flat_map(|(r, _)| [(r.clone(), None), (r.clone(), Some(p.day.clone()))])
+                .collect()
+        };
+        let new: Vec<ItemOf> = all.iter().filter(|k| !items.contains(k)).cloned().collect();
         let fits = out.last().is_some_and(|c| {
             c.parts.len() < MAX_CHUNK_RECORDS && 2 + items.len() + new.len() <= MAX_ITEMS
         });
@@ -154,11 +168,7 @@ pub(super) fn cut(parts: &[Part]) -> Vec<ViewChunk> {
                 c.parts.push(p.clone());
             }
         } else {
-            items = p
-                .views
-                .iter()
-                .flat_map(|(r, _)| [(r.clone(), None), (r.clone(), Some(p.day.clone()))])
-                .collect();
+            items = all.into_iter().collect();
             out.push(ViewChunk {
                 parts: vec![p.clone()],
             });
