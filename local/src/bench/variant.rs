@@ -30,12 +30,13 @@ pub enum Variant {
     /// on (a 10 ms hold), the reel grown 32 → 64 halfway through (the
     /// constants below); offered at `BENCH_STREAM_SCALE_RATE`, and no
     /// background likes. What shows whether the aggregator's transactions
-    /// of different stream shards get in each other's way on one reel.
+    /// get in each other's way on one reel (each stream shard writes items
+    /// of its own: only its own invocations can).
     StreamScale,
     /// The same with the background reels' likes (`BENCH_BACKGROUND_RATE`)
     /// on top: a few likes a second on each of a few reels of one shard,
-    /// whose chunks from different stream shards meet on that one item
-    /// (docs/counting.md, "What a conflict is worth").
+    /// which every stream shard carries (docs/counting.md, "Writer
+    /// items").
     StreamScaleMixed,
     /// Views, not likes: one viral reel's views through the views pipeline
     /// (`POST /views` → Kinesis → the views aggregator), closed-loop at the
