@@ -52,11 +52,12 @@ trap 'exit 130' INT TERM
 # a run is reproducible (with it, resizes advance on the clock, statuses
 # change, and the stateful phase takes other paths); tests/tests/reshard.rs
 # covers the schedule. Every request comes from one user, so the
-# per-caller write bounds are set too wide to meet: they would answer most
-# of its likes 429 (tests/tests/callers.rs covers them).
+# per-caller write bounds, and its read units a minute, are set too wide to
+# meet: they would answer most of its likes and reads 429
+# (tests/tests/callers.rs and tests/tests/read_budget.rs cover them).
 RUST_LOG=${RUST_LOG:-warn} LOCAL_SCHEDULE_SECS=0 PORT=0 DYNAMODB_PORT=0 \
   USER_WRITES_PER_SEC=100000 USER_WRITE_BURST=10000 REEL_TOGGLES_PER_MIN=10000 \
-  USER_REELS_PER_HOUR=100000 USER_KEYS_PER_MIN=100000 \
+  USER_REELS_PER_HOUR=100000 USER_KEYS_PER_MIN=100000 CALLER_READ_UNITS_PER_MIN=0 \
   "$bin" serve >"$work/serve.log" 2>&1 &
 pid=$!
 base=""

@@ -160,12 +160,15 @@ async fn feed_reads(target: Arc<Target>, opts: &BenchOptions) -> Vec<bool> {
         .chain((0..BACKGROUND_REELS).map(|i| format!("bg{i}")))
         .collect::<Vec<_>>()
         .join(",");
-    open_loop(opts.read_rate, opts.seconds, move |_| {
+    open_loop(opts.read_rate, opts.seconds, move |i| {
         let (target, ids) = (target.clone(), ids.clone());
         async move {
+            // Each feed read is another user's, as a feed's are: one
+            // caller's reads are bounded a minute (CALLER_READ_UNITS_PER_MIN).
             target
                 .http
                 .get(format!("{}/likes?reel_ids={ids}", target.base))
+                .header("x-user-id", format!("feed{i}"))
                 .send()
                 .await
                 .map(|r| r.status().is_success())

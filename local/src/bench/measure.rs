@@ -39,6 +39,7 @@ pub(super) async fn run_variant(
     let watcher = Watcher::start(
         stack.client.clone(),
         target.counters.clone(),
+        stream_writers(&stack),
         t0,
         variant.watched_shards(),
     );
@@ -147,6 +148,14 @@ fn shard_reads_so_far(stack: &Stack) -> u64 {
         .load(Ordering::Relaxed)
 }
 
+/// Stream mode: the table of the writer items, where the aggregator adds
+/// the likes (`None` in transactional mode, which writes none).
+pub(super) fn stream_writers(stack: &Stack) -> Option<String> {
+    (stack.config.counting == likes::Counting::Stream)
+        .then(|| stack.config.writers_table.clone())
+        .flatten()
+}
+
 /// What the load cost, as the proxy counted it: its stats, and the write
 /// units by whose likes they served (users of this run are `{prefix}…`).
 /// Taken as soon as the load ends, before the retries add their own.
@@ -156,6 +165,7 @@ fn load_cost(proxy: &faultproxy::Proxy, stack: &Stack, prefix: &str) -> (faultpr
         &proxy.key_loads(),
         &stack.config.counters_table,
         &stack.config.likes_table,
+        stream_writers(stack).as_deref(),
         prefix,
     );
     (stats, units)

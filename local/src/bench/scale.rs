@@ -190,9 +190,12 @@ pub(super) fn viral_conflicted_pct(stats: &faultproxy::Stats) -> f64 {
     }
     let viral = likes::keys::ReelId::parse(VIRAL).expect("a valid id");
     // The model names an item by its table and key, as JSON.
-    let shards: std::collections::HashSet<String> = (0..likes::keys::MAX_SHARDS)
+    let mut shards: std::collections::HashSet<String> = (0..likes::keys::MAX_SHARDS)
         .map(|i| format!("\"{}\"", likes::keys::shard_key(&viral, i)))
         .collect();
+    // Stream mode: its writer items (one partition, one item per stream
+    // shard).
+    shards.insert(format!("\"{}\"", likes::keys::likes_writers_key(&viral)));
     let refused: u64 = stats
         .modeled_conflicts
         .refused_on

@@ -53,7 +53,7 @@ pub(super) async fn stored_count(stack: &Stack, variant: Variant) -> Result<i64>
             .unwrap_or(0));
     }
     let rows = count_rows(stack, VIRAL).await?;
-    let sum = shard_sum(stack, VIRAL).await?;
+    let sum = shard_sum(stack, VIRAL).await? + writer_sum(stack, VIRAL).await?;
     // The shards must hold exactly the like rows; a difference shows as a
     // mismatch against the acknowledged likes.
     Ok(if sum == rows { rows } else { sum })
@@ -72,6 +72,25 @@ async fn shard_sum(stack: &Stack, reel: &str) -> Result<i64> {
     Ok(items
         .iter()
         .filter(|i| text(i, "pk").ends_with(&suffix))
+        .filter_map(|i| {
+            i.get("n")
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse::<i64>().ok())
+        })
+        .sum())
+}
+
+/// Stream mode: the sum of `reel`'s writer items (0 in transactional
+/// mode, which writes none).
+async fn writer_sum(stack: &Stack, reel: &str) -> Result<i64> {
+    let Some(table) = super::measure::stream_writers(stack) else {
+        return Ok(0);
+    };
+    let prefix = format!("l#{reel}");
+    let items = scan_all(stack, &table).await?;
+    Ok(items
+        .iter()
+        .filter(|i| text(i, "pk") == prefix)
         .filter_map(|i| {
             i.get("n")
                 .and_then(|v| v.as_n().ok())

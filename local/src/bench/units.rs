@@ -27,6 +27,7 @@ pub(super) fn attribute(
     loads: &[faultproxy::KeyLoad],
     counters: &str,
     likes: &str,
+    writers: Option<&str>,
     prefix: &str,
 ) -> Units {
     let mut u = Units::default();
@@ -45,6 +46,9 @@ pub(super) fn attribute(
             } else {
                 likes::keys::reel_of_counter_key(key).map(|r| r.as_str() == VIRAL)
             }
+        } else if Some(table) == writers && key.starts_with("l#") {
+            // Stream mode's writer items of a reel.
+            Some(&key[2..] == VIRAL)
         } else if table == likes {
             match key.strip_prefix(prefix).and_then(|k| k.chars().next()) {
                 Some('v') => Some(true),
@@ -94,7 +98,7 @@ mod tests {
             load("C/agg#0123", 2.0),
         ];
         assert_eq!(
-            attribute(&loads, "C", "L", "r1"),
+            attribute(&loads, "C", "L", Some("W"), "r1"),
             Units {
                 viral: 8.0,
                 background: 5.0,

@@ -32,10 +32,12 @@ pub(super) struct Watcher {
 
 impl Watcher {
     /// Starts polling the viral reel's items in `counters`, summing its
-    /// first `sum_shards` shards (0: none).
+    /// first `sum_shards` shards (0: none) and, in stream mode, its writer
+    /// items in `writers` (where the aggregator adds its likes).
     pub fn start(
         client: aws_sdk_dynamodb::Client,
         counters: String,
+        writers: Option<String>,
         t0: Instant,
         sum_shards: u32,
     ) -> Self {
@@ -43,6 +45,7 @@ impl Watcher {
         let task = tokio::spawn(watch_viral(
             client,
             counters,
+            writers,
             watching.clone(),
             t0,
             sum_shards,
@@ -63,6 +66,7 @@ impl Watcher {
 async fn watch_viral(
     client: aws_sdk_dynamodb::Client,
     counters: String,
+    writers: Option<String>,
     watching: Arc<AtomicBool>,
     t0: Instant,
     sum_shards: u32,
@@ -90,13 +94,48 @@ async fn watch_viral(
         }
         if sum_shards > 0
             && let Some(n) = shard_sum(&client, &counters, &viral, sum_shards).await
+            && let Some(w) = writer_sum(&client, writers.as_deref(), &viral).await
         {
-            sums.push((t0.elapsed().as_secs_f64(), n));
+            sums.push((t0.elapsed().as_secs_f64(), n + w));
         }
         tick += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Seen { shards, sums }
+}
+
+/// The viral reel's writer items in `writers` (stream mode), summed from
+/// one consistent query; `Some(0)` without a table. `None` if the read
+/// failed or was cut short.
+async fn writer_sum(
+    client: &aws_sdk_dynamodb::Client,
+    writers: Option<&str>,
+    viral: &likes::keys::ReelId,
+) -> Option<i64> {
+    let Some(table) = writers else {
+        return Some(0);
+    };
+    let out = client
+        .query()
+        .table_name(table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(
+            ":pk",
+            AttributeValue::S(likes::keys::likes_writers_key(viral)),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .ok()?;
+    if out.last_evaluated_key().is_some_and(|k| !k.is_empty()) {
+        return None;
+    }
+    Some(
+        out.items()
+            .iter()
+            .filter_map(|i| i.get("n")?.as_n().ok()?.parse::<i64>().ok())
+            .sum(),
+    )
 }
 
 /// The sum of the viral reel's shards `0..shards`, read consistently in
