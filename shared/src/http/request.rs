@@ -320,6 +320,7 @@ fn idempotency_key(req: &Request) -> Result<Option<String>, Error> {
 /// Whom a read is charged to ([`crate::service::LikeService::charge_reads`]):
 /// the caller's user (as [`identity`] finds it), else the request's source
 /// address, else one shared key for requests with neither.
+#[cfg(feature = "dynamodb")]
 pub(crate) fn caller(req: &Request, mode: AuthMode) -> String {
     if let Ok(Some(user)) = identity(req, mode) {
         return format!("u:{}", user.as_str());
