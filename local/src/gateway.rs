@@ -132,7 +132,13 @@ impl Gateway {
             }
         };
         let app = self.apps.current();
-        let resp = likes::http::handle(&app, function, request).await;
+        let resp = crate::meter::invoke(
+            function.name(),
+            0,
+            0,
+            likes::http::handle(&app, function, request),
+        )
+        .await;
         let (parts, body) = resp.into_parts();
         let bytes: Vec<u8> = match body {
             Body::Text(t) => t.into_bytes(),

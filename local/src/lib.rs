@@ -25,6 +25,8 @@
 //! * `playground`: the page `make serve` serves at `/` and its local-only
 //!   control routes under `/__local/` (cache TTL, lost shard); the page's
 //!   files are in `local/playground/`.
+//! * [`meter`]: what each function invocation costs in Lambda's terms
+//!   (handler time, records, log bytes), for the bench's bill.
 //! * [`streams`]: stream mode's event source: Lambda's DynamoDB event
 //!   source mapping for the aggregate function, over the emulator's stream.
 //! * [`kinesis`]: the views stream: the Kinesis emulator (kinesis-mock, a
@@ -36,6 +38,7 @@ pub mod bench;
 pub mod demo;
 mod gateway;
 pub mod kinesis;
+pub mod meter;
 pub mod out;
 pub mod plan;
 mod playground;

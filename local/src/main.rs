@@ -51,16 +51,23 @@ async fn main() -> Result<()> {
     // `likes-local reconcile 2>&1 | head`) drops the line: tracing-subscriber
     // reports its own write errors only with `log_internal_errors`, with an
     // `eprintln!` that would panic on the same closed pipe.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,aws_config=warn,aws_smithy_runtime=warn".into()),
-        )
+    use tracing_subscriber::prelude::*;
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colours for a terminal only: a log file (`make serve 2>log`, the
         // scripts' serve.log) reads and greps as plain text.
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .log_internal_errors(false)
+        .with_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,aws_config=warn,aws_smithy_runtime=warn".into()),
+        );
+    // Beside the lines on stderr, and whatever RUST_LOG says: the bytes
+    // the functions would log on Lambda, which the bench's bill counts
+    // (off unless a bench switches it on; likes_local::meter).
+    tracing_subscriber::registry()
+        .with(lines)
+        .with(likes_local::meter::layer())
         .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {

@@ -32,7 +32,8 @@
 //! 9. `costs`: not a load but a bill: DynamoDB units per like, keyed like,
 //!    unlike and keyed unlike in both counting modes, and per view, at
 //!    breadth and on one reel, request path and aggregation apart
-//!    (`costs/`, its own cells and table).
+//!    (`costs/`, its own cells and table); and from them the whole bill,
+//!    dollars per million likes and views line by line (`bill/`).
 //!
 //! The bench also draws, per variant, the likes accepted and refused each
 //! second and the viral reel's shard count over time (`BENCH_SVG`).
@@ -58,6 +59,8 @@
 //! * `scale.rs`: the stream-at-scale variants' resize and figures;
 //! * `views/`: the `views` variant, run and measured on its own (the run, what it reads back, its arithmetic);
 //! * `costs/`: the `costs` variant, run and measured on its own;
+//! * `bill/`: the whole bill made of the `costs` cells, the template and
+//!   one table of prices (`BENCH_REGION`);
 //! * `store.rs`: pre-sizing, and the stored count read back;
 //! * `report.rs`: the Markdown table; `svg.rs`: the onset chart.
 //! * [`ratio`]: a second benchmark, `likes-local bench ratio`: the like
@@ -65,6 +68,7 @@
 
 #![warn(missing_docs)]
 
+mod bill;
 mod costs;
 mod load;
 mod measure;
@@ -122,8 +126,11 @@ pub struct BenchOptions {
     pub views_viewers: u32,
     /// Variants to run (`BENCH_VARIANTS`, comma-separated names).
     pub variants: Vec<Variant>,
+    /// The region whose prices the bill uses (`BENCH_REGION`: a region of
+    /// `bill/prices.rs`, `us-east-1` by default).
+    pub region: String,
     /// On-demand price, dollars per million write request units
-    /// (`BENCH_WRU_PRICE`; us-east-1's by default).
+    /// (`BENCH_WRU_PRICE`; the region's by default).
     pub wru_price: f64,
     /// ... per million read request units (`BENCH_RRU_PRICE`).
     pub rru_price: f64,
@@ -170,6 +177,12 @@ impl BenchOptions {
                 })
                 .collect::<Result<Vec<_>>>()?,
         };
+        let region = std::env::var("BENCH_REGION")
+            .ok()
+            .map(|r| r.trim().to_owned())
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| "us-east-1".into());
+        let prices = bill::Prices::of(&region)?;
         let write_cap = num("BENCH_WRITE_CAP", 30.0)?;
         let fixed_shards = num("BENCH_SHARDS", 10.0)? as u32;
         let stream_rate = num(
@@ -189,8 +202,9 @@ impl BenchOptions {
             views_workers: num("BENCH_VIEWS_WORKERS", 16.0)? as u32,
             views_viewers: num("BENCH_VIEWS_VIEWERS", 200_000.0)? as u32,
             variants,
-            wru_price: num("BENCH_WRU_PRICE", 0.625)?,
-            rru_price: num("BENCH_RRU_PRICE", 0.125)?,
+            wru_price: num("BENCH_WRU_PRICE", prices.get(bill::Item::WruMillion))?,
+            rru_price: num("BENCH_RRU_PRICE", prices.get(bill::Item::RruMillion))?,
+            region,
             out: PathBuf::from(
                 std::env::var("BENCH_OUT").unwrap_or_else(|_| "target/bench/viral.json".into()),
             ),
@@ -225,6 +239,7 @@ impl BenchOptions {
             ("BENCH_VARIANTS", variants.join(",")),
             ("BENCH_WRU_PRICE", self.wru_price.to_string()),
             ("BENCH_RRU_PRICE", self.rru_price.to_string()),
+            ("BENCH_REGION", self.region.clone()),
         ]
     }
 }
@@ -369,7 +384,7 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
             if v.is_costs() {
                 if run == 0 {
                     crate::errln!("bench: variant {v} (once: its figures are counts)");
-                    costs = costs::run_costs(&opts).await?;
+                    costs = bill::measure(&opts).await?;
                 }
                 continue;
             }
@@ -418,6 +433,7 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     }
     if !costs.is_empty() {
         table.push_str(&report::costs_table(&costs));
+        table.push_str(&bill::section(&opts, &costs)?);
     }
     if let Some(dir) = opts.svg.parent() {
         std::fs::create_dir_all(dir)?;
@@ -472,6 +488,7 @@ fn test_options() -> BenchOptions {
         views_workers: 16,
         views_viewers: 200_000,
         variants: Variant::ALL.to_vec(),
+        region: "us-east-1".into(),
         wru_price: 0.625,
         rru_price: 0.125,
         out: "target/bench/viral.json".into(),
@@ -550,6 +567,7 @@ mod tests {
                 "BENCH_VARIANTS",
                 "BENCH_WRU_PRICE",
                 "BENCH_RRU_PRICE",
+                "BENCH_REGION",
             ]
         );
         let get = |n: &str| settings.iter().find(|(k, _)| *k == n).unwrap().1.clone();

@@ -338,6 +338,7 @@ pub(super) fn costs_table(cells: &[CostCell]) -> String {
             Op::Unlike => "unlike",
             Op::KeyedUnlike => "unlike, keyed",
             Op::View => "view",
+            Op::Read => "feed read (10 reels, uncached)",
         };
         let spread = match c.spread {
             Spread::Breadth => "breadth",

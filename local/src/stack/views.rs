@@ -71,7 +71,9 @@ pub(super) fn views_handler(app: &Arc<App>, timeout: std::time::Duration) -> Han
         let app = app.clone();
         Box::pin(async move {
             let deadline = Some(std::time::Instant::now() + timeout);
-            likes::triggers::handle_views_event(&app, event, deadline)
+            let (records, bytes) = crate::meter::records_of(&event);
+            let handled = likes::triggers::handle_views_event(&app, event, deadline);
+            crate::meter::invoke("aggregate-views", records, bytes, handled)
                 .await
                 .map_err(|e| anyhow::anyhow!("{}: {e}", e.code()))
         })

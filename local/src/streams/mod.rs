@@ -299,7 +299,9 @@ fn aggregate(app: Arc<App>, instances: Instances) -> Handler {
             }
         };
         Box::pin(async move {
-            likes::triggers::handle_aggregate_event(&app, event, deadline)
+            let (records, bytes) = crate::meter::records_of(&event);
+            let handled = likes::triggers::handle_aggregate_event(&app, event, deadline);
+            crate::meter::invoke("aggregate", records, bytes, handled)
                 .await
                 .map_err(|e| e.code().to_owned())
         })

@@ -20,6 +20,14 @@
 //! the cell before it filled have expired, so its reads are its own. The
 //! figures are counts, not timings: the variant runs once per bench,
 //! whatever `BENCH_RUNS` says.
+//!
+//! Each half also reads what Lambda would bill ([`crate::meter`]): per
+//! function, the invocations, their time in the handler, the records of
+//! their events and the bytes they logged, with the bytes of their EMF
+//! metric records (the stacks keep those in memory, `METRICS=memory`);
+//! and a [`Op::Read`] cell per mode measures a feed read (`GET /counts`
+//! of [`FEED_REELS`] reels, every reel uncached). `bill/` makes dollars of
+//! it all.
 
 mod send;
 #[cfg(test)]
@@ -45,6 +53,8 @@ pub(super) const VIEWS_PER_REQUEST: u32 = 10;
 pub(super) const CHUNK_REELS: f64 = 49.0;
 /// The aggregator's `BatchSize` in the template: records one batch holds.
 pub(super) const BATCH_RECORDS: f64 = 1000.0;
+/// Reels one feed read (`GET /counts`) of the read cells asks for.
+pub(super) const FEED_REELS: u32 = 10;
 
 /// Which stack a cell ran on, and so which path it measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -74,6 +84,9 @@ pub enum Op {
     /// `POST /views` of [`VIEWS_PER_REQUEST`] views, keyed; its figures
     /// are per view.
     View,
+    /// `GET /counts` of [`FEED_REELS`] reels no request has read before
+    /// (a feed screen, its cache missed): per feed read.
+    Read,
 }
 
 /// How a cell's operations are spread over reels.
@@ -128,11 +141,32 @@ pub struct CostCell {
     pub request_calls: BTreeMap<String, u64>,
     /// ... and of the aggregation's half.
     pub aggregation_calls: BTreeMap<String, u64>,
+    /// What each function's invocations of the request half cost in
+    /// Lambda's terms, by function name.
+    pub request_invoked: BTreeMap<String, Invoked>,
+    /// ... and of the aggregation's half.
+    pub aggregation_invoked: BTreeMap<String, Invoked>,
+}
+
+/// One function's invocations in one half of a cell.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Invoked {
+    /// What the meter counted.
+    #[serde(flatten)]
+    pub meter: crate::meter::FunctionStats,
+    /// Bytes of the EMF metric records the function wrote (newlines
+    /// included).
+    pub emf_bytes: u64,
+    /// ... and those records.
+    pub emf_records: u64,
+    /// The custom metrics they wrote (`Function=like/Requests`: a name
+    /// under one set of dimension values is one metric to CloudWatch).
+    pub emf_metrics: std::collections::BTreeSet<String>,
 }
 
 impl CostCell {
     /// Operations the units are shared by: views for the views cells.
-    fn ops(&self) -> f64 {
+    pub(super) fn ops(&self) -> f64 {
         (self.ok * u64::from(self.per_request)).max(1) as f64
     }
     /// Write units per operation on the request path; the five below
@@ -166,7 +200,7 @@ impl CostCell {
     /// 1,000.
     pub fn arithmetic_wu(&self) -> Option<f64> {
         let request = match (self.mode, self.op) {
-            (Mode::Views, _) | (_, Op::View) => return None,
+            (Mode::Views, _) | (_, Op::View | Op::Read) => return None,
             (Mode::Transactional, Op::Like | Op::Unlike) => 4.0,
             (Mode::Transactional, Op::KeyedLike | Op::KeyedUnlike) => 6.0,
             (Mode::Stream, Op::Like) => 1.0,
@@ -191,6 +225,8 @@ pub(super) async fn run_costs(opts: &BenchOptions) -> Result<Vec<CostCell>> {
         let mut so = StackOptions::isolated(opts.template.clone());
         so.views = views;
         so.env.extend(costs_env(mode == Mode::Stream, views));
+        // The EMF records, kept for the bill rather than dropped.
+        so.env.insert("METRICS".into(), "memory".into());
         let stack = Stack::start(so).await.context("starting the stack")?;
         let measured = measure_mode(&stack, mode, views, &mut cells).await;
         stack.shutdown().await;
@@ -216,6 +252,14 @@ async fn measure_mode(
             cells.push(cell);
         }
     }
+    let feed = (0..OPS)
+        .map(|i| Request::Counts {
+            reels: (0..FEED_REELS).map(|j| format!("feed{i}x{j}")).collect(),
+        })
+        .collect();
+    let cell = cost.cell(mode, Op::Read, Spread::Breadth, feed).await?;
+    crate::errln!("  {}", cell_line(&cell));
+    cells.push(cell);
     if views {
         // kinesis-mock answers its first puts in seconds: a warm-up on
         // a reel of its own, measured by nobody.
@@ -258,7 +302,7 @@ fn cell_line(c: &CostCell) -> String {
 /// unlike removes a like and none is a no-op.
 fn like_requests(op: Op, spread: Spread) -> Vec<Request> {
     let (keyed, unlike) = match op {
-        Op::Like | Op::View => (false, false),
+        Op::Like | Op::View | Op::Read => (false, false),
         Op::KeyedLike => (true, false),
         Op::Unlike => (false, true),
         Op::KeyedUnlike => (true, true),
@@ -345,12 +389,16 @@ impl<'a> Meter<'a> {
         self.pause(true);
         tokio::time::sleep(COSTS_CACHES_COLD).await;
         self.proxy.reset_stats();
+        let half = Half::start();
         let (ok, failed) = send_all(&self.http, &self.stack.base_url, requests).await?;
         let request = self.proxy.stats();
+        let request_invoked = half.end();
         self.proxy.reset_stats();
+        let half = Half::start();
         self.pause(false);
         self.drain().await?;
         let aggregation = self.proxy.stats();
+        let aggregation_invoked = half.end();
         Ok(CostCell {
             mode,
             op,
@@ -362,6 +410,69 @@ impl<'a> Meter<'a> {
             aggregation: Units::of(&aggregation),
             request_calls: request.forwarded,
             aggregation_calls: aggregation.forwarded,
+            request_invoked,
+            aggregation_invoked,
         })
+    }
+}
+
+/// The meter and the EMF records of one half of a cell, from its start.
+struct Half {
+    emf_from: usize,
+}
+
+/// The metrics' memory sink, which the stacks write with `METRICS=memory`.
+fn emf_sink() -> likes::metrics::Metrics {
+    likes::metrics::Metrics::from_lookup(|k| (k == "METRICS").then(|| "memory".into()))
+}
+
+impl Half {
+    fn start() -> Half {
+        crate::meter::reset();
+        Half {
+            emf_from: emf_sink().lines().len(),
+        }
+    }
+
+    /// Every function's figures since [`Half::start`]; each EMF record is
+    /// its `Function` dimension's.
+    fn end(self) -> BTreeMap<String, Invoked> {
+        let mut out: BTreeMap<String, Invoked> = crate::meter::snapshot()
+            .into_iter()
+            .map(|(f, meter)| {
+                (
+                    f,
+                    Invoked {
+                        meter,
+                        ..Invoked::default()
+                    },
+                )
+            })
+            .collect();
+        for line in emf_sink().lines().iter().skip(self.emf_from) {
+            let doc: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+            let function = doc["Function"].as_str().unwrap_or_default().to_owned();
+            let i = out.entry(function).or_default();
+            i.emf_bytes += line.len() as u64 + 1;
+            i.emf_records += 1;
+            for d in doc["_aws"]["CloudWatchMetrics"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let dims: Vec<String> = d["Dimensions"][0]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|k| k.as_str())
+                    .map(|k| format!("{k}={}", doc[k].as_str().unwrap_or_default()))
+                    .collect();
+                for m in d["Metrics"].as_array().into_iter().flatten() {
+                    let name = m["Name"].as_str().unwrap_or_default();
+                    i.emf_metrics.insert(format!("{}/{name}", dims.join(",")));
+                }
+            }
+        }
+        out
     }
 }

@@ -30,6 +30,8 @@ pub(super) enum Request {
         count: u32,
         key: String,
     },
+    /// `GET /counts` of `reels` (a feed screen), as some viewer.
+    Counts { reels: Vec<String> },
 }
 
 impl Request {
@@ -66,6 +68,9 @@ impl Request {
                 .body(format!(
                     r#"{{"views":[{{"reel_id":"{reel}","count":{count}}}]}}"#
                 )),
+            Request::Counts { reels } => http
+                .get(format!("{base}/counts?reel_ids={}", reels.join(",")))
+                .header("x-user-id", "feed-reader"),
         };
         req.send().await.is_ok_and(|r| r.status().is_success())
     }

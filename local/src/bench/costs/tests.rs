@@ -24,6 +24,8 @@ pub(in crate::bench) fn cell(mode: Mode, op: Op, spread: Spread) -> CostCell {
         },
         request_calls: BTreeMap::new(),
         aggregation_calls: BTreeMap::new(),
+        request_invoked: BTreeMap::new(),
+        aggregation_invoked: BTreeMap::new(),
     }
 }
 
@@ -84,6 +86,7 @@ fn cells_spread_as_named_and_unlikes_undo_their_likes() {
         rs.iter()
             .map(|r| match r {
                 Request::Like { reel, .. } | Request::Views { reel, .. } => reel.clone(),
+                Request::Counts { .. } => String::new(),
             })
             .collect::<std::collections::BTreeSet<_>>()
             .len()
