@@ -8,7 +8,7 @@
 use super::load::{self, Load, Sample, Target};
 use super::rank::percentile;
 use super::scale::{ScaleFigures, resize_midway, wait_resized};
-use super::store::{presize_viral, stored_count};
+use super::store::{presize_viral, stored_count, stream_writers};
 use super::units::{Units, attribute};
 use super::variant::Variant;
 use super::watch::{Seen, Watcher, freshness, timeline};
@@ -146,14 +146,6 @@ fn shard_reads_so_far(stack: &Stack) -> u64 {
         .stats()
         .shard_reads_batch
         .load(Ordering::Relaxed)
-}
-
-/// Stream mode: the table of the writer items, where the aggregator adds
-/// the likes (`None` in transactional mode, which writes none).
-pub(super) fn stream_writers(stack: &Stack) -> Option<String> {
-    (stack.config.counting == likes::Counting::Stream)
-        .then(|| stack.config.writers_table.clone())
-        .flatten()
 }
 
 /// What the load cost, as the proxy counted it: its stats, and the write

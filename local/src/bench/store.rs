@@ -80,10 +80,18 @@ async fn shard_sum(stack: &Stack, reel: &str) -> Result<i64> {
         .sum())
 }
 
+/// Stream mode: the table of the writer items, where the aggregator adds
+/// the likes (`None` in transactional mode, which writes none).
+pub(super) fn stream_writers(stack: &Stack) -> Option<String> {
+    (stack.config.counting == likes::Counting::Stream)
+        .then(|| stack.config.writers_table.clone())
+        .flatten()
+}
+
 /// Stream mode: the sum of `reel`'s writer items (0 in transactional
 /// mode, which writes none).
 async fn writer_sum(stack: &Stack, reel: &str) -> Result<i64> {
-    let Some(table) = super::measure::stream_writers(stack) else {
+    let Some(table) = stream_writers(stack) else {
         return Ok(0);
     };
     let prefix = format!("l#{reel}");

@@ -103,7 +103,7 @@ pub struct ViewAggregator<S, L> {
     pub(super) read_backoff: Backoff,
     pub(super) config: ViewsConfig,
     /// The seen partitions read so far.
-    seen: Seen,
+    pub(super) seen: Seen,
     /// Seals written and reels queued for folding ([`super::compact`]).
     pub(super) compaction: Compaction,
     /// Views counted by this instance's batches (the `ViewsApplied`
@@ -183,28 +183,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             .filter(|p| p.id.is_none())
             .map(|p| p.seq.padded().to_owned())
             .collect();
-        // The seen items of the batch's window, read before it is cut (its
-        // chunks' plans read them anyway): the cut needs what viewers have
-        // spent. A failure here only leaves the cut as it would be without.
-        if let Some(oldest) = parts.iter().map(|p| p.arrival_ms).min() {
-            let window = self.config.dedup_window.as_millis() as i64;
-            let mut partitions = planning.ancestors.clone();
-            partitions.push(planning.seen_key.clone());
-            if let Err(e) = self
-                .seen
-                .since(
-                    &self.store,
-                    &self.read_backoff,
-                    &partitions,
-                    &planning.seen_key,
-                    oldest - window.max(bound::WINDOW_MS),
-                    deadline,
-                )
-                .await
-            {
-                tracing::debug!(error = e.code(), "seen items not read before the cut");
-            }
-        }
+        planning.read_window(&parts).await;
         let (mut out, checkpoint) =
             core::run(&planning, &self.backoff, &key, &parts, deadline).await?;
         out.out_of_order = batch.out_of_order;
@@ -363,23 +342,7 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
     type Write = ViewChunkWrite;
 
     fn cut(&self, pending: &[Part], _now_ms: i64) -> Vec<ViewChunk> {
-        // A viewer whose allowance the seen items already hold spent, from
-        // a moment every chunk's window reaches back past (the newest
-        // part's minute), counts nothing in any chunk of the batch: its
-        // parts take no item, so a flood of them costs another viewer's
-        // records no extra transaction (issue 36).
-        let newest = pending.iter().map(|p| p.arrival_ms).max().unwrap_or(0);
-        let mut partitions = self.ancestors.clone();
-        partitions.push(self.seen_key.clone());
-        let used = self
-            .aggregator
-            .seen
-            .usage(&partitions, newest - bound::WINDOW_MS);
-        let (views, reels) = self.aggregator.config.per_viewer;
-        cut_with(pending, |viewer| {
-            used.get(&bound::viewer_tag(viewer))
-                .is_some_and(|(v, r)| *v >= u64::from(views) || *r >= u64::from(reels))
-        })
+        cut_with(pending, self.spent(pending))
     }
 
     async fn checkpoint(&self, key: &str) -> Result<Option<SequenceNumber>, Error> {

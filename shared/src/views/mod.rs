@@ -40,6 +40,8 @@
 //! * `seen`: the event ids applied, as an aggregator instance knows them.
 //! * `throttle`: throttled reads of the aggregator and of repairs, retried
 //!   within bounds and the invocation's deadline.
+//! * `window`: what a batch's cut knows of its viewers (those whose minute
+//!   is spent take no item).
 //! * `repair`: a range Lambda gave up on, counted once.
 //! * `compact`: the items of writers that will never write again, folded
 //!   into a reel's base items, so a read stays bounded.
@@ -73,6 +75,7 @@ mod seen;
 pub mod sketch;
 #[cfg(feature = "dynamodb")]
 pub mod throttle;
+mod window;
 
 use std::sync::Arc;
 use std::time::Duration;
