@@ -32,7 +32,10 @@
 //! 9. `costs`: not a load but a bill: DynamoDB units per like, keyed like,
 //!    unlike and keyed unlike in both counting modes, and per view, at
 //!    breadth and on one reel, request path and aggregation apart
-//!    (`costs/`, its own cells and table).
+//!    (`costs/`, its own cells and table);
+//! 10. `platform`: a platform's year, compressed, likes and views of a
+//!     Zipf universe with stream shards rolling over and Kinesis shards
+//!     split and merged (`platform/`, its own figures and section).
 //!
 //! The bench also draws, per variant, the likes accepted and refused each
 //! second and the viral reel's shard count over time (`BENCH_SVG`).
@@ -58,6 +61,7 @@
 //! * `scale.rs`: the stream-at-scale variants' resize and figures;
 //! * `views/`: the `views` variant, run and measured on its own (the run, what it reads back, its arithmetic);
 //! * `costs/`: the `costs` variant, run and measured on its own;
+//! * `platform/`: the `platform` variant, run and measured on its own;
 //! * `store.rs`: pre-sizing, and the stored count read back;
 //! * `report.rs`: the Markdown table; `svg.rs`: the onset chart.
 //! * [`ratio`]: a second benchmark, `likes-local bench ratio`: the like
@@ -68,6 +72,7 @@
 mod costs;
 mod load;
 mod measure;
+mod platform;
 mod rank;
 pub mod ratio;
 mod report;
@@ -120,6 +125,13 @@ pub struct BenchOptions {
     /// Distinct viewers the `views` variant draws from
     /// (`BENCH_VIEWS_VIEWERS`).
     pub views_viewers: u32,
+    /// Likes a second offered by `platform` (`BENCH_PLATFORM_RATE`).
+    pub platform_rate: f64,
+    /// Seconds of the `platform` variant's load (`BENCH_PLATFORM_SECONDS`).
+    pub platform_seconds: f64,
+    /// Records a virtual stream shard of `platform` takes before it rolls
+    /// over (`BENCH_PLATFORM_ROLL_RECORDS`): its compression of time.
+    pub platform_roll_records: u64,
     /// Variants to run (`BENCH_VARIANTS`, comma-separated names).
     pub variants: Vec<Variant>,
     /// On-demand price, dollars per million write request units
@@ -188,6 +200,9 @@ impl BenchOptions {
             runs: num("BENCH_RUNS", 3.0)? as u32,
             views_workers: num("BENCH_VIEWS_WORKERS", 16.0)? as u32,
             views_viewers: num("BENCH_VIEWS_VIEWERS", 200_000.0)? as u32,
+            platform_rate: num("BENCH_PLATFORM_RATE", platform::RATE)?,
+            platform_seconds: num("BENCH_PLATFORM_SECONDS", platform::SECONDS)?,
+            platform_roll_records: platform::roll_records_env()?,
             variants,
             wru_price: num("BENCH_WRU_PRICE", 0.625)?,
             rru_price: num("BENCH_RRU_PRICE", 0.125)?,
@@ -222,6 +237,12 @@ impl BenchOptions {
             ("BENCH_RUNS", self.runs.to_string()),
             ("BENCH_VIEWS_WORKERS", self.views_workers.to_string()),
             ("BENCH_VIEWS_VIEWERS", self.views_viewers.to_string()),
+            ("BENCH_PLATFORM_RATE", self.platform_rate.to_string()),
+            ("BENCH_PLATFORM_SECONDS", self.platform_seconds.to_string()),
+            (
+                "BENCH_PLATFORM_ROLL_RECORDS",
+                self.platform_roll_records.to_string(),
+            ),
             ("BENCH_VARIANTS", variants.join(",")),
             ("BENCH_WRU_PRICE", self.wru_price.to_string()),
             ("BENCH_RRU_PRICE", self.rru_price.to_string()),
@@ -364,6 +385,8 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     let mut views: Vec<ViewsResult> = Vec::new();
     // The costs variant's cells: counts, not timings, so one run only.
     let mut costs: Vec<costs::CostCell> = Vec::new();
+    // The platform variant's runs: figures of their own.
+    let mut platform: Vec<platform::PlatformResult> = Vec::new();
     for run in 0..opts.runs {
         for &v in &opts.variants {
             if v.is_costs() {
@@ -374,6 +397,12 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
                 continue;
             }
             crate::errln!("bench: run {}/{} variant {v}", run + 1, opts.runs);
+            if v.is_platform() {
+                let r = platform::run_platform(&opts, run).await?;
+                crate::errln!("  {}", platform::summary_line(&r));
+                platform.push(r);
+                continue;
+            }
             if v.is_views() {
                 let r = views::run_views(&opts, run).await?;
                 crate::errln!(
@@ -419,6 +448,9 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     if !costs.is_empty() {
         table.push_str(&report::costs_table(&costs));
     }
+    if !platform.is_empty() {
+        table.push_str(&platform::report::section(&opts, &platform));
+    }
     if let Some(dir) = opts.svg.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -426,23 +458,30 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     if let Some(dir) = opts.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    // Keyed by variant as the others, the views runs with their own fields.
+    // Keyed by variant as the others; the variants run on their own
+    // (views, costs, platform) with their own fields.
     let mut runs = serde_json::to_value(&results)?;
-    if !views.is_empty()
-        && let Some(map) = runs.as_object_mut()
-    {
-        map.insert(
-            Variant::Views.as_str().to_owned(),
+    let own = [
+        (
+            Variant::Views,
             serde_json::to_value(&views)?,
-        );
-    }
-    if !costs.is_empty()
-        && let Some(map) = runs.as_object_mut()
-    {
-        map.insert(
-            Variant::Costs.as_str().to_owned(),
+            views.is_empty(),
+        ),
+        (
+            Variant::Costs,
             serde_json::to_value(&costs)?,
-        );
+            costs.is_empty(),
+        ),
+        (
+            Variant::Platform,
+            serde_json::to_value(&platform)?,
+            platform.is_empty(),
+        ),
+    ];
+    if let Some(map) = runs.as_object_mut() {
+        for (v, value, _) in own.into_iter().filter(|o| !o.2) {
+            map.insert(v.as_str().to_owned(), value);
+        }
     }
     std::fs::write(
         &opts.out,
@@ -471,6 +510,9 @@ fn test_options() -> BenchOptions {
         runs: 3,
         views_workers: 16,
         views_viewers: 200_000,
+        platform_rate: platform::RATE,
+        platform_seconds: platform::SECONDS,
+        platform_roll_records: platform::ROLL_RECORDS,
         variants: Variant::ALL.to_vec(),
         wru_price: 0.625,
         rru_price: 0.125,
@@ -547,6 +589,9 @@ mod tests {
                 "BENCH_RUNS",
                 "BENCH_VIEWS_WORKERS",
                 "BENCH_VIEWS_VIEWERS",
+                "BENCH_PLATFORM_RATE",
+                "BENCH_PLATFORM_SECONDS",
+                "BENCH_PLATFORM_ROLL_RECORDS",
                 "BENCH_VARIANTS",
                 "BENCH_WRU_PRICE",
                 "BENCH_RRU_PRICE",
@@ -559,7 +604,7 @@ mod tests {
         assert_eq!(get("BENCH_WRU_PRICE"), "0.625");
         assert_eq!(
             get("BENCH_VARIANTS"),
-            "naive,fixed,fixed-nocache,auto,stream,stream-scale,stream-scale-mixed,views,costs"
+            "naive,fixed,fixed-nocache,auto,stream,stream-scale,stream-scale-mixed,views,costs,platform"
         );
         assert_eq!(get("BENCH_VIEWS_VIEWERS"), "200000");
     }
