@@ -385,7 +385,6 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     let mut views: Vec<ViewsResult> = Vec::new();
     // The costs variant's cells: counts, not timings, so one run only.
     let mut costs: Vec<costs::CostCell> = Vec::new();
-    // The platform variant's runs: figures of their own.
     let mut platform: Vec<platform::PlatformResult> = Vec::new();
     for run in 0..opts.runs {
         for &v in &opts.variants {
@@ -462,25 +461,15 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     // (views, costs, platform) with their own fields.
     let mut runs = serde_json::to_value(&results)?;
     let own = [
-        (
-            Variant::Views,
-            serde_json::to_value(&views)?,
-            views.is_empty(),
-        ),
-        (
-            Variant::Costs,
-            serde_json::to_value(&costs)?,
-            costs.is_empty(),
-        ),
-        (
-            Variant::Platform,
-            serde_json::to_value(&platform)?,
-            platform.is_empty(),
-        ),
+        (Variant::Views, serde_json::to_value(&views)?),
+        (Variant::Costs, serde_json::to_value(&costs)?),
+        (Variant::Platform, serde_json::to_value(&platform)?),
     ];
     if let Some(map) = runs.as_object_mut() {
-        for (v, value, _) in own.into_iter().filter(|o| !o.2) {
-            map.insert(v.as_str().to_owned(), value);
+        for (v, value) in own {
+            if value.as_array().is_some_and(|runs| !runs.is_empty()) {
+                map.insert(v.as_str().to_owned(), value);
+            }
         }
     }
     std::fs::write(

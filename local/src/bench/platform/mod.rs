@@ -45,10 +45,11 @@ use zipf::{Reel, Zipf};
 /// alongside 128 stream shards' aggregation and kinesis-mock.
 pub(super) const RATE: f64 = 200.0;
 /// `BENCH_PLATFORM_SECONDS`' default.
-pub(super) const SECONDS: f64 = 20.0;
+pub(super) const SECONDS: f64 = 15.0;
 /// `BENCH_PLATFORM_ROLL_RECORDS`' default: with the defaults above, about
-/// 10 generations of each of the 128 lineages in a run.
-pub(super) const ROLL_RECORDS: u64 = 3;
+/// 12 generations of each of the 128 lineages in a run (3 runs of about
+/// 100 s each on a 2-core machine; 20 s of load made it 7 minutes).
+pub(super) const ROLL_RECORDS: u64 = 2;
 /// `BENCH_PLATFORM_ROLL_RECORDS`, a whole number of records (at least 1).
 pub(super) fn roll_records_env() -> Result<u64> {
     let n = super::positive_env("BENCH_PLATFORM_ROLL_RECORDS", ROLL_RECORDS as f64)?;

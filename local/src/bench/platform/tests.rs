@@ -146,6 +146,15 @@ fn the_rows_give_min_max_and_judge_every_run() {
     );
     assert_eq!(get("reels whose served likes").value, "0–3");
     assert_eq!(get("reels whose served likes").met, Some(false));
+    // A read the proxy counts nothing of is not judged.
+    let mut r = result(0.5, 33.0, 0);
+    (r.start.cold_views, r.end.cold_views) = (cost(0.0, 0), cost(0.0, 0));
+    let rows = super::report::rows(&[r]);
+    let cold = rows
+        .iter()
+        .find(|r| r.name == "uncached read, cold reel, views")
+        .unwrap();
+    assert_eq!(cold.met, None);
     // No run: nothing is met.
     assert!(super::report::rows(&[]).iter().all(|r| r.met != Some(true)));
 }
