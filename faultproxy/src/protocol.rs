@@ -91,6 +91,80 @@ fn table(v: &Value) -> String {
 /// rule: 2 write units per KB written, 2 read units per 4 KB read), a
 /// `ConditionCheck` included. Operations on no single item (Scan, Query,
 /// table management) touch none.
+/// What a `Query` answered with `answer` read: the partition it named
+/// (its key condition's equality on the hash key) and DynamoDB's units for
+/// the items returned (their sizes summed, rounded up to 4 KB: one unit
+/// each consistent, half eventually consistent, one 4 KB at the least),
+/// with how many items; `None` for an answer without items or a request
+/// whose partition cannot be read.
+pub(crate) fn query_read(body: &Value, answer: &Value) -> Option<(Touch, u64)> {
+    let items = answer.get("Items")?.as_array()?;
+    let cond = body.get("KeyConditionExpression")?.as_str()?;
+    let first = cond.split(" AND ").next()?.split(" and ").next()?;
+    let (name, placeholder) = first.split_once('=')?;
+    let (name, placeholder) = (name.trim(), placeholder.trim());
+    let name = match name.strip_prefix('#') {
+        Some(_) => body
+            .get("ExpressionAttributeNames")?
+            .get(name)?
+            .as_str()?
+            .to_owned(),
+        None => name.to_owned(),
+    };
+    let value = body
+        .get("ExpressionAttributeValues")?
+        .get(placeholder)?
+        .clone();
+    let bytes: usize = items.iter().map(item_size).sum();
+    let blocks = bytes.div_ceil(4096).max(1) as f64;
+    let consistent = body.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
+    let mut key = Map::new();
+    key.insert(name, value);
+    Some((
+        Touch {
+            table: table(body),
+            key,
+            write_units: 0.0,
+            read_units: if consistent { blocks } else { blocks / 2.0 },
+        },
+        items.len() as u64,
+    ))
+}
+
+/// DynamoDB's size of an item as JSON gives it: each attribute's name and
+/// value (strings and binaries by their bytes, numbers about one byte per
+/// two digits, sets and documents by their members).
+fn item_size(item: &Value) -> usize {
+    item.as_object()
+        .map_or(0, |m| m.iter().map(|(k, v)| k.len() + value_size(v)).sum())
+}
+
+fn value_size(v: &Value) -> usize {
+    let Some((kind, inner)) = v.as_object().and_then(|m| m.iter().next()) else {
+        return 0;
+    };
+    match kind.as_str() {
+        "S" => inner.as_str().map_or(0, str::len),
+        "N" => inner.as_str().map_or(0, |n| n.len().div_ceil(2) + 1),
+        "B" => inner.as_str().map_or(0, |b| b.len() * 3 / 4),
+        "BOOL" | "NULL" => 1,
+        "SS" | "NS" | "BS" => inner.as_array().map_or(0, |a| {
+            a.iter().map(|x| x.as_str().map_or(0, str::len)).sum()
+        }),
+        "M" => {
+            3 + inner.as_object().map_or(0, |m| {
+                m.iter().map(|(k, v)| k.len() + 1 + value_size(v)).sum()
+            })
+        }
+        "L" => {
+            3 + inner
+                .as_array()
+                .map_or(0, |a| a.iter().map(|x| 1 + value_size(x)).sum())
+        }
+        _ => 0,
+    }
+}
+
 pub(crate) fn touches(op: &str, body: &Value) -> Vec<Touch> {
     let write = |table: String, key: Map<String, Value>, units: f64| Touch {
         table,
@@ -479,5 +553,27 @@ mod tests {
             Some("TransactionCanceledException")
         );
         assert_eq!(operation(Some("DynamoDB_20120810.GetItem")), "GetItem");
+    }
+
+    #[test]
+    fn a_query_is_charged_for_what_it_returned() {
+        let body = json!({
+            "TableName": "V",
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": "l#r"}},
+            "ConsistentRead": true,
+        });
+        // Three items of ~2 KB: 6 KB, two units consistent.
+        let big = "x".repeat(2_000);
+        let item = json!({"pk": {"S": "l#r"}, "sk": {"S": "w#1"}, "blob": {"S": big}});
+        let answer = json!({"Items": [item.clone(), item.clone(), item]});
+        let (t, n) = query_read(&body, &answer).unwrap();
+        assert_eq!((t.table.as_str(), n, t.read_units), ("V", 3, 2.0));
+        assert_eq!(t.key.get("pk"), Some(&json!({"S": "l#r"})));
+        // Nothing returned still costs a 4 KB read; eventually consistent, half.
+        let mut eventual = body.clone();
+        eventual["ConsistentRead"] = json!(false);
+        let (t, n) = query_read(&eventual, &json!({"Items": []})).unwrap();
+        assert_eq!((n, t.read_units), (0, 0.5));
     }
 }

@@ -504,6 +504,24 @@ impl Shared {
         let mut g = self.lock();
         let g = &mut *g;
         bump(&mut g.stats.forwarded, op);
+        if op == "Query" && status.is_success() {
+            // A query's units depend on what it returned: charged here,
+            // once the answer is back (a request alone cannot say).
+            let answer: Value = serde_json::from_slice(answer).unwrap_or(Value::Null);
+            if let Some((t, items)) = protocol::query_read(body, &answer) {
+                let p = g.schemas.partition(&t);
+                let second = g.started.elapsed().as_secs();
+                let win = g.windows.entry(p.clone()).or_default();
+                if win.load.partition.is_empty() {
+                    win.load.partition = p;
+                }
+                win.roll(second);
+                win.charge(&t);
+                win.load.items_read += items.saturating_sub(1);
+                *g.stats.read_units.entry(op.to_owned()).or_default() += t.read_units;
+            }
+            return;
+        }
         if op != "TransactWriteItems" {
             return;
         }

@@ -180,7 +180,7 @@ async fn feed_reads(target: Arc<Target>, opts: &BenchOptions) -> Vec<bool> {
 
 /// Sends `count` requests at `rate` a second on schedule (open loop); each
 /// is `make(i)`, run as its own task.
-async fn open_loop<F, Fut, T>(rate: f64, seconds: f64, make: F) -> Vec<T>
+pub(super) async fn open_loop<F, Fut, T>(rate: f64, seconds: f64, make: F) -> Vec<T>
 where
     F: Fn(u64) -> Fut,
     Fut: std::future::Future<Output = T> + Send + 'static,

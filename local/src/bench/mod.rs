@@ -33,7 +33,10 @@
 //!    unlike and keyed unlike in both counting modes, and per view, at
 //!    breadth and on one reel, request path and aggregation apart
 //!    (`costs/`, its own cells and table); and from them the whole bill,
-//!    dollars per million likes and views line by line (`bill/`).
+//!    dollars per million likes and views line by line (`bill/`);
+//! 10. `platform`: a platform's year, compressed, likes and views of a
+//!     Zipf universe with stream shards rolling over and Kinesis shards
+//!     split and merged (`platform/`, its own figures and section).
 //!
 //! The bench also draws, per variant, the likes accepted and refused each
 //! second and the viral reel's shard count over time (`BENCH_SVG`).
@@ -61,6 +64,7 @@
 //! * `costs/`: the `costs` variant, run and measured on its own;
 //! * `bill/`: the whole bill made of the `costs` cells, the template and
 //!   one table of prices (`BENCH_REGION`);
+//! * `platform/`: the `platform` variant, run and measured on its own;
 //! * `store.rs`: pre-sizing, and the stored count read back;
 //! * `report.rs`: the Markdown table; `svg.rs`: the onset chart.
 //! * [`ratio`]: a second benchmark, `likes-local bench ratio`: the like
@@ -72,6 +76,7 @@ mod bill;
 mod costs;
 mod load;
 mod measure;
+mod platform;
 mod rank;
 pub mod ratio;
 mod report;
@@ -124,6 +129,13 @@ pub struct BenchOptions {
     /// Distinct viewers the `views` variant draws from
     /// (`BENCH_VIEWS_VIEWERS`).
     pub views_viewers: u32,
+    /// Likes a second offered by `platform` (`BENCH_PLATFORM_RATE`).
+    pub platform_rate: f64,
+    /// Seconds of the `platform` variant's load (`BENCH_PLATFORM_SECONDS`).
+    pub platform_seconds: f64,
+    /// Records a virtual stream shard of `platform` takes before it rolls
+    /// over (`BENCH_PLATFORM_ROLL_RECORDS`): its compression of time.
+    pub platform_roll_records: u64,
     /// Variants to run (`BENCH_VARIANTS`, comma-separated names).
     pub variants: Vec<Variant>,
     /// The region whose prices the bill uses (`BENCH_REGION`: a region of
@@ -201,6 +213,9 @@ impl BenchOptions {
             runs: num("BENCH_RUNS", 3.0)? as u32,
             views_workers: num("BENCH_VIEWS_WORKERS", 16.0)? as u32,
             views_viewers: num("BENCH_VIEWS_VIEWERS", 200_000.0)? as u32,
+            platform_rate: num("BENCH_PLATFORM_RATE", platform::RATE)?,
+            platform_seconds: num("BENCH_PLATFORM_SECONDS", platform::SECONDS)?,
+            platform_roll_records: platform::roll_records_env()?,
             variants,
             wru_price: num("BENCH_WRU_PRICE", prices.get(bill::Item::WruMillion))?,
             rru_price: num("BENCH_RRU_PRICE", prices.get(bill::Item::RruMillion))?,
@@ -236,6 +251,12 @@ impl BenchOptions {
             ("BENCH_RUNS", self.runs.to_string()),
             ("BENCH_VIEWS_WORKERS", self.views_workers.to_string()),
             ("BENCH_VIEWS_VIEWERS", self.views_viewers.to_string()),
+            ("BENCH_PLATFORM_RATE", self.platform_rate.to_string()),
+            ("BENCH_PLATFORM_SECONDS", self.platform_seconds.to_string()),
+            (
+                "BENCH_PLATFORM_ROLL_RECORDS",
+                self.platform_roll_records.to_string(),
+            ),
             ("BENCH_VARIANTS", variants.join(",")),
             ("BENCH_WRU_PRICE", self.wru_price.to_string()),
             ("BENCH_RRU_PRICE", self.rru_price.to_string()),
@@ -379,6 +400,7 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     let mut views: Vec<ViewsResult> = Vec::new();
     // The costs variant's cells: counts, not timings, so one run only.
     let mut costs: Vec<costs::CostCell> = Vec::new();
+    let mut platform: Vec<platform::PlatformResult> = Vec::new();
     for run in 0..opts.runs {
         for &v in &opts.variants {
             if v.is_costs() {
@@ -389,6 +411,12 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
                 continue;
             }
             crate::errln!("bench: run {}/{} variant {v}", run + 1, opts.runs);
+            if v.is_platform() {
+                let r = platform::run_platform(&opts, run).await?;
+                crate::errln!("  {}", platform::summary_line(&r));
+                platform.push(r);
+                continue;
+            }
             if v.is_views() {
                 let r = views::run_views(&opts, run).await?;
                 crate::errln!(
@@ -435,6 +463,9 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
         table.push_str(&report::costs_table(&costs));
         table.push_str(&bill::section(&opts, &costs)?);
     }
+    if !platform.is_empty() {
+        table.push_str(&platform::report::section(&opts, &platform));
+    }
     if let Some(dir) = opts.svg.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -442,23 +473,20 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     if let Some(dir) = opts.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    // Keyed by variant as the others, the views runs with their own fields.
+    // Keyed by variant as the others; the variants run on their own
+    // (views, costs, platform) with their own fields.
     let mut runs = serde_json::to_value(&results)?;
-    if !views.is_empty()
-        && let Some(map) = runs.as_object_mut()
-    {
-        map.insert(
-            Variant::Views.as_str().to_owned(),
-            serde_json::to_value(&views)?,
-        );
-    }
-    if !costs.is_empty()
-        && let Some(map) = runs.as_object_mut()
-    {
-        map.insert(
-            Variant::Costs.as_str().to_owned(),
-            serde_json::to_value(&costs)?,
-        );
+    let own = [
+        (Variant::Views, serde_json::to_value(&views)?),
+        (Variant::Costs, serde_json::to_value(&costs)?),
+        (Variant::Platform, serde_json::to_value(&platform)?),
+    ];
+    if let Some(map) = runs.as_object_mut() {
+        for (v, value) in own {
+            if value.as_array().is_some_and(|runs| !runs.is_empty()) {
+                map.insert(v.as_str().to_owned(), value);
+            }
+        }
     }
     std::fs::write(
         &opts.out,
@@ -474,7 +502,7 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
 /// The defaults of [`BenchOptions::from_env`], for tests that need options
 /// without touching the process's environment.
 #[cfg(test)]
-fn test_options() -> BenchOptions {
+pub(crate) fn test_options() -> BenchOptions {
     BenchOptions {
         viral_rate: 75.0,
         stream_rate: 750.0,
@@ -487,6 +515,9 @@ fn test_options() -> BenchOptions {
         runs: 3,
         views_workers: 16,
         views_viewers: 200_000,
+        platform_rate: platform::RATE,
+        platform_seconds: platform::SECONDS,
+        platform_roll_records: platform::ROLL_RECORDS,
         variants: Variant::ALL.to_vec(),
         region: "us-east-1".into(),
         wru_price: 0.625,
@@ -500,7 +531,7 @@ fn test_options() -> BenchOptions {
 /// A run of `variant` with plain figures, exact, no `stream-scale`
 /// figures: for tests of what is made of results.
 #[cfg(test)]
-fn test_result(variant: Variant) -> RunResult {
+pub(crate) fn test_result(variant: Variant) -> RunResult {
     let scale = scale::ScaleFigures::NONE;
     RunResult {
         variant,
@@ -543,42 +574,4 @@ fn test_result(variant: Variant) -> RunResult {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settings_name_every_measurement_variable_with_its_value() {
-        let settings = test_options().settings();
-        let names: Vec<&str> = settings.iter().map(|(n, _)| *n).collect();
-        assert_eq!(
-            names,
-            [
-                "BENCH_RATE",
-                "BENCH_STREAM_RATE",
-                "BENCH_STREAM_SCALE_RATE",
-                "BENCH_BACKGROUND_RATE",
-                "BENCH_READ_RATE",
-                "BENCH_SECONDS",
-                "BENCH_WRITE_CAP",
-                "BENCH_SHARDS",
-                "BENCH_RUNS",
-                "BENCH_VIEWS_WORKERS",
-                "BENCH_VIEWS_VIEWERS",
-                "BENCH_VARIANTS",
-                "BENCH_WRU_PRICE",
-                "BENCH_RRU_PRICE",
-                "BENCH_REGION",
-            ]
-        );
-        let get = |n: &str| settings.iter().find(|(k, _)| *k == n).unwrap().1.clone();
-        // As a shell would take them back: no trailing ".0".
-        assert_eq!(get("BENCH_RATE"), "75");
-        assert_eq!(get("BENCH_STREAM_RATE"), "750");
-        assert_eq!(get("BENCH_WRU_PRICE"), "0.625");
-        assert_eq!(
-            get("BENCH_VARIANTS"),
-            "naive,fixed,fixed-nocache,auto,stream,stream-scale,stream-scale-mixed,views,costs"
-        );
-        assert_eq!(get("BENCH_VIEWS_VIEWERS"), "200000");
-    }
-}
+mod tests;

@@ -108,7 +108,7 @@ async fn writer_sum(stack: &Stack, reel: &str) -> Result<i64> {
 }
 
 /// Every item of `table`, page by page, read consistently.
-async fn scan_all(stack: &Stack, table: &str) -> Result<Vec<Item>> {
+pub(super) async fn scan_all(stack: &Stack, table: &str) -> Result<Vec<Item>> {
     let mut items = Vec::new();
     let mut start = None;
     loop {
@@ -129,6 +129,6 @@ async fn scan_all(stack: &Stack, table: &str) -> Result<Vec<Item>> {
 }
 
 /// A string attribute of `item`, or "" if it has none.
-fn text<'a>(item: &'a Item, attr: &str) -> &'a str {
+pub(super) fn text<'a>(item: &'a Item, attr: &str) -> &'a str {
     item.get(attr).and_then(|v| v.as_s().ok()).map_or("", |s| s)
 }

@@ -47,6 +47,12 @@ pub enum Variant {
     /// units, all in, in both counting modes, at breadth and on one reel
     /// (`costs/`, which runs and reports it on its own).
     Costs,
+    /// A platform's year, compressed: likes and views of a Zipf-drawn
+    /// universe of reels with a viral one on top, through many stream
+    /// shards that roll over and a Kinesis stream split and merged while
+    /// it runs; what ageing does to reads, cost, exactness and conflicts
+    /// (`platform/`, which runs and reports it on its own).
+    Platform,
 }
 
 /// `stream-scale`'s stream shards (`LOCAL_STREAM_SHARDS`): a viral reel's
@@ -68,10 +74,16 @@ pub(super) const SCALE_FROM: u32 = 32;
 pub(super) const SCALE_TO: u32 = 64;
 /// `views`' stream shards (`LOCAL_VIEWS_SHARDS`).
 pub(super) const VIEWS_SHARDS: u32 = 4;
+/// `platform`'s virtual stream shards (`LOCAL_STREAM_SHARDS`): a table
+/// of a busy platform has many partitions, so its stream many shards.
+pub(super) const PLATFORM_STREAM_SHARDS: u32 = 128;
+/// `platform`'s views stream shards (`LOCAL_VIEWS_SHARDS`) before and
+/// after each split-and-merge.
+pub(super) const PLATFORM_KINESIS_SHARDS: u32 = 8;
 
 impl Variant {
     /// Every variant, in the order `BENCH_VARIANTS` runs them by default.
-    pub const ALL: [Variant; 9] = [
+    pub const ALL: [Variant; 10] = [
         Variant::Naive,
         Variant::Fixed,
         Variant::FixedNocache,
@@ -81,6 +93,7 @@ impl Variant {
         Variant::StreamScaleMixed,
         Variant::Views,
         Variant::Costs,
+        Variant::Platform,
     ];
 
     /// The name in `BENCH_VARIANTS`, the table's columns and the JSON.
@@ -95,6 +108,7 @@ impl Variant {
             Variant::StreamScaleMixed => "stream-scale-mixed",
             Variant::Views => "views",
             Variant::Costs => "costs",
+            Variant::Platform => "platform",
         }
     }
 
@@ -116,6 +130,11 @@ impl Variant {
     /// The costs variant, run by `costs/` rather than `measure.rs`.
     pub(super) fn is_costs(self) -> bool {
         self == Variant::Costs
+    }
+
+    /// The platform variant, run by `platform/` rather than `measure.rs`.
+    pub(super) fn is_platform(self) -> bool {
+        self == Variant::Platform
     }
 
     /// Stream mode: likes write their row only; the counts catch up later.
@@ -148,9 +167,12 @@ impl Variant {
         match self {
             Variant::Fixed | Variant::FixedNocache => Some(opts.fixed_shards),
             Variant::StreamScale | Variant::StreamScaleMixed => Some(SCALE_FROM),
-            Variant::Naive | Variant::Auto | Variant::Stream | Variant::Views | Variant::Costs => {
-                None
-            }
+            Variant::Naive
+            | Variant::Auto
+            | Variant::Stream
+            | Variant::Views
+            | Variant::Costs
+            | Variant::Platform => None,
         }
     }
 
@@ -166,7 +188,8 @@ impl Variant {
             | Variant::FixedNocache
             | Variant::Auto
             | Variant::Views
-            | Variant::Costs => 0,
+            | Variant::Costs
+            | Variant::Platform => 0,
         }
     }
 
@@ -178,6 +201,7 @@ impl Variant {
             Variant::StreamScale | Variant::StreamScaleMixed => opts.stream_scale_rate,
             // Closed loop: no rate is offered.
             Variant::Views | Variant::Costs => f64::NAN,
+            Variant::Platform => opts.platform_rate,
             Variant::Naive | Variant::Fixed | Variant::FixedNocache | Variant::Auto => {
                 opts.viral_rate
             }
@@ -199,6 +223,9 @@ impl Variant {
         }
         if self.is_costs() {
             return costs_env(false, true);
+        }
+        if self.is_platform() {
+            return platform_env(opts);
         }
         let cap = opts.write_cap;
         let mut faults = format!("seed=1,write_cap={cap}");
@@ -233,7 +260,8 @@ impl Variant {
             | Variant::StreamScale
             | Variant::StreamScaleMixed
             | Variant::Views
-            | Variant::Costs => ("off", "2000"),
+            | Variant::Costs
+            | Variant::Platform => ("off", "2000"),
         };
         if self.is_stream() {
             env.push(("COUNTING".into(), "stream".into()));
@@ -271,6 +299,55 @@ fn views_env() -> Vec<(String, String)> {
             env.push((k.into(), v));
         }
     }
+    env
+}
+
+/// The `platform` variant's stack environment: stream mode with
+/// [`PLATFORM_STREAM_SHARDS`] virtual stream shards, each rolling over
+/// into a child every `BENCH_PLATFORM_ROLL_RECORDS` records and aggregated
+/// by an instance of its own; the views stream on, with
+/// [`PLATFORM_KINESIS_SHARDS`] shards; the fault proxy with DynamoDB's own
+/// cap (1,000 write units per key a second) and its conflict model on
+/// ([`CONFLICT_HOLD_MS`]); the count cache off, so that every read the
+/// bench makes through the API is an uncached one, and the settings cache
+/// short (500 ms), so that a read after a pause reads them too. The
+/// schedule runs every second, as the stream-at-scale variants' does (a
+/// grow the aggregator asks for is finished by it); automatic growth from
+/// the read path is off.
+pub(super) fn platform_env(opts: &BenchOptions) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        (
+            "FAULTS".into(),
+            format!("seed=1,write_cap=1000,conflict_hold_ms={CONFLICT_HOLD_MS}"),
+        ),
+        ("COUNTING".into(), "stream".into()),
+        (
+            "LOCAL_STREAM_SHARDS".into(),
+            PLATFORM_STREAM_SHARDS.to_string(),
+        ),
+        (
+            "LOCAL_STREAM_ROLL_RECORDS".into(),
+            opts.platform_roll_records.to_string(),
+        ),
+        ("LOCAL_STREAM_INSTANCES".into(), "per-shard".into()),
+        ("CACHE_TTL_MS".into(), "0".into()),
+        ("SETTINGS_TTL_MS".into(), "500".into()),
+        ("LOCAL_SCHEDULE_SECS".into(), "1".into()),
+        ("AUTO_RESHARD".into(), "off".into()),
+        // The bench's own reads (the probes, every reel compared) come from
+        // one caller, and measure; they are no user's to bound.
+        ("CALLER_READ_UNITS_PER_MIN".into(), "0".into()),
+    ];
+    env.extend(views_env().into_iter().filter(|(k, _)| {
+        !matches!(
+            k.as_str(),
+            "FAULTS" | "CACHE_TTL_MS" | "LOCAL_SCHEDULE_SECS" | "LOCAL_VIEWS_SHARDS"
+        )
+    }));
+    env.push((
+        "LOCAL_VIEWS_SHARDS".into(),
+        PLATFORM_KINESIS_SHARDS.to_string(),
+    ));
     env
 }
 
@@ -422,7 +499,8 @@ mod tests {
                 "stream-scale",
                 "stream-scale-mixed",
                 "views",
-                "costs"
+                "costs",
+                "platform"
             ]
         );
     }
