@@ -282,7 +282,7 @@ impl<S: CounterStore> LikeService<S> {
     }
 
     /// Counts `units` of read cost served to `caller`, adding them to the
-    /// shared per-minute item in steps ([`budget`]). A failed step is kept
+    /// shared per-minute item in steps (`budget.rs`). A failed step is kept
     /// for the next: the bound is an estimate, never a reason to fail a
     /// read already served.
     pub async fn charge_reads(&self, caller: &str, units: u64) {
