@@ -111,6 +111,9 @@ TABLES=$(sed -n 's/^ *tables: *//p' "$LOCAL_OUT")
 # The banner lists the template's tables in its order: counters, likes, views.
 COUNTERS_TABLE=$(echo "$TABLES" | cut -d, -f1 | tr -d ' ')
 LIKES_TABLE=$(echo "$TABLES" | cut -d, -f2 | tr -d ' ')
+# Stream mode's writer items live in the views table (WRITERS_TABLE, as
+# the template wires it): the aggregate function's batch writes there.
+VIEWS_TABLE=$(echo "$TABLES" | cut -d, -f3 | tr -d ' ')
 # The views stream (kinesis-mock) the stack started: the view functions'
 # first requests put on it and list its shards.
 KINESIS=$(sed -n 's/^ *views: .* on \(http:[^ ]*\) .*/\1/p' "$LOCAL_OUT")
@@ -138,6 +141,7 @@ cold() {
     --env HOME="$EMPTY_HOME" \
     --env AWS_ENDPOINT_URL_DYNAMODB="$DYNAMODB" \
     --env COUNTERS_TABLE="$COUNTERS_TABLE" --env LIKES_TABLE="$LIKES_TABLE" \
+    --env WRITERS_TABLE="$VIEWS_TABLE" \
     --env SHARD_KEY=lambda-figures-shard-key-0123456789abcdef \
     "$@"
 }
