@@ -67,6 +67,7 @@ pub mod compact;
 #[cfg(feature = "dynamodb")]
 mod given_up;
 pub mod limits;
+#[cfg(feature = "dynamodb")]
 mod lineage;
 #[cfg(feature = "dynamodb")]
 pub mod read;
@@ -78,6 +79,7 @@ mod seen;
 pub mod sketch;
 #[cfg(feature = "dynamodb")]
 pub mod throttle;
+#[cfg(feature = "dynamodb")]
 mod window;
 
 use std::sync::Arc;
