@@ -10,20 +10,12 @@
 mod common;
 
 use common::TestStack;
-use common::views_events::{Log, event, now_ms, view};
+use common::views_events::{Log, config, event, now_ms, view};
 use common::views_log::views_of;
 use likes::store::dynamodb::DynamoViews;
-use likes::views::ViewsConfig;
 use likes::views::aggregate::ViewAggregator;
 use serde_json::Value;
 use std::sync::Arc;
-
-fn config() -> ViewsConfig {
-    let mut config = ViewsConfig::from_lookup(|_| None).unwrap();
-    config.table = Some("ViewsTable".into());
-    config.stream = Some("ViewsStream".into());
-    config
-}
 
 /// The sum of the views aggregator's metric `name` flushed so far.
 fn metric(t: &TestStack, name: &str) -> u64 {

@@ -7,19 +7,12 @@
 mod common;
 
 use common::TestStack;
-use common::views_events::{Log, event, now_ms, view};
+use common::views_events::{Log, config, event, now_ms, view};
 use common::views_log::views_of;
 use likes::store::dynamodb::DynamoViews;
 use likes::views::ViewsConfig;
 use likes::views::aggregate::ViewAggregator;
 use std::sync::Arc;
-
-fn config() -> ViewsConfig {
-    let mut config = ViewsConfig::from_lookup(|_| None).unwrap();
-    config.table = Some("ViewsTable".into());
-    config.stream = Some("ViewsStream".into());
-    config
-}
 
 /// Feeds `shard` 20 batches, each by a cold instance: four records of a
 /// viewer each naming 25 reels never seen (100 new reels a batch, 2,000 in

@@ -7,11 +7,10 @@
 mod common;
 
 use common::TestStack;
-use common::views_events::{Log, event, now_ms, view};
+use common::views_events::{Log, config, event, now_ms, view};
 use common::views_log::views_of;
 use likes::store::dynamodb::DynamoViews;
 use likes::store::{LogPut, LogPutResult, LogRead, LogStore, NextRecords, ReadFrom};
-use likes::views::ViewsConfig;
 use likes::views::aggregate::ViewAggregator;
 use std::sync::Arc;
 
@@ -55,13 +54,6 @@ impl LogStore for Chain {
     ) -> Result<NextRecords, likes::Error> {
         self.0.next_records(a, shard, from, n, at).await
     }
-}
-
-fn config() -> ViewsConfig {
-    let mut config = ViewsConfig::from_lookup(|_| None).unwrap();
-    config.table = Some("ViewsTable".into());
-    config.stream = Some("ViewsStream".into());
-    config
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,11 +20,10 @@
 mod common;
 
 use common::TestStack;
-use common::views_events::{Log, event, newer_format, now_ms, view};
+use common::views_events::{Log, config, event, newer_format, now_ms, view};
 use common::views_log::{ARN, seq, views_of as views};
 use likes::store::dynamodb::DynamoViews;
 use likes::store::{ChunkResult, SeenItem, ViewChunkWrite, ViewItem, ViewStore};
-use likes::views::ViewsConfig;
 use likes::views::aggregate::ViewAggregator;
 use likes::views::repair::GivenUp;
 use serde_json::{Value, json};
@@ -111,13 +110,6 @@ async fn stack(env: &[(&str, &str)]) -> TestStack {
     let mut all = vec![("LOCAL_SCHEDULE_SECS", "0"), ("METRICS", "memory")];
     all.extend_from_slice(env);
     TestStack::start(&all).await
-}
-
-fn config() -> ViewsConfig {
-    let mut config = ViewsConfig::from_lookup(|_| None).unwrap();
-    config.table = Some("ViewsTable".into());
-    config.stream = Some("ViewsStream".into());
-    config
 }
 
 fn aggregator<S: ViewStore>(t: &TestStack, store: S, log: Log) -> ViewAggregator<S, Log> {

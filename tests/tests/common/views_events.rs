@@ -133,3 +133,12 @@ impl LogStore for Log {
         })
     }
 }
+
+/// The views settings of the tests that feed the aggregator by hand: the
+/// template's table and stream names, every other setting its default.
+pub fn config() -> likes::views::ViewsConfig {
+    let mut config = likes::views::ViewsConfig::from_lookup(|_| None).unwrap();
+    config.table = Some("ViewsTable".into());
+    config.stream = Some("ViewsStream".into());
+    config
+}
