@@ -8,9 +8,8 @@
 //! and merged while the load runs (`age.rs` says how that compresses a
 //! year). Its stack's environment is `variant::platform_env`.
 //!
-//! A run, step by step: start the stack and pre-size the viral reel to as
-//! many shards as stream shards (docs/counting.md, "Which shard"); seed
-//! the probe reels and drain; read each probe reel (cold, warm, viral;
+//! A run, step by step: start the stack (the viral reel at its default
+//! shard count: stream mode counts in writer items); seed the probe reels and drain; read each probe reel (cold, warm, viral;
 //! likes and views apart) uncached, alone, counted by the proxy (the
 //! start); reset the proxy and drive the traffic (`traffic.rs`) with the
 //! splits and merges on their clock; send the refused requests again;
@@ -162,6 +161,24 @@ pub(super) fn refused_transactions(stats: &faultproxy::Stats) -> (u64, u64) {
     (sent, conflicts + throttled)
 }
 
+/// Where the refused transactions queued, on stderr: the items the
+/// conflict model refused most, the tokens in flight and the capacity
+/// throttles by operation (what to spread, if the target is missed).
+fn report_refusals(stats: &faultproxy::Stats) {
+    let c = &stats.modeled_conflicts;
+    let mut on: Vec<(&String, &u64)> = c.refused_on.iter().collect();
+    on.sort_by(|a, b| b.1.cmp(a.1));
+    crate::errln!(
+        "  platform: refused by the model {:?}, in progress {}, throttled {:?}",
+        c.refused,
+        c.in_progress,
+        stats.injected.get("capacity_throttle")
+    );
+    for (item, n) in on.iter().take(8) {
+        crate::errln!("    {n} refused on {item}");
+    }
+}
+
 /// Units of `loads` on `tables` (`table/…` partitions), the partitions
 /// naming `skip` left out: (write, read).
 pub(super) fn units_on(loads: &[faultproxy::KeyLoad], tables: &[&str], skip: &str) -> (f64, f64) {
@@ -271,7 +288,6 @@ async fn measure(
     views_table: &str,
 ) -> Result<PlatformResult> {
     let proxy = stack.proxy.clone().context("the stack has a proxy")?;
-    super::store::presize_viral(stack, PLATFORM_STREAM_SHARDS).await?;
     let client = Arc::new(Client {
         http: reqwest::Client::builder()
             .pool_max_idle_per_host(512)
@@ -337,6 +353,7 @@ async fn measure(
     let likes = exactness.like_rows;
     let views: u64 = views_by_reel.values().sum();
     let (transactions, refused) = refused_transactions(&stats);
+    report_refusals(&stats);
     let counters = [
         stack.config.counters_table.as_str(),
         stack.config.likes_table.as_str(),

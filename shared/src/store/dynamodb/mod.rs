@@ -77,6 +77,10 @@ pub struct DynamoStore {
     fold_quiet_ms: i64,
     /// The recent-change buckets' window: a fold keeps those still in it.
     window: crate::config::RecentWindow,
+    /// Reels whose writer fold this instance has in flight, shared by
+    /// every clone: a second reader of the reel skips the fold, which
+    /// would only meet the first's (see `writers.rs`).
+    folding: writers::InFlight,
     backoff: Backoff,
     /// Shared by every clone of this store.
     stats: Arc<StoreStats>,
@@ -135,6 +139,7 @@ impl DynamoStore {
             },
             fold_quiet_ms: writers::fold_quiet_ms(config),
             window: config.reconcile.recent_window(),
+            folding: writers::InFlight::default(),
             backoff: Backoff::from_config(config),
             stats: Arc::default(),
         }

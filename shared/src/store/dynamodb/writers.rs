@@ -28,6 +28,11 @@
 //! * each folded item is deleted, conditioned on its `seq` as read (every
 //!   write of its stream shard moves it).
 //!
+//! An instance folds a reel once at a time ([`InFlight`]): every read
+//! of a busy reel finds the same quiet items, and a second fold of them
+//! would only meet the first (its token in flight, or its items held) and
+//! be refused. Across instances two may still meet; one lands.
+//!
 //! So a fold lands whole or not at all, two folds of one reel cannot both
 //! land, a chunk of the item's stream shard in flight cancels the fold (or
 //! lands after it and recreates the item with its own delta alone), and
@@ -57,8 +62,9 @@ use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, TransactWriteItem, Update};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 /// Quiet writer items a reader folds, at the fewest: below it a fold's
 /// transaction costs more than the items cost readers.
@@ -82,6 +88,35 @@ const FOLD_QUIET_MAX_MS: i64 = 10 * 60 * 1000;
 /// batches; ten minutes keeps the items of those that rolled lately few).
 pub(super) fn fold_quiet_ms(config: &Config) -> i64 {
     (config.reconcile.stream_settle.as_millis() as i64).clamp(1, FOLD_QUIET_MAX_MS)
+}
+
+/// The reels whose fold this instance has in flight.
+#[derive(Clone, Debug, Default)]
+pub(super) struct InFlight(Arc<Mutex<HashSet<ReelId>>>);
+
+impl InFlight {
+    /// Claims `reel`'s fold for this instance: `None` if one is in flight.
+    /// The claim ends when the guard is dropped.
+    fn claim(&self, reel: &ReelId) -> Option<Claim> {
+        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        set.insert(reel.clone()).then(|| Claim {
+            set: self.0.clone(),
+            reel: reel.clone(),
+        })
+    }
+}
+
+/// A fold claimed by [`InFlight::claim`], released on drop.
+struct Claim {
+    set: Arc<Mutex<HashSet<ReelId>>>,
+    reel: ReelId,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut set = self.set.lock().unwrap_or_else(|p| p.into_inner());
+        set.remove(&self.reel);
+    }
 }
 
 /// One reel's writer partition, summed.
@@ -184,7 +219,9 @@ impl DynamoStore {
         futures::stream::iter(reels.iter().cloned())
             .map(|reel| async move {
                 let p = self.writer_partition(&reel).await?;
-                if p.quiet.len() >= FOLD_MIN_ITEMS {
+                if p.quiet.len() >= FOLD_MIN_ITEMS
+                    && let Some(_claim) = self.folding.claim(&reel)
+                {
                     self.fold_writers(&reel, &p).await;
                 }
                 Ok::<_, Error>((reel, p))
