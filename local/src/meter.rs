@@ -7,15 +7,14 @@
 //! The log bytes are counted by a `tracing` layer ([`layer`], installed by
 //! `likes-local`'s `main` beside its own) that formats every event of an
 //! invocation as the functions' subscriber does on Lambda
-//! (`lambda_runtime`'s `init_default_subscriber` with `LogFormat: JSON`:
-//! JSON, no target, no time, the level the template sets) and counts what
-//! it would write. Which invocation an event belongs to is a task-local
+//! (`likes::logging`'s layer with `LogFormat: JSON`, the level the
+//! template sets) and counts what it would write. Which invocation an event belongs to is a task-local
 //! set around the handler's future, so the stack's own lines (the
 //! gateway, the event sources, the emulator) are never counted. Each
 //! invocation also runs inside the span `lambda_runtime` opens around it
 //! on Lambda ("Lambda runtime invoke", with a request id and an X-Ray
-//! trace id, active tracing being on), since the JSON format repeats its
-//! fields on every line. The EMF metric records are not `tracing` events:
+//! trace id, active tracing being on), since the JSON format names the
+//! innermost span on every line. The EMF metric records are not `tracing` events:
 //! the `costs` variant counts them from the metrics' memory sink.
 
 use std::collections::BTreeMap;
@@ -148,16 +147,11 @@ where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
     LAYER.store(true, Ordering::Relaxed);
-    tracing_subscriber::fmt::layer()
-        .json()
-        .with_target(false)
-        .without_time()
-        .with_writer(Counter)
-        .with_filter(filter_fn(|meta| {
-            ENABLED.load(Ordering::Relaxed)
-                && INVOCATION.try_with(|_| ()).is_ok()
-                && rank(meta.level()) <= LEVEL.load(Ordering::Relaxed)
-        }))
+    likes::logging::json_layer(Counter).with_filter(filter_fn(|meta| {
+        ENABLED.load(Ordering::Relaxed)
+            && INVOCATION.try_with(|_| ()).is_ok()
+            && rank(meta.level()) <= LEVEL.load(Ordering::Relaxed)
+    }))
 }
 
 fn rank(level: &tracing::Level) -> usize {

@@ -25,6 +25,8 @@
 //!   the observations (write rate, contention) that grow a hot reel; one
 //!   file each for the count reads, the served-count guard, the write path
 //!   and the grow observer.
+//! * [`logging`]: the functions' log subscriber (JSON lines, each naming
+//!   its span once), set up by every `main`.
 //! * [`metrics`]: CloudWatch Embedded Metric Format records, one line per
 //!   request or run, with bounded dimensions.
 //! * [`reconcile`]: the scheduled recount from the like rows that repairs
@@ -61,6 +63,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod keys;
+pub mod logging;
 pub mod metrics;
 pub mod reconcile;
 pub mod reshard;

@@ -361,14 +361,23 @@ fn report(name: &str, value: Value) {
 
 fn write_paths(t: &TestStack) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    // The `Writes` counter by `WritePath`, as the EMF recorder flushed it.
+    // The `Writes` counter by `WritePath`, as the EMF recorder flushed it;
+    // `applied`, which it leaves out, from the likes and unlikes applied
+    // less the other paths that applied one (docs/reference.md).
+    let mut applied = 0;
     for line in t.stack.config.metrics.lines() {
-        if let Ok(v) = serde_json::from_str::<Value>(&line)
-            && let Some(p) = v["WritePath"].as_str()
-        {
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if let Some(p) = v["WritePath"].as_str() {
             *out.entry(p.to_owned()).or_default() += v["Writes"].as_u64().unwrap_or(0);
+        } else if v["Function"] == "like" {
+            applied += v["LikesApplied"].as_u64().unwrap_or(0);
+            applied += v["UnlikesApplied"].as_u64().unwrap_or(0);
         }
     }
+    let other = ["replayed", "committed"].map(|p| out.get(p).copied().unwrap_or(0));
+    out.insert("applied".into(), applied.saturating_sub(other.iter().sum()));
     out
 }
 

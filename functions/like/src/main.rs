@@ -13,7 +13,7 @@ use likes::http::{Function, handle};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    lambda_http::tracing::init_default_subscriber();
+    likes::logging::init();
     let app = App::from_env().await?;
     let app = &app;
     run(service_fn(move |req: Request| async move {

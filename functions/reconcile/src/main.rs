@@ -17,7 +17,7 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
+    likes::logging::init();
     let app = App::from_env().await?;
     let app = &app;
     run(service_fn(move |event: LambdaEvent<Value>| async move {

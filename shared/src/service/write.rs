@@ -55,16 +55,29 @@ impl<S: CounterStore> LikeService<S> {
         let count = self
             .count_after_write(&req, path, keyed, &tries, committed_at)
             .await?;
-        tracing::info!(
-            reel = %req.reel,
-            action = req.action.as_str(),
-            shard = ?tries.tx.shard,
-            retries = tries.retries,
-            outcome = path.as_str(),
-            changed,
-            keyed,
-            "write"
-        );
+        // The ordinary write (applied at once, or already so) logs at
+        // DEBUG: at INFO a like would log its request twice, and
+        // CloudWatch Logs charges by the byte. A write that retried or took
+        // any other path is worth a line at INFO.
+        macro_rules! write_line {
+            ($level:ident) => {
+                tracing::$level!(
+                    reel = %req.reel,
+                    action = req.action.as_str(),
+                    shard = ?tries.tx.shard,
+                    retries = tries.retries,
+                    outcome = path.as_str(),
+                    changed,
+                    keyed,
+                    "write"
+                )
+            };
+        }
+        if tries.retries == 0 && matches!(path, WritePath::Applied | WritePath::AlreadyInState) {
+            write_line!(debug);
+        } else {
+            write_line!(info);
+        }
         Ok(WriteOutcome {
             // Every path ends in the state asked for: written now, by an
             // earlier attempt, or already so.
