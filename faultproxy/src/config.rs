@@ -117,7 +117,8 @@ pub struct Faults {
     /// The most latency one request gets added.
     pub max_latency: Duration,
     /// The conflict model (`None`: off): a `TransactWriteItems` holds its
-    /// items from being forwarded until this long after its answer, and
+    /// items from being forwarded until its answer goes out, which is held
+    /// back this long, and
     /// requests touching a held item get DynamoDB's conflict answers
     /// (`conflicts.rs` says which). The emulator answers in well under a
     /// millisecond, so this hold is what lets transactions overlap.
@@ -180,7 +181,8 @@ impl Faults {
     ///   second
     /// * `stall_ms=N`, `max_latency_ms=N`
     /// * `conflict_hold_ms=N`: the conflict model on, each transaction
-    ///   holding its items N ms past its answer (0: only while in flight)
+    ///   holding its items N ms longer than the emulator took, its answer
+    ///   held back as long (0: only while in flight)
     /// * `unreadable=KEY`: the items whose partition key value is KEY cannot
     ///   be read ([`Faults::unreadable`]); repeat it for more keys
     /// * `kinesis_throttle=P`, `kinesis_lost=P`, `kinesis_partial=P`, or

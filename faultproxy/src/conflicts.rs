@@ -36,13 +36,17 @@
 //! for that.
 //!
 //! A transaction holds its items from when the proxy decides to forward it
-//! until its answer comes back plus the hold (`conflict_hold_ms`): the
-//! emulator answers in well under a millisecond, so without the hold no
-//! two transactions would overlap. A hold is a deadline, pruned when the
-//! next request looks, under the state's one lock; nothing waits on it.
-//! The forwarding sets the deadline when the answer is back, or when the
-//! request is abandoned first (a drop guard), so no hold outlives its
-//! request.
+//! until its answer reaches the caller, and the proxy holds that answer
+//! back for the hold (`conflict_hold_ms`): the emulator answers in well
+//! under a millisecond, so without the hold no two transactions would
+//! overlap. The hold is spent before the answer, as DynamoDB spends a
+//! transaction's time: a caller's next transaction, sent once it has the
+//! answer, never meets its own last one (a hold past the answer made every
+//! aggregator's consecutive chunks, which move one checkpoint item,
+//! conflict with themselves). A hold ends when the answer goes out, or when
+//! the request is abandoned first (a drop guard), so no hold outlives its
+//! request; it is pruned when the next request looks, under the state's one
+//! lock.
 
 use crate::protocol::{self, Touch};
 use crate::schema::KeySchemas;
@@ -84,8 +88,6 @@ impl ModeledConflicts {
 /// One transaction's hold on its items.
 struct Hold {
     token: Option<String>,
-    /// How long the items stay held after the answer.
-    extra: Duration,
     /// `None` while the transaction is in flight; then the end of the hold.
     until: Option<Instant>,
 }
@@ -174,13 +176,7 @@ impl Holds {
     /// Holds the items a `TransactWriteItems` about to be forwarded
     /// touches, until [`Holds::release`] plus `extra`. Returns the hold's
     /// id.
-    pub(crate) fn hold(
-        &mut self,
-        body: &Value,
-        touches: &[Touch],
-        schemas: &KeySchemas,
-        extra: Duration,
-    ) -> u64 {
+    pub(crate) fn hold(&mut self, body: &Value, touches: &[Touch], schemas: &KeySchemas) -> u64 {
         self.next += 1;
         let id = self.next;
         for t in touches {
@@ -190,7 +186,6 @@ impl Holds {
             id,
             Hold {
                 token: protocol::client_token(body).map(str::to_owned),
-                extra,
                 until: None,
             },
         );
@@ -199,11 +194,11 @@ impl Holds {
         id
     }
 
-    /// The transaction of hold `id` has its answer (or was abandoned) at
-    /// `now`: its items stay held for its extra time, then are free.
+    /// The transaction of hold `id` has given its answer (or was
+    /// abandoned) at `now`: its items are free.
     pub(crate) fn release(&mut self, id: u64, now: Instant) {
         if let Some(h) = self.holds.get_mut(&id) {
-            h.until = Some(now + h.extra);
+            h.until = Some(now);
         }
     }
 }
@@ -234,7 +229,7 @@ mod tests {
     /// Lets a `TransactWriteItems` through and holds its items: its id.
     fn hold(h: &mut Holds, body: &Value) -> u64 {
         let touches = protocol::touches("TransactWriteItems", body);
-        h.hold(body, &touches, &schemas(), Duration::from_millis(50))
+        h.hold(body, &touches, &schemas())
     }
 
     /// `op` with `body` against `h`: `None` if let through (and then, for a
@@ -300,15 +295,16 @@ mod tests {
     }
 
     #[test]
-    fn an_item_is_free_once_the_hold_after_the_answer_ends() {
+    fn an_item_is_free_once_the_answer_is_out() {
         let mut h = Holds::default();
         let t0 = Instant::now();
         let id = hold(&mut h, &tx(&["a"], "t1"));
-        let answered = t0 + Duration::from_millis(5);
-        h.release(id, answered);
-        let during = answered + Duration::from_millis(49);
+        let during = t0 + Duration::from_millis(49);
         assert!(send(&mut h, "TransactWriteItems", &tx(&["a"], "t2"), during).is_some());
-        let after = answered + Duration::from_millis(51);
+        let answered = t0 + Duration::from_millis(50);
+        h.release(id, answered);
+        // The caller's next transaction, sent on the answer, goes through.
+        let after = answered + Duration::from_micros(1);
         assert!(send(&mut h, "TransactWriteItems", &tx(&["a"], "t3"), after).is_none());
         assert!(
             h.holds.len() == 1 && h.items.len() == 1,

@@ -248,10 +248,16 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Dr
 
     let plan = shared.plan(&op, &parsed, &touches);
     // Made before any await, so an abandoned request releases its hold too.
-    let held = plan.held.map(|id| Held {
-        shared: shared.clone(),
-        id,
-    });
+    let (held, hold) = match plan.held {
+        Some((id, hold)) => (
+            Some(Held {
+                shared: shared.clone(),
+                id,
+            }),
+            hold,
+        ),
+        None => (None, Duration::ZERO),
+    };
     if !plan.delay.is_zero() {
         tokio::time::sleep(plan.delay).await;
     }
@@ -267,8 +273,12 @@ async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Answer, Dr
         } => (body.clone(), unprocessed),
     };
     let upstream = shared.forward(&headers, forward_body).await;
-    // The transaction is over at DynamoDB once its answer is back, even if
-    // the schedule then loses that answer.
+    // The conflict model's transaction takes its hold before its answer
+    // (see conflicts.rs), and is over once the answer goes out, even if the
+    // schedule then loses that answer.
+    if !hold.is_zero() {
+        tokio::time::sleep(hold).await;
+    }
     drop(held);
     let (status, up_headers, up_body) = match upstream {
         Ok(r) => r,
@@ -443,7 +453,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_transaction_holds_its_items_until_its_answer_and_the_hold() {
+    async fn a_transaction_holds_its_items_until_its_held_back_answer_goes_out() {
         let (upstream, seen) = emulator(Duration::from_millis(300)).await;
         let faults = Faults::parse("conflict_hold_ms=500").unwrap();
         let proxy = Arc::new(
@@ -471,11 +481,14 @@ mod tests {
                 .ends_with("#TransactionConflictException")
         );
         assert_eq!(send(&proxy, "GetItem", single).await.0, 200);
-        assert_eq!(first.await.unwrap().0, 200);
-        // Answered, then held for the hold, then free.
+        // Answered by the emulator (300 ms), its answer held back for the
+        // hold: the items are still held.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!first.is_finished(), "the answer is held back");
         let (status, _) = send(&proxy, "TransactWriteItems", tx(&["a"])).await;
-        assert_eq!(status, 400, "held after the answer");
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(status, 400, "held until the answer goes out");
+        assert_eq!(first.await.unwrap().0, 200);
+        // The caller's next transaction, sent on the answer, is free.
         assert_eq!(send(&proxy, "TransactWriteItems", tx(&["a"])).await.0, 200);
         assert_eq!(
             seen.load(Ordering::SeqCst),

@@ -24,8 +24,9 @@ pub(crate) struct Planned {
     pub plan: Plan,
     /// Whether (and how) to lose the answer after forwarding.
     pub lost: Option<Lost>,
-    /// The conflict model's hold on a transaction to forward (`Held`).
-    pub held: Option<u64>,
+    /// The conflict model's hold on a transaction to forward (`Held`),
+    /// and how long its answer is held back.
+    pub held: Option<(u64, Duration)>,
 }
 
 pub(crate) enum Plan {
@@ -454,7 +455,7 @@ impl Shared {
         // Past every refusal: a transaction to forward holds its items.
         let held = (g.faults.conflict_hold)
             .filter(|_| op == "TransactWriteItems")
-            .map(|extra| g.holds.hold(body, touches, &g.schemas, extra));
+            .map(|hold| (g.holds.hold(body, touches, &g.schemas), hold));
         let (body, unprocessed) = if unread.is_empty() {
             (None, None)
         } else {

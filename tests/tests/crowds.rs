@@ -11,7 +11,7 @@ use common::TestStack;
 use std::time::Duration;
 
 /// Transactional mode behind the conflict model: every transaction holds
-/// its items 20 ms after its answer, so concurrent likes of one reel meet
+/// its items 20 ms before its answer, so concurrent likes of one reel meet
 /// on its shard, and one user's concurrent toggles on their own row.
 const ENV: &[(&str, &str)] = &[
     ("COUNTING", "transactional"),

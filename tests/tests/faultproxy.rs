@@ -293,7 +293,8 @@ async fn the_capacity_model_throttles_one_hot_key_at_its_cap() {
 async fn the_conflict_model_cancels_a_transaction_on_a_held_item() {
     // dynoxide answers in well under a millisecond: the hold is what makes
     // the next requests overlap the first transaction.
-    let hold = Duration::from_millis(1500);
+    // Under the test client's attempt timeout (400 ms), as the answer waits.
+    let hold = Duration::from_millis(300);
     let r = rig(&format!("seed=8,conflict_hold_ms={}", hold.as_millis())).await;
     let first = || {
         r.client
@@ -301,64 +302,70 @@ async fn the_conflict_model_cancels_a_transaction_on_a_held_item() {
             .transact_items(add_one(&r.table, "held"))
             .client_request_token("first")
     };
-    first().send().await.expect("the first transaction commits");
-    let answered = std::time::Instant::now();
-
-    // Another transaction on the held item: cancelled at that item only.
-    let e = r
-        .client
-        .transact_write_items()
-        .transact_items(add_one(&r.table, "free"))
-        .transact_items(add_one(&r.table, "held"))
-        .send()
-        .await
-        .expect_err("conflict");
-    let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error()
-    else {
-        panic!("{e:?}")
-    };
-    let codes: Vec<_> = c.cancellation_reasons().iter().map(|r| r.code()).collect();
-    assert_eq!(codes, [Some("None"), Some("TransactionConflict")]);
-    // A single write to it: TransactionConflictException.
-    let e = r
-        .client
-        .update_item()
-        .table_name(&r.table)
-        .key("pk", AttributeValue::S("held".into()))
-        .update_expression("ADD n :one")
-        .expression_attribute_values(":one", AttributeValue::N("1".into()))
-        .send()
-        .await
-        .expect_err("conflict");
-    assert!(
-        matches!(
-            e.as_service_error(),
-            Some(UpdateItemError::TransactionConflictException(_))
-        ),
-        "{e:?}"
-    );
-    // A read of it goes through.
-    let got = r
-        .client
-        .get_item()
-        .table_name(&r.table)
-        .key("pk", AttributeValue::S("held".into()))
-        .send()
-        .await
-        .expect("a GetItem does not conflict");
-    assert!(got.item.is_some());
-    // The first transaction's retry while it holds: still in progress.
-    let e = first().send().await.expect_err("in progress");
-    assert!(
-        matches!(
-            e.as_service_error(),
-            Some(TransactWriteItemsError::TransactionInProgressException(_))
-        ),
-        "{e:?}"
-    );
-    assert!(answered.elapsed() < hold, "the checks ran inside the hold");
-    // After the hold the retry reaches the emulator, which replays it.
-    tokio::time::sleep(hold.saturating_sub(answered.elapsed()) + Duration::from_millis(100)).await;
+    // The first transaction reaches the emulator at once; its answer is
+    // held back for the hold, and its item held until the answer goes out.
+    let started = std::time::Instant::now();
+    let (answer, ()) = tokio::join!(first().send(), async {
+        while n_of(&r, "held").await != 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Another transaction on the held item: cancelled at that item only.
+        let e = r
+            .client
+            .transact_write_items()
+            .transact_items(add_one(&r.table, "free"))
+            .transact_items(add_one(&r.table, "held"))
+            .send()
+            .await
+            .expect_err("conflict");
+        let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error()
+        else {
+            panic!("{e:?}")
+        };
+        let codes: Vec<_> = c.cancellation_reasons().iter().map(|r| r.code()).collect();
+        assert_eq!(codes, [Some("None"), Some("TransactionConflict")]);
+        // A single write to it: TransactionConflictException.
+        let e = r
+            .client
+            .update_item()
+            .table_name(&r.table)
+            .key("pk", AttributeValue::S("held".into()))
+            .update_expression("ADD n :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .send()
+            .await
+            .expect_err("conflict");
+        assert!(
+            matches!(
+                e.as_service_error(),
+                Some(UpdateItemError::TransactionConflictException(_))
+            ),
+            "{e:?}"
+        );
+        // A read of it goes through.
+        let got = r
+            .client
+            .get_item()
+            .table_name(&r.table)
+            .key("pk", AttributeValue::S("held".into()))
+            .send()
+            .await
+            .expect("a GetItem does not conflict");
+        assert!(got.item.is_some());
+        // The first transaction's retry while it holds: still in progress.
+        let e = first().send().await.expect_err("in progress");
+        assert!(
+            matches!(
+                e.as_service_error(),
+                Some(TransactWriteItemsError::TransactionInProgressException(_))
+            ),
+            "{e:?}"
+        );
+        assert!(started.elapsed() < hold, "the checks ran inside the hold");
+    });
+    answer.expect("the first transaction commits");
+    assert!(started.elapsed() >= hold, "its answer was held back");
+    // Its retry once answered reaches the emulator, which replays it.
     first().send().await.expect("replayed");
     assert_eq!(n_of(&r, "held").await, 1, "applied once");
     assert_eq!(

@@ -192,7 +192,7 @@ fn scale_table(variants: &[(Variant, &[RunResult])]) -> String {
         ),
     ];
     let mut out = format!(
-        "\nStream mode at scale: {STREAM_SHARDS} stream shards, the conflict model on (a transaction holds its items {CONFLICT_HOLD_MS} ms past its answer), the viral reel grown {SCALE_FROM} → {SCALE_TO} shards halfway through the load (completed by the scheduled resharder; waited for after the load if need be). `stream-scale` is issue 21's setting, the viral reel alone; `stream-scale-mixed` adds the background reels' likes.\n\n"
+        "\nStream mode at scale: {STREAM_SHARDS} stream shards, the conflict model on (a transaction holds its items {CONFLICT_HOLD_MS} ms before its answer goes out), the viral reel grown {SCALE_FROM} → {SCALE_TO} shards halfway through the load (completed by the scheduled resharder; waited for after the load if need be). `stream-scale` is issue 21's setting, the viral reel alone; `stream-scale-mixed` adds the background reels' likes.\n\n"
     );
     let columns: Vec<(&str, &[RunResult])> =
         variants.iter().map(|(v, rs)| (v.as_str(), *rs)).collect();
