@@ -53,7 +53,7 @@ use crate::schema::KeySchemas;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What the conflict model did, as `GET /__proxy/stats` reports it.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -207,6 +207,7 @@ impl Holds {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::time::Duration;
 
     fn update(pk: &str) -> Value {
         json!({"Update": {"TableName": "T", "Key": {"pk": {"S": pk}}, "UpdateExpression": "ADD n :one"}})

@@ -9,7 +9,8 @@
 //! year). Its stack's environment is `variant::platform_env`.
 //!
 //! A run, step by step: start the stack (the viral reel at its default
-//! shard count: stream mode counts in writer items); seed the probe reels and drain; read each probe reel (cold, warm, viral;
+//! shard count: stream mode counts in writer items); seed the probe reels
+//! from [`SEED_USERS`] users each and drain; read each probe reel (cold, warm, viral;
 //! likes and views apart) uncached, alone, counted by the proxy (the
 //! start); reset the proxy and drive the traffic (`traffic.rs`) with the
 //! splits and merges on their clock; send the refused requests again;
@@ -179,23 +180,67 @@ fn report_refusals(stats: &faultproxy::Stats) {
     }
 }
 
-/// Units of `loads` on `tables` (`table/…` partitions), the partitions
-/// naming `skip` left out: (write, read).
-pub(super) fn units_on(loads: &[faultproxy::KeyLoad], tables: &[&str], skip: &str) -> (f64, f64) {
+/// Units over a run, the likes' apart from the views'.
+#[derive(Debug, PartialEq)]
+pub(super) struct Units {
+    pub like_wu: f64,
+    pub like_ru: f64,
+    pub view_wu: f64,
+    pub view_ru: f64,
+}
+
+impl Units {
+    /// Splits `loads` (`table/…` partitions): the likes' are the
+    /// `counters` tables' and the likes' writer items (partitions of
+    /// `views_table` starting with `writers`, the writer partition key's
+    /// prefix); the views' are the rest of `views_table`'s. Writes all in;
+    /// the likes' reads without the freshness reel's partitions, which the
+    /// bench's polls read.
+    pub(super) fn split(
+        loads: &[faultproxy::KeyLoad],
+        counters: &[&str],
+        views_table: &str,
+        writers: &str,
+    ) -> Units {
+        let writers = format!("{views_table}/{writers}");
+        let likes_side = |l: &faultproxy::KeyLoad| {
+            l.partition.starts_with(&writers)
+                || counters
+                    .iter()
+                    .any(|t| l.partition.starts_with(&format!("{t}/")))
+        };
+        let views_side = |l: &faultproxy::KeyLoad| {
+            l.partition.starts_with(&format!("{views_table}/"))
+                && !l.partition.starts_with(&writers)
+        };
+        let (like_wu, _) = units_where(loads, likes_side, NOTHING);
+        let (_, like_ru) = units_where(loads, likes_side, FRESH);
+        let (view_wu, view_ru) = units_where(loads, views_side, NOTHING);
+        Units {
+            like_wu,
+            like_ru,
+            view_wu,
+            view_ru,
+        }
+    }
+}
+
+/// Units of the `loads` that `on` takes, the partitions naming `skip` left
+/// out: (write, read).
+fn units_where(
+    loads: &[faultproxy::KeyLoad],
+    on: impl Fn(&faultproxy::KeyLoad) -> bool,
+    skip: &str,
+) -> (f64, f64) {
     loads
         .iter()
-        .filter(|l| {
-            tables
-                .iter()
-                .any(|t| l.partition.starts_with(&format!("{t}/")))
-        })
+        .filter(|l| on(l))
         .filter(|l| !l.partition.contains(skip))
         .fold((0.0, 0.0), |(w, r), l| {
             (w + l.write_units, r + l.read_units)
         })
 }
 
-/// Runs the variant once (`run` names its users and keys).
 pub(super) async fn run_platform(opts: &BenchOptions, run: u32) -> Result<PlatformResult> {
     let mut so = StackOptions::isolated(opts.template.clone());
     so.views = true;
@@ -245,38 +290,62 @@ async fn probes(proxy: &faultproxy::Proxy, client: &Client) -> Result<Probes> {
     })
 }
 
-/// The probe reels' first likes and views (each reel's items exist when
-/// the start is read), and kinesis-mock's slow first puts out of the way;
-/// the views, as sent, for the truth.
+/// Users who like and view each probe reel before the start is read: as
+/// many as make every open stream shard and Kinesis shard carry it (64
+/// partition keys miss one of 8 Kinesis shards with odds of 2 in 10,000),
+/// so that the start is a reel every live writer carries, and the end
+/// differs from it by age alone, not by spread.
+pub(super) const SEED_USERS: usize = 64;
+
+/// The probe reels' first likes and views (each reel's items exist on
+/// every live writer when the start is read, see [`SEED_USERS`]), and
+/// kinesis-mock's slow first puts out of the way; the views, as sent, for
+/// the truth.
 async fn seed(client: &Client, prefix: &str) -> Result<Vec<traffic::ViewRequest>> {
-    let mut sent = Vec::new();
     let reels = [
         COLD.to_owned(),
         Reel::Rank(WARM_RANK).id(),
         Reel::Viral.id(),
         FRESH.to_owned(),
     ];
-    for (i, r) in reels.iter().enumerate() {
-        let (user, key) = (format!("{prefix}s{i}"), format!("{prefix}seed{i}"));
-        let mut ok = false;
-        for _ in 0..50 {
-            ok = client.like(r, &user).await && client.views(&user, &key, &[(r.clone(), 1)]).await;
-            if ok {
-                break;
+    let pairs: Vec<(String, String, String)> = reels
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            (0..SEED_USERS).map(move |u| {
+                (
+                    r.clone(),
+                    format!("{prefix}s{i}u{u}"),
+                    format!("{prefix}seed{i}u{u}"),
+                )
+            })
+        })
+        .collect();
+    let mut sent = Vec::with_capacity(pairs.len());
+    for chunk in pairs.chunks(32) {
+        let done = futures::future::join_all(chunk.iter().map(|(r, user, key)| async move {
+            for _ in 0..50 {
+                if client.like(r, user).await && client.views(user, key, &[(r.clone(), 1)]).await {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            false
+        }))
+        .await;
+        for ((r, user, key), ok) in chunk.iter().zip(done) {
+            if !ok {
+                return Err(anyhow!(
+                    "platform: the seed like and view of {r} by {user} were refused"
+                ));
+            }
+            sent.push(traffic::ViewRequest {
+                user: user.clone(),
+                key: key.clone(),
+                entries: vec![(r.clone(), 1)],
+                ok,
+            });
         }
-        if !ok {
-            return Err(anyhow!(
-                "platform: the seed like and view of {r} were refused"
-            ));
-        }
-        sent.push(traffic::ViewRequest {
-            user,
-            key,
-            entries: vec![(r.clone(), 1)],
-            ok,
-        });
     }
     Ok(sent)
 }
@@ -358,11 +427,20 @@ async fn measure(
         stack.config.counters_table.as_str(),
         stack.config.likes_table.as_str(),
     ];
-    // Writes all in, the freshness reel's included; reads without the
-    // partitions of the freshness reel, which the bench's polls read.
-    let (like_wu, _) = units_on(&loads, &counters, NOTHING);
-    let (_, like_ru) = units_on(&loads, &counters, FRESH);
-    let (view_wu, view_ru) = units_on(&loads, &[views_table], NOTHING);
+    // The writer partitions' prefix, from the one key format (`l#{reel}`).
+    let probe = likes::keys::ReelId::parse("r").map_err(|e| anyhow!("{e:?}"))?;
+    let writer_pk = likes::keys::likes_writers_key(&probe);
+    let Units {
+        like_wu,
+        like_ru,
+        view_wu,
+        view_ru,
+    } = Units::split(
+        &loads,
+        &counters,
+        views_table,
+        writer_pk.trim_end_matches('r'),
+    );
     let per = |u: f64, n: u64| u / n.max(1) as f64;
     let seen_shards = source.stats.shards.lock().map(|s| s.len()).unwrap_or(0);
     let (freshness_p50_ms, freshness_p99_ms) = freshness(&sent.fresh, &sent.sums);
@@ -397,5 +475,5 @@ async fn measure(
     })
 }
 
-/// A [`units_on`] `skip` no partition key contains.
+/// A [`units_where`] `skip` no partition key contains.
 const NOTHING: &str = "\u{0}";

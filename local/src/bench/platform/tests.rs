@@ -208,7 +208,18 @@ fn refusals_count_conflicts_and_throttles_of_transactions_only() {
         load("Counters/reel#freshprobe#settings", 0.0, 5.0),
         load("Likes/u1", 1.0, 0.0),
         load("Views/v#z1", 4.0, 2.0),
+        load("Views/l#z1", 2.0, 1.0),
+        load("Views/l#freshprobe", 1.0, 7.0),
     ];
-    assert_eq!(units_on(&loads, &["Counters", "Likes"], FRESH), (3.0, 1.0));
-    assert_eq!(units_on(&loads, &["Views"], NOTHING), (4.0, 2.0));
+    // The likes' writer items (`l#`) count for the likes, not the views;
+    // the freshness reel's reads are left out, its writes are not.
+    assert_eq!(
+        Units::split(&loads, &["Counters", "Likes"], "Views", "l#"),
+        Units {
+            like_wu: 6.0,
+            like_ru: 2.0,
+            view_wu: 4.0,
+            view_ru: 2.0,
+        }
+    );
 }
