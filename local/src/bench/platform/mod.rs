@@ -297,6 +297,13 @@ async fn probes(proxy: &faultproxy::Proxy, client: &Client) -> Result<Probes> {
 /// differs from it by age alone, not by spread.
 pub(super) const SEED_USERS: usize = 64;
 
+/// Viewers who view the viral reel before the start is read, besides
+/// [`SEED_USERS`]: enough that each live writer's unique-viewers sketch
+/// of it is at its full (dense) size, as a viral reel's are, so that the
+/// start differs from the end by age, not by the sketches filling up
+/// (2,088 bytes each, dense, at `lg_k` 12: shared/src/views/sketch.rs).
+pub(super) const VIRAL_SEED_VIEWERS: usize = 8_192;
+
 /// The probe reels' first likes and views (each reel's items exist on
 /// every live writer when the start is read, see [`SEED_USERS`]), and
 /// kinesis-mock's slow first puts out of the way; the views, as sent, for
@@ -321,7 +328,36 @@ async fn seed(client: &Client, prefix: &str) -> Result<Vec<traffic::ViewRequest>
             })
         })
         .collect();
-    let mut sent = Vec::with_capacity(pairs.len());
+    let mut sent = Vec::with_capacity(pairs.len() + VIRAL_SEED_VIEWERS);
+    let viral = Reel::Viral.id();
+    let viewers: Vec<(String, String)> = (0..VIRAL_SEED_VIEWERS)
+        .map(|u| (format!("{prefix}sv{u}"), format!("{prefix}seedv{u}")))
+        .collect();
+    for chunk in viewers.chunks(64) {
+        let done = futures::future::join_all(chunk.iter().map(|(user, key)| async {
+            for _ in 0..50 {
+                if client.views(user, key, &[(viral.clone(), 1)]).await {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            false
+        }))
+        .await;
+        for ((user, key), ok) in chunk.iter().zip(done) {
+            if !ok {
+                return Err(anyhow!(
+                    "platform: the seed view of {viral} by {user} was refused"
+                ));
+            }
+            sent.push(traffic::ViewRequest {
+                user: user.clone(),
+                key: key.clone(),
+                entries: vec![(viral.clone(), 1)],
+                ok,
+            });
+        }
+    }
     for chunk in pairs.chunks(32) {
         let done = futures::future::join_all(chunk.iter().map(|(r, user, key)| async move {
             for _ in 0..50 {
