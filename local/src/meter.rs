@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tracing::Instrument;
 use tracing_subscriber::Layer;
-use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::filter::dynamic_filter_fn;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// What one function's invocations cost since the last [`reset`].
@@ -147,7 +147,10 @@ where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
     LAYER.store(true, Ordering::Relaxed);
-    likes::logging::json_layer(Counter).with_filter(filter_fn(|meta| {
+    // A dynamic filter, asked at every line: a `filter_fn` is taken as
+    // cacheable per callsite, so a line first met with the meter off (the
+    // bench's other variants run first) was never counted again.
+    likes::logging::json_layer(Counter).with_filter(dynamic_filter_fn(|meta, _| {
         ENABLED.load(Ordering::Relaxed)
             && INVOCATION.try_with(|_| ()).is_ok()
             && rank(meta.level()) <= LEVEL.load(Ordering::Relaxed)
@@ -216,6 +219,44 @@ mod tests {
         assert_eq!(billed_ms(1.0), 1.0);
         assert_eq!(billed_ms(1.0001), 2.0);
         assert_eq!(billed_ms(0.0), 1.0);
+    }
+
+    async fn log_two_lines() {
+        tracing::info!(reel = "z", "request");
+        tracing::debug!("not at INFO");
+    }
+
+    #[test]
+    fn an_invocation_counts_the_bytes_of_its_lines_at_the_level() {
+        use tracing_subscriber::Layer;
+        use tracing_subscriber::layer::SubscriberExt;
+        // Beside likes-local's own lines, turned off as the benchmarks
+        // turn them off (RUST_LOG=off).
+        let lines = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::sink)
+            .with_filter(tracing_subscriber::EnvFilter::new("off"));
+        let subscriber = tracing_subscriber::registry().with(lines).with(layer());
+        tracing::subscriber::with_default(subscriber, || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            // The lines are met first with the meter off, as the bench's
+            // other variants meet them before the costs variant turns it
+            // on: what the meter decides then must not stick.
+            enable(false, "INFO");
+            rt.block_on(log_two_lines());
+            enable(true, "INFO");
+            rt.block_on(invoke("meter-test", 0, 0, log_two_lines()));
+            enable(false, "INFO");
+        });
+        let s = snapshot()["meter-test"];
+        assert_eq!(s.invocations, 1);
+        // One JSON line: the message, its field, the level and the span.
+        assert!(
+            (100..400).contains(&s.log_bytes),
+            "{} bytes counted",
+            s.log_bytes
+        );
     }
 
     #[test]
