@@ -315,7 +315,9 @@ async fn seed(client: &Client, prefix: &str) -> Result<Vec<traffic::ViewRequest>
         Reel::Viral.id(),
         FRESH.to_owned(),
     ];
-    let pairs: Vec<(String, String, String)> = reels
+    // (reel, user, idempotency key, whether the user also likes it).
+    let viral = Reel::Viral.id();
+    let seeds: Vec<(String, String, String, bool)> = reels
         .iter()
         .enumerate()
         .flat_map(|(i, r)| {
@@ -324,19 +326,26 @@ async fn seed(client: &Client, prefix: &str) -> Result<Vec<traffic::ViewRequest>
                     r.clone(),
                     format!("{prefix}s{i}u{u}"),
                     format!("{prefix}seed{i}u{u}"),
+                    true,
                 )
             })
         })
+        .chain((0..VIRAL_SEED_VIEWERS).map(|u| {
+            (
+                viral.clone(),
+                format!("{prefix}sv{u}"),
+                format!("{prefix}seedv{u}"),
+                false,
+            )
+        }))
         .collect();
-    let mut sent = Vec::with_capacity(pairs.len() + VIRAL_SEED_VIEWERS);
-    let viral = Reel::Viral.id();
-    let viewers: Vec<(String, String)> = (0..VIRAL_SEED_VIEWERS)
-        .map(|u| (format!("{prefix}sv{u}"), format!("{prefix}seedv{u}")))
-        .collect();
-    for chunk in viewers.chunks(64) {
-        let done = futures::future::join_all(chunk.iter().map(|(user, key)| async {
+    let mut sent = Vec::with_capacity(seeds.len());
+    for chunk in seeds.chunks(64) {
+        let done = futures::future::join_all(chunk.iter().map(|(r, user, key, like)| async move {
             for _ in 0..50 {
-                if client.views(user, key, &[(viral.clone(), 1)]).await {
+                if (!like || client.like(r, user).await)
+                    && client.views(user, key, &[(r.clone(), 1)]).await
+                {
                     return true;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -344,35 +353,10 @@ async fn seed(client: &Client, prefix: &str) -> Result<Vec<traffic::ViewRequest>
             false
         }))
         .await;
-        for ((user, key), ok) in chunk.iter().zip(done) {
+        for ((r, user, key, _), ok) in chunk.iter().zip(done) {
             if !ok {
                 return Err(anyhow!(
-                    "platform: the seed view of {viral} by {user} was refused"
-                ));
-            }
-            sent.push(traffic::ViewRequest {
-                user: user.clone(),
-                key: key.clone(),
-                entries: vec![(viral.clone(), 1)],
-                ok,
-            });
-        }
-    }
-    for chunk in pairs.chunks(32) {
-        let done = futures::future::join_all(chunk.iter().map(|(r, user, key)| async move {
-            for _ in 0..50 {
-                if client.like(r, user).await && client.views(user, key, &[(r.clone(), 1)]).await {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            false
-        }))
-        .await;
-        for ((r, user, key), ok) in chunk.iter().zip(done) {
-            if !ok {
-                return Err(anyhow!(
-                    "platform: the seed like and view of {r} by {user} were refused"
+                    "platform: the seed like or view of {r} by {user} was refused"
                 ));
             }
             sent.push(traffic::ViewRequest {
