@@ -52,6 +52,8 @@ pub struct Config {
     /// `SETTINGS_TTL_MS` (default 5000): how long a reel's shard counts are
     /// cached. Resizing waits this long (plus a margin) between its steps.
     pub settings_ttl: Duration,
+    /// `SPREAD_REFRESH_MS` (default 60000): how often the spread registry is read.
+    pub spread_refresh: Duration,
     /// `CACHE_MAX_REELS` (default 100000): entries per cache, least recently
     /// used evicted past it (a feed of millions of reels fits in memory).
     pub cache_max_reels: u64,
@@ -73,13 +75,9 @@ pub struct Config {
     pub ddb_operation_timeout: Duration,
     /// `DDB_MAX_ATTEMPTS` (default 3): the SDK's attempts per call, 1st included.
     pub ddb_max_attempts: u32,
-    /// `DDB_RETRY_QUOTA` (default 500, the SDK's own): the SDK's retry quota,
-    /// a token bucket per client (so per function instance) that every
-    /// retry of a DynamoDB call draws from (5 tokens after a throttle, 14
-    /// after a timeout or a 5xx) and every success refills a little. Empty,
-    /// the SDK stops retrying and a failing call fails at once: under a long
-    /// outage requests fail fast instead of each spending its budget on
-    /// retries. 0: no quota (retry up to `DDB_MAX_ATTEMPTS` always).
+    /// `DDB_RETRY_QUOTA` (default 500, the SDK's own): the SDK's retry quota
+    /// per client (so per instance; docs/reference.md): empty, a failing
+    /// call fails at once, so a long outage fails fast. 0: no quota.
     pub ddb_retry_quota: u32,
     /// `DDB_RETRY_QUOTA_REFILL_PER_SEC` (default 0, the SDK's own: only
     /// successes refill): tokens the quota regains each second besides.
@@ -527,6 +525,7 @@ impl Config {
                 .filter(|v| !v.is_empty()),
             cache_ttl: ms("CACHE_TTL_MS", 2_000, 0, 3_600_000)?,
             settings_ttl: ms("SETTINGS_TTL_MS", 5_000, 0, 3_600_000)?,
+            spread_refresh: ms("SPREAD_REFRESH_MS", 60_000, 0, 3_600_000)?,
             cache_max_reels: num("CACHE_MAX_REELS", 100_000, 1, 100_000_000)?,
             tx_max_attempts: num("TX_MAX_ATTEMPTS", 6, 1, 50)? as u32,
             retry_base,

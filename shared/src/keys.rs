@@ -356,6 +356,64 @@ pub fn likes_writers_key(reel: &ReelId) -> String {
     format!("l#{}", reel.as_str())
 }
 
+/// The partition key of part `part` of a reel's writer items: part 0 is
+/// [`likes_writers_key`], part `p > 0` is `l#{reel}#{p}`. A reel written
+/// faster than one partition key takes is spread over
+/// [`LIKES_WRITER_PARTS_ATTR`] parts (see `store/dynamodb/spread.rs`).
+pub fn likes_writers_part_key(reel: &ReelId, part: u32) -> String {
+    if part == 0 {
+        likes_writers_key(reel)
+    } else {
+        format!("l#{}#{part}", reel.as_str())
+    }
+}
+
+/// The reel and part of a writer partition key ([`likes_writers_part_key`]).
+/// Reel ids hold no `#`, so the split is unambiguous.
+pub fn parse_likes_writers_key(pk: &str) -> Option<(ReelId, u32)> {
+    let rest = pk.strip_prefix("l#")?;
+    let (reel, part) = match rest.split_once('#') {
+        None => (rest, 0),
+        Some((reel, p)) => {
+            if p.is_empty() || p.starts_with('0') || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            (reel, p.parse().ok().filter(|p| *p < MAX_WRITER_PARTS)?)
+        }
+    };
+    Some((ReelId::parse(reel).ok()?, part))
+}
+
+/// The most parts a reel's writer items are spread over: at DynamoDB's
+/// ~1,000 write units per partition key, room for ~64,000 writer-item
+/// writes a second, some 16,000 busy stream shards.
+pub const MAX_WRITER_PARTS: u32 = 64;
+
+/// `parts` on part 0's base item: how many parts readers query (raised
+/// before any writer writes past it, never lowered).
+pub const LIKES_WRITER_PARTS_ATTR: &str = "parts";
+
+/// The partition of the spread registry: one item per reel whose writers
+/// currently spread (sort key: the reel id; `parts`, and `expires_at` for
+/// TTL). Aggregators read it whole, a few times a minute.
+pub const LIKES_SPREAD_KEY: &str = "l~spread";
+
+/// Which of `parts` parts writer `writer` ([`likes_writer`]) writes a
+/// reel's count to: FNV-1a (32 bit) of its name, modulo `parts`. Pinned,
+/// because readers never need it (they query every part) but a change
+/// would move every spread writer at once.
+pub fn likes_writer_part(writer: &str, parts: u32) -> u32 {
+    if parts <= 1 {
+        return 0;
+    }
+    let mut h: u32 = 0x811c_9dc5;
+    for b in writer.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % parts
+}
+
 /// `w#{writer}`: the like count one stream shard added to a reel; the
 /// writer is the hash of its checkpoint key ([`likes_writer`]). Only that
 /// stream shard's transactions write it, so no two stream shards' writes

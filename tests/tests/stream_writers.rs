@@ -17,7 +17,11 @@
 //! * folds racing each other and the stream shards' own chunks: every like
 //!   counted once;
 //! * a reel counted only in writer items, its rows all gone, is met by
-//!   reconciliation's scan and corrected.
+//!   reconciliation's scan and corrected;
+//! * a reel whose writer items are written faster than `HOT_LIKES_PER_SEC`
+//!   a second is spread over several partition keys: the base names them
+//!   first, the stream shards then write there, and every read sums them
+//!   all, exactly, across a redelivery and a fold.
 
 mod common;
 
@@ -257,5 +261,134 @@ async fn reconciliation_meets_a_reel_counted_only_in_writer_items() {
         .collect();
     assert_eq!(corrected, ["ghost"], "{summary}");
     assert_eq!(t.http_count("ghost").await, 0);
+    t.stop().await;
+}
+
+/// The writer items in part `part` of `reel`'s writer partitions:
+/// (sort key, `n`), and part 0's base's `parts`.
+async fn part_items(t: &TestStack, reel: &str, part: u32) -> (Vec<(String, i64)>, Option<i64>) {
+    let table = t
+        .stack
+        .config
+        .writers_table
+        .as_deref()
+        .expect("stream mode");
+    let reel = likes::keys::ReelId::parse(reel).unwrap();
+    let out = t
+        .stack
+        .client
+        .query()
+        .table_name(table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(
+            ":pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(likes::keys::likes_writers_part_key(
+                &reel, part,
+            )),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("query a writer part");
+    let int = |i: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+               name: &str| {
+        i.get(name)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<i64>().ok())
+    };
+    let mut parts = None;
+    let items = out
+        .items()
+        .iter()
+        .map(|i| {
+            if let Some(p) = int(i, likes::keys::LIKES_WRITER_PARTS_ATTR) {
+                parts = Some(p);
+            }
+            let sk = i
+                .get("sk")
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default();
+            (sk, int(i, "n").unwrap_or(0))
+        })
+        .collect();
+    (items, parts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reel_written_faster_than_a_key_takes_is_spread_and_read_whole() {
+    let t = TestStack::start(&[
+        ("COUNTING", "stream"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+        ("AUTO_RESHARD", "off"),
+        ("RECONCILE_STREAM_SETTLE_SECS", "1"),
+        ("CACHE_TTL_MS", "0"),
+        ("STREAM_VISIBLE_MS", "0"),
+        // Two writer-item writes a second per key is "hot" here, and every
+        // plan reads the spread registry afresh.
+        ("HOT_LIKES_PER_SEC", "2"),
+        ("COOL_LIKES_PER_SEC", "1"),
+        ("SPREAD_REFRESH_MS", "0"),
+    ])
+    .await;
+    t.stack.streams[0].pause(true);
+    let mut next = 0u64;
+    let mut wave = |tag: &str| -> Vec<Value> {
+        (0..16u64)
+            .map(|s| {
+                next += 1;
+                batch(
+                    &format!("shard-{s:02}"),
+                    "hot",
+                    &[(next, format!("{tag}-{s}"))],
+                )
+            })
+            .collect()
+    };
+    // Sixteen stream shards write the reel; a read samples its writes.
+    for b in wave("a") {
+        deliver(&t, &b).await;
+    }
+    assert_eq!(t.http_count("hot").await, 16);
+    assert_eq!(part_items(&t, "hot", 0).await.1, None, "one part so far");
+    // Sixteen more writes a second or so later: ~14 a second, at 2 a
+    // second per key, asks for 8 parts.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    for b in wave("b") {
+        deliver(&t, &b).await;
+    }
+    assert_eq!(t.http_count("hot").await, 32);
+    let (_, parts) = part_items(&t, "hot", 0).await;
+    assert_eq!(parts, Some(8), "the base names the parts first");
+    // The stream shards now write to the parts their names pick.
+    for b in wave("c") {
+        deliver(&t, &b).await;
+    }
+    let mut spread_items = 0;
+    for part in 1..8 {
+        spread_items += part_items(&t, "hot", part).await.0.len();
+    }
+    assert!(
+        spread_items >= 8,
+        "most of 16 writers left part 0: {spread_items}"
+    );
+    assert_eq!(t.http_count("hot").await, 48);
+    // A batch applied before, delivered again: its checkpoint skips it,
+    // wherever its writer item now lives.
+    deliver(&t, &batch("shard-05", "hot", &[(38, "c-5".into())])).await;
+    assert_eq!(t.http_count("hot").await, 48);
+    // Quiet, each part folds into its own base, and the sum holds.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    assert_eq!(t.http_count("hot").await, 48);
+    let mut writers_left = 0;
+    for part in 0..8 {
+        let (items, _) = part_items(&t, "hot", part).await;
+        writers_left += items.iter().filter(|(sk, _)| sk.starts_with("w#")).count();
+    }
+    assert!(
+        writers_left < 32,
+        "folded part by part: {writers_left} writer items left"
+    );
+    assert_eq!(t.http_count("hot").await, 48);
     t.stop().await;
 }

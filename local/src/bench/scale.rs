@@ -193,9 +193,12 @@ pub(super) fn viral_conflicted_pct(stats: &faultproxy::Stats) -> f64 {
     let mut shards: std::collections::HashSet<String> = (0..likes::keys::MAX_SHARDS)
         .map(|i| format!("\"{}\"", likes::keys::shard_key(&viral, i)))
         .collect();
-    // Stream mode: its writer items (one partition, one item per stream
-    // shard).
-    shards.insert(format!("\"{}\"", likes::keys::likes_writers_key(&viral)));
+    // Stream mode: its writer items (one item per stream shard, in each
+    // part the reel may be spread over).
+    shards.extend(
+        (0..likes::keys::MAX_WRITER_PARTS)
+            .map(|p| format!("\"{}\"", likes::keys::likes_writers_part_key(&viral, p))),
+    );
     let refused: u64 = stats
         .modeled_conflicts
         .refused_on

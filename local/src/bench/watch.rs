@@ -105,8 +105,8 @@ async fn watch_viral(
 }
 
 /// The viral reel's writer items in `writers` (stream mode), summed from
-/// one consistent query; `Some(0)` without a table. `None` if the read
-/// failed or was cut short.
+/// one consistent query of each part its base names; `Some(0)` without a
+/// table. `None` if a read failed or was cut short.
 async fn writer_sum(
     client: &aws_sdk_dynamodb::Client,
     writers: Option<&str>,
@@ -115,27 +115,40 @@ async fn writer_sum(
     let Some(table) = writers else {
         return Some(0);
     };
-    let out = client
-        .query()
-        .table_name(table)
-        .key_condition_expression("pk = :pk")
-        .expression_attribute_values(
-            ":pk",
-            AttributeValue::S(likes::keys::likes_writers_key(viral)),
-        )
-        .consistent_read(true)
-        .send()
-        .await
-        .ok()?;
-    if out.last_evaluated_key().is_some_and(|k| !k.is_empty()) {
-        return None;
+    let (mut sum, mut parts, mut part) = (0, 1, 0);
+    while part < parts {
+        let out = client
+            .query()
+            .table_name(table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(
+                ":pk",
+                AttributeValue::S(likes::keys::likes_writers_part_key(viral, part)),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .ok()?;
+        if out.last_evaluated_key().is_some_and(|k| !k.is_empty()) {
+            return None;
+        }
+        let int = |i: &std::collections::HashMap<String, AttributeValue>, name: &str| {
+            i.get(name)?.as_n().ok()?.parse::<i64>().ok()
+        };
+        for item in out.items() {
+            sum += int(item, "n").unwrap_or(0);
+            if part == 0 {
+                parts = parts.max(
+                    int(item, likes::keys::LIKES_WRITER_PARTS_ATTR)
+                        .unwrap_or(1)
+                        .clamp(1, i64::from(likes::keys::MAX_WRITER_PARTS))
+                        as u32,
+                );
+            }
+        }
+        part += 1;
     }
-    Some(
-        out.items()
-            .iter()
-            .filter_map(|i| i.get("n")?.as_n().ok()?.parse::<i64>().ok())
-            .sum(),
-    )
+    Some(sum)
 }
 
 /// The sum of the viral reel's shards `0..shards`, read consistently in

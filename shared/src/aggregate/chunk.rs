@@ -5,10 +5,10 @@
 use super::CHECKPOINT_TTL;
 use super::records::{Change, SequenceNumber};
 use crate::config::RecentWindow;
-use crate::keys::ReelId;
+use crate::keys::{self, ReelId};
 use crate::store::{ChunkAdd, ChunkWrite, RecentAdd};
 use crate::token::RequestToken;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// Consecutive changes of one stream shard, applied by one transaction:
@@ -44,8 +44,9 @@ impl Chunk {
 
     /// Its transaction on the checkpoint item `key` of stream shard
     /// `shard_id`, from `checkpoint` (the value read) to its last record:
-    /// each reel's delta on the stream shard's own item of the reel; `now`
-    /// is the aggregator's clock.
+    /// each reel's delta on the stream shard's own item of the reel, in
+    /// the part of the reel's `parts` (absent: one) its writer name picks;
+    /// `now` is the aggregator's clock.
     pub fn write(
         &self,
         key: &str,
@@ -53,7 +54,9 @@ impl Chunk {
         checkpoint: Option<&SequenceNumber>,
         window: RecentWindow,
         now: Duration,
+        parts: &HashMap<ReelId, u32>,
     ) -> ChunkWrite {
+        let writer = keys::likes_writer(key);
         let now_ms = now.as_millis() as i64;
         // The oldest bucket kept; the few before it are dropped by this
         // write. A record older than that changes `n` alone: reconciliation
@@ -72,6 +75,7 @@ impl Chunk {
                 .collect();
             adds.push(ChunkAdd {
                 reel: reel.clone(),
+                part: keys::likes_writer_part(writer, parts.get(reel).copied().unwrap_or(1)),
                 delta,
                 recent,
             });
@@ -144,11 +148,16 @@ fn token(write: &ChunkWrite) -> RequestToken {
     fields.extend(prune.iter().map(|p| format!("p{p}")));
     for ChunkAdd {
         reel,
+        part,
         delta,
         recent,
     } in adds
     {
-        fields.extend([reel.as_str().to_owned(), delta.to_string()]);
+        fields.extend([
+            reel.as_str().to_owned(),
+            format!("part{part}"),
+            delta.to_string(),
+        ]);
         for RecentAdd {
             start_ms,
             delta,
@@ -159,9 +168,9 @@ fn token(write: &ChunkWrite) -> RequestToken {
         }
     }
     let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-    // v5: the deltas go to writer items (v4: shard items with the recent
-    // buckets); an older token names another body.
-    RequestToken::for_fields("aggregate/v5", &fields)
+    // v6: each writer item in its part (v5: part 0 only; v4: shard items
+    // with the recent buckets); an older token names another body.
+    RequestToken::for_fields("aggregate/v6", &fields)
 }
 
 /// Cuts `changes` (in sequence order, none at or below the checkpoint) into
@@ -318,7 +327,15 @@ mod tests {
                 .enumerate()
                 .collect();
         let out = chunks(&cs, 5, 10, 0);
-        let write = out[0].write("agg#k", "s", None, WINDOW, Duration::from_millis(100));
+        let none = HashMap::new();
+        let write = out[0].write(
+            "agg#k",
+            "s",
+            None,
+            WINDOW,
+            Duration::from_millis(100),
+            &none,
+        );
         assert_eq!(write.adds.len(), 1);
         assert_eq!(write.adds[0].delta, -1);
         assert_eq!(
@@ -338,7 +355,14 @@ mod tests {
         );
         // Written much later, the buckets are past keeping: `n` alone
         // moves, and the write drops the buckets just before those kept.
-        let late = out[0].write("agg#k", "s", None, WINDOW, Duration::from_millis(1_000));
+        let late = out[0].write(
+            "agg#k",
+            "s",
+            None,
+            WINDOW,
+            Duration::from_millis(1_000),
+            &none,
+        );
         assert!(late.adds[0].recent.is_empty());
         assert_eq!(late.adds[0].delta, -1);
         assert_eq!(late.prune, [680, 670, 660, 650]);
@@ -356,8 +380,9 @@ mod tests {
         let reel = |r: &str| ReelId::parse(r).unwrap();
         // Soon after the records: their buckets are still kept.
         let now = Duration::from_millis(100);
+        let none = HashMap::new();
         let write = |chunk: &Chunk, read: Option<&SequenceNumber>, now| {
-            chunk.write(key, "shard-1", read, WINDOW, now)
+            chunk.write(key, "shard-1", read, WINDOW, now, &none)
         };
         let base = write(chunk, read.as_ref(), now);
         // Planned again from the same state, the same transaction: an
@@ -392,6 +417,11 @@ mod tests {
                 .collect();
         }
         others.push(write(&moved, read.as_ref(), now));
+        // Reel a spread over 8 parts: writer `k` writes part 2 of them.
+        let spread = HashMap::from([(reel("a"), 8)]);
+        let to_part = chunk.write(key, "shard-1", read.as_ref(), WINDOW, now, &spread);
+        assert_eq!((to_part.adds[0].part, to_part.adds[1].part), (2, 0));
+        others.push(to_part);
         for (i, other) in others.iter().enumerate() {
             assert_ne!(*other, base, "variant {i}");
             assert_ne!(

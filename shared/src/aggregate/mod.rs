@@ -90,10 +90,11 @@ pub mod records;
 
 use crate::config::{Config, RecentWindow};
 use crate::error::Error;
-use crate::keys;
+use crate::keys::{self, ReelId};
 use crate::retry::Backoff;
 use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
 use records::{SequenceNumber, StreamEvent};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// How long a checkpoint outlives its last write: stream records are kept
@@ -227,8 +228,9 @@ impl<S: AggregateStore> Aggregator<S> {
         checkpoint: Option<&SequenceNumber>,
         chunk: &chunk::Chunk,
         now: Duration,
+        parts: &HashMap<ReelId, u32>,
     ) -> ChunkWrite {
-        chunk.write(key, shard_id, checkpoint, self.window, now)
+        chunk.write(key, shard_id, checkpoint, self.window, now, parts)
     }
 }
 
@@ -281,9 +283,11 @@ impl<S: AggregateStore> core::Planner for Planning<'_, S> {
         chunk: &chunk::Chunk,
         now: Duration,
     ) -> Result<ChunkWrite, Error> {
+        let reels: Vec<&ReelId> = chunk.reels().map(|(r, _)| r).collect();
+        let parts = self.aggregator.store.writer_parts(&reels).await;
         Ok(self
             .aggregator
-            .plan(key, self.shard_id, checkpoint, chunk, now))
+            .plan(key, self.shard_id, checkpoint, chunk, now, &parts))
     }
 
     async fn apply(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {

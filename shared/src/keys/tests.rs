@@ -143,3 +143,33 @@ fn view_sort_keys_name_their_writer_and_day() {
     assert!(a <= base && base <= b);
     assert!(views_all_sort(VIEWS_BASE_WRITER).starts_with(VIEWS_ALL_PREFIX));
 }
+
+#[test]
+fn writer_parts_round_trip_and_the_part_function_is_pinned() {
+    let reel = ReelId::parse("viral-1").unwrap();
+    assert_eq!(likes_writers_part_key(&reel, 0), "l#viral-1");
+    assert_eq!(likes_writers_part_key(&reel, 7), "l#viral-1#7");
+    for part in [0, 1, 63] {
+        let pk = likes_writers_part_key(&reel, part);
+        assert_eq!(parse_likes_writers_key(&pk), Some((reel.clone(), part)));
+    }
+    for bad in [
+        "l#viral-1#",
+        "l#viral-1#07",
+        "l#viral-1#64",
+        "l#a#b",
+        "v#viral-1",
+        "l#",
+    ] {
+        assert_eq!(parse_likes_writers_key(bad), None, "{bad}");
+    }
+    // Golden values: a change would move every spread writer at once.
+    assert_eq!(likes_writer_part("0123456789abcdef", 1), 0);
+    assert_eq!(likes_writer_part("0123456789abcdef", 64), 61);
+    assert_eq!(likes_writer_part("0123456789abcdef", 8), 5);
+    assert_eq!(likes_writer_part("", 64), 0x811c_9dc5 % 64);
+    let spread: std::collections::HashSet<u32> = (0..256)
+        .map(|i| likes_writer_part(&format!("{i:016x}"), 8))
+        .collect();
+    assert_eq!(spread.len(), 8, "256 writers reach every one of 8 parts");
+}

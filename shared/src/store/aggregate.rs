@@ -7,6 +7,7 @@ use super::{CounterStore, RetryReason};
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::token::RequestToken;
+use std::collections::HashMap;
 use std::future::Future;
 
 /// One chunk of a stream shard's records, as one transaction (stream mode,
@@ -54,6 +55,9 @@ pub struct Checkpoint {
 pub struct ChunkAdd {
     /// The reel: its writer item of this stream shard takes the change.
     pub reel: ReelId,
+    /// The part of the reel's writer items the stream shard writes to
+    /// (0 unless the reel is spread: see [`crate::keys::likes_writer_part`]).
+    pub part: u32,
     /// The net change of its count (may be 0: see `recent`).
     pub delta: i64,
     /// What its records add to the item's recent-change buckets (see
@@ -96,6 +100,11 @@ pub enum ChunkResult {
 pub trait AggregateStore: CounterStore {
     /// The checkpoint of the stream shard behind `key`.
     fn checkpoint(&self, key: &str) -> impl Future<Output = Result<Checkpoint, Error>> + Send;
+
+    /// How many parts each of `reels` is written to now (absent: one):
+    /// the spread registry as this instance last read it. Never an error:
+    /// a stale answer only leaves a writer busier.
+    fn writer_parts(&self, reels: &[&ReelId]) -> impl Future<Output = HashMap<ReelId, u32>> + Send;
 
     /// Applies `write` in one transaction (see [`ChunkWrite`]).
     fn apply_chunk(

@@ -30,6 +30,13 @@ impl AggregateStore for DynamoStore {
         }))
     }
 
+    async fn writer_parts(&self, reels: &[&keys::ReelId]) -> HashMap<keys::ReelId, u32> {
+        if self.writers_table.is_none() {
+            return HashMap::new();
+        }
+        self.spread_parts(reels).await
+    }
+
     async fn apply_chunk(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
         let mut request = self
             .client
@@ -105,7 +112,10 @@ fn writer_item(
     let mut expr = String::from("ADD #n :d, #w :one");
     let update = Update::builder()
         .table_name(table)
-        .key("pk", AttributeValue::S(keys::likes_writers_key(&add.reel)))
+        .key(
+            "pk",
+            AttributeValue::S(keys::likes_writers_part_key(&add.reel, add.part)),
+        )
         .key(
             "sk",
             AttributeValue::S(keys::likes_writer_sort(keys::likes_writer(

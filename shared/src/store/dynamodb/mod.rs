@@ -20,8 +20,11 @@
 //! * `counter`, `resize`, `reconcile`, `aggregate`: one trait impl each,
 //!   beside the trait's own file in `store` (`CounterStore`, `ResizeStore`,
 //!   `ReconcileStore`, `AggregateStore`).
-//! * `writers`: stream mode's writer items of the likes, as readers and
-//!   reconciliation read them, and the fold of quiet ones into a base.
+//! * `writers`: stream mode's writer items of the likes, one partition
+//!   of them as read, and the fold of quiet ones into its base;
+//!   `spread`: a reel's writer items over several partition keys (all of
+//!   them summed, the write rate that spreads them, the registry writers
+//!   follow).
 //! * `views`: [`DynamoViews`], the views table's store (`ViewStore`);
 //!   `compact`: its seal items and folds (`crate::views::compact`).
 //! * `error`: the one translation of SDK errors into [`Error`], and the
@@ -37,6 +40,7 @@ mod reads;
 mod reconcile;
 mod resize;
 mod sdk;
+mod spread;
 mod tls;
 mod views;
 mod writers;
@@ -81,6 +85,9 @@ pub struct DynamoStore {
     /// every clone: a second reader of the reel skips the fold, which
     /// would only meet the first's (see `writers.rs`).
     folding: writers::InFlight,
+    /// The spread registry as last read and the writer-item write-rate
+    /// samples, shared by every clone (see `spread.rs`).
+    spread: spread::Spread,
     backoff: Backoff,
     /// Shared by every clone of this store.
     stats: Arc<StoreStats>,
@@ -106,6 +113,8 @@ pub struct StoreStats {
     pub writer_items: AtomicU64,
     /// Folds of quiet writer items that committed.
     pub writer_folds: AtomicU64,
+    /// Reels this instance spread (or renewed in the spread registry).
+    pub writer_spreads: AtomicU64,
 }
 
 impl DynamoStore {
@@ -140,6 +149,7 @@ impl DynamoStore {
             fold_quiet_ms: writers::fold_quiet_ms(config),
             window: config.reconcile.recent_window(),
             folding: writers::InFlight::default(),
+            spread: spread::Spread::new(config),
             backoff: Backoff::from_config(config),
             stats: Arc::default(),
         }

@@ -95,8 +95,8 @@ impl ReconcileStore for DynamoStore {
                 ScanTable::Likes => item.string("reel_id").and_then(|r| ReelId::parse(r).ok()),
                 ScanTable::Counters if writers.is_some() => item
                     .pk()
-                    .and_then(|pk| pk.strip_prefix("l#"))
-                    .and_then(|r| ReelId::parse(r).ok()),
+                    .and_then(keys::parse_likes_writers_key)
+                    .map(|(reel, _)| reel),
                 ScanTable::Counters => {
                     let pk = item.pk();
                     if let Some((run, reel)) = pk.and_then(keys::parse_reconcile_count_key) {
@@ -191,13 +191,12 @@ impl ReconcileStore for DynamoStore {
         // Stream mode: the writer items, with their buckets (the base's
         // included: a fold carries the buckets still kept).
         if self.writers_table.is_some() {
-            let p = self.writer_partition(reel).await?;
+            let p = self.writer_partitions(reel).await?;
             sum.n = sum.n.saturating_add(p.n);
             sum.last_write_ms = sum.last_write_ms.max(p.last_write_ms);
-            let pk = keys::likes_writers_key(reel);
-            for (sk, name, attr, value) in p.buckets {
+            for (item, name, attr, value) in p.buckets {
                 recent.push(RecentBucket {
-                    item: format!("{pk}/{sk}"),
+                    item,
                     name,
                     attr,
                     value,

@@ -5,7 +5,9 @@
 //!
 //! # The partition
 //!
-//! `l#{reel}` in `WRITERS_TABLE` holds one item per stream shard that
+//! `l#{reel}` in `WRITERS_TABLE` (or one of its further parts, once the
+//! reel is spread: see `spread.rs`; each part is a partition of its own,
+//! read, summed and folded as below) holds one item per stream shard that
 //! counted the reel (`w#{writer}`: `n`, `w` writes, `seq` the last chunk
 //! applied, `updated_at`, the recent-change buckets) and the base item
 //! (`~base`: `n`, the buckets folded in, `updated_at`, the fold version
@@ -59,7 +61,7 @@ use super::error::{maintenance_tx_failure, request_build_failed, translate};
 use super::ext::{Item, ItemExt};
 use crate::config::{Config, RecentWindow};
 use crate::error::Error;
-use crate::keys::{self, ReelId};
+use crate::keys;
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, TransactWriteItem, Update};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -74,11 +76,6 @@ pub const FOLD_MIN_ITEMS: usize = 4;
 /// actions per transaction.
 pub const FOLD_MAX_ITEMS: usize = 98;
 
-/// Writer partitions one read queries at once: a `GET /counts` of 100
-/// reels is a query each, and their latency, not their units, is what
-/// more at once saves.
-const WRITER_QUERY_PARALLELISM: usize = 32;
-
 /// The longest a writer item must be quiet before it is folded.
 const FOLD_QUIET_MAX_MS: i64 = 10 * 60 * 1000;
 
@@ -90,32 +87,33 @@ pub(super) fn fold_quiet_ms(config: &Config) -> i64 {
     (config.reconcile.stream_settle.as_millis() as i64).clamp(1, FOLD_QUIET_MAX_MS)
 }
 
-/// The reels whose fold this instance has in flight.
+/// The writer partitions (by partition key) whose fold this instance has
+/// in flight.
 #[derive(Clone, Debug, Default)]
-pub(super) struct InFlight(Arc<Mutex<HashSet<ReelId>>>);
+pub(super) struct InFlight(Arc<Mutex<HashSet<String>>>);
 
 impl InFlight {
-    /// Claims `reel`'s fold for this instance: `None` if one is in flight.
-    /// The claim ends when the guard is dropped.
-    fn claim(&self, reel: &ReelId) -> Option<Claim> {
+    /// Claims the fold of partition `pk` for this instance: `None` if one
+    /// is in flight. The claim ends when the guard is dropped.
+    fn claim(&self, pk: &str) -> Option<Claim> {
         let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        set.insert(reel.clone()).then(|| Claim {
+        set.insert(pk.to_owned()).then(|| Claim {
             set: self.0.clone(),
-            reel: reel.clone(),
+            pk: pk.to_owned(),
         })
     }
 }
 
 /// A fold claimed by [`InFlight::claim`], released on drop.
 struct Claim {
-    set: Arc<Mutex<HashSet<ReelId>>>,
-    reel: ReelId,
+    set: Arc<Mutex<HashSet<String>>>,
+    pk: String,
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
         let mut set = self.set.lock().unwrap_or_else(|p| p.into_inner());
-        set.remove(&self.reel);
+        set.remove(&self.pk);
     }
 }
 
@@ -126,6 +124,8 @@ pub(super) struct Partition {
     pub n: i64,
     /// The latest `updated_at` among them.
     pub last_write_ms: i64,
+    /// The writer items' writes (`w`), summed: a reader's rate sample.
+    pub w: i64,
     /// Items read (the base included).
     pub items: usize,
     /// Writer items quiet long enough to fold: sort key, `seq`, and the
@@ -178,6 +178,9 @@ pub(super) fn sum_partition(
             continue;
         }
         p.n = p.n.saturating_add(item.counter("n")?);
+        if !is_base {
+            p.w = p.w.saturating_add(item.counter("w")?);
+        }
         let at = item.int("updated_at").unwrap_or(0);
         p.last_write_ms = p.last_write_ms.max(at);
         for (name, _) in item.iter() {
@@ -206,33 +209,10 @@ impl DynamoStore {
         })
     }
 
-    /// Stream mode: each reel's writer partition summed, its quiet items
-    /// folded by the way; transactional mode: nothing (no writer items).
-    pub(super) async fn writer_sums(
-        &self,
-        reels: &[ReelId],
-    ) -> Result<HashMap<ReelId, Partition>, Error> {
-        use futures::{StreamExt, TryStreamExt};
-        if self.writers_table.is_none() {
-            return Ok(HashMap::new());
-        }
-        futures::stream::iter(reels.iter().cloned())
-            .map(|reel| async move {
-                let p = self.writer_partition(&reel).await?;
-                if p.quiet.len() >= FOLD_MIN_ITEMS
-                    && let Some(_claim) = self.folding.claim(&reel)
-                {
-                    self.fold_writers(&reel, &p).await;
-                }
-                Ok::<_, Error>((reel, p))
-            })
-            .buffer_unordered(WRITER_QUERY_PARALLELISM)
-            .try_collect()
-            .await
-    }
-
-    /// One reel's writer partition, read consistently and summed.
-    pub(super) async fn writer_partition(&self, reel: &ReelId) -> Result<Partition, Error> {
+    /// One writer partition (`pk`, a part of a reel's writer items), read
+    /// consistently and summed; its quiet items folded by the way, unless
+    /// this instance is folding it already.
+    pub(super) async fn read_part(&self, pk: &str) -> Result<Partition, Error> {
         let table = self.writers_table()?;
         let mut items = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
@@ -242,10 +222,7 @@ impl DynamoStore {
                 .query()
                 .table_name(table)
                 .key_condition_expression("pk = :pk")
-                .expression_attribute_values(
-                    ":pk",
-                    AttributeValue::S(keys::likes_writers_key(reel)),
-                )
+                .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
                 .consistent_read(true)
                 .set_exclusive_start_key(start)
                 .send()
@@ -261,29 +238,42 @@ impl DynamoStore {
         self.stats
             .writer_items
             .fetch_add(items.len() as u64, Ordering::Relaxed);
-        sum_partition(items, crate::clock::now_ms(), self.fold_quiet_ms)
+        let p = sum_partition(items, crate::clock::now_ms(), self.fold_quiet_ms)?;
+        if p.quiet.len() >= FOLD_MIN_ITEMS
+            && let Some(_claim) = self.folding.claim(pk)
+        {
+            self.fold_writers(pk, &p).await;
+        }
+        Ok(p)
     }
 
     /// Folds `p`'s quiet items into the base (see the module notes). A
     /// fold refused, cancelled or failed changes nothing and is left to the
     /// next reader: the sum is right either way.
-    async fn fold_writers(&self, reel: &ReelId, p: &Partition) {
-        match self.try_fold(reel, p).await {
+    async fn fold_writers(&self, pk: &str, p: &Partition) {
+        match self.try_fold(pk, p).await {
             Ok(true) => {
                 self.stats.writer_folds.fetch_add(1, Ordering::Relaxed);
             }
             Ok(false) => {
-                tracing::debug!(reel = %reel, "writer fold cancelled; left to the next read")
+                tracing::debug!(
+                    partition = pk,
+                    "writer fold cancelled; left to the next read"
+                )
             }
             Err(e) => {
-                tracing::warn!(reel = %reel, error = e.code(), "writer fold failed; left to the next read")
+                tracing::warn!(
+                    partition = pk,
+                    error = e.code(),
+                    "writer fold failed; left to the next read"
+                )
             }
         }
     }
 
-    async fn try_fold(&self, reel: &ReelId, p: &Partition) -> Result<bool, Error> {
+    async fn try_fold(&self, pk: &str, p: &Partition) -> Result<bool, Error> {
         let table = self.writers_table()?;
-        let pk = keys::likes_writers_key(reel);
+        let pk = pk.to_owned();
         let taken = &p.quiet[..p.quiet.len().min(FOLD_MAX_ITEMS)];
         let plan = FoldPlan::new(p, taken, self.window, crate::clock::now_ms());
         let mut request = self
