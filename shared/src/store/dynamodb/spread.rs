@@ -134,9 +134,23 @@ struct Entry {
 /// An instance's view of the registry.
 #[derive(Debug, Default)]
 struct Registry {
-    /// When it was last read (`None`: never).
+    /// When a read of it last began (`None`: never).
     read_at: Option<Instant>,
     entries: HashMap<ReelId, Entry>,
+}
+
+impl Registry {
+    /// Whether the caller should read the registry again now: it is older
+    /// than `refresh` and no other caller's read began within it. Marks
+    /// the read begun, so that concurrent callers go on with the view
+    /// they have instead of waiting on one read.
+    fn due(&mut self, refresh: Duration) -> bool {
+        if self.read_at.is_some_and(|t| t.elapsed() < refresh) {
+            return false;
+        }
+        self.read_at = Some(Instant::now());
+        true
+    }
 }
 
 /// What an instance keeps for spreading: the registry as last read, and
@@ -147,7 +161,7 @@ pub(super) struct Spread {
     /// How often the registry is read again (`SPREAD_REFRESH_MS`): a reel
     /// spread now is written spread by every aggregator within this long.
     refresh: Duration,
-    registry: Arc<tokio::sync::Mutex<Registry>>,
+    registry: Arc<Mutex<Registry>>,
     samples: Arc<Mutex<HashMap<ReelId, (i64, Instant)>>>,
 }
 
@@ -159,6 +173,10 @@ impl Spread {
             registry: Arc::default(),
             samples: Arc::default(),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Notes `w` writes of `reel`'s writer items at `at`; the write rate
@@ -239,8 +257,8 @@ impl DynamoStore {
     /// the last view in place: writing to fewer parts than asked is exact,
     /// only busier.
     pub(super) async fn spread_parts(&self, reels: &[&ReelId]) -> HashMap<ReelId, u32> {
-        let mut reg = self.spread.registry.lock().await;
-        self.refresh_registry(&mut reg).await;
+        self.refresh_registry().await;
+        let reg = self.spread.lock();
         let now_s = crate::clock::now_ms() / 1000;
         reels
             .iter()
@@ -251,16 +269,14 @@ impl DynamoStore {
             .collect()
     }
 
-    async fn refresh_registry(&self, reg: &mut Registry) {
-        if reg
-            .read_at
-            .is_some_and(|t| t.elapsed() < self.spread.refresh)
-        {
+    /// Reads the registry again if it is due (see [`Registry::due`]); no
+    /// lock is held across the read.
+    async fn refresh_registry(&self) {
+        if !self.spread.lock().due(self.spread.refresh) {
             return;
         }
-        reg.read_at = Some(Instant::now());
         match self.read_registry().await {
-            Ok(entries) => reg.entries = entries,
+            Ok(entries) => self.spread.lock().entries = entries,
             Err(e) => tracing::warn!(
                 error = e.code(),
                 "spread registry unreadable; writing by the last one read"
@@ -305,9 +321,8 @@ impl DynamoStore {
     async fn keep_spread(&self, reel: &ReelId, want: u32, rate: f64) {
         let now_s = crate::clock::now_ms() / 1000;
         let ttl = REGISTRY_TTL.as_secs() as i64;
-        let mut reg = self.spread.registry.lock().await;
-        self.refresh_registry(&mut reg).await;
-        let current = reg.entries.get(reel).copied();
+        self.refresh_registry().await;
+        let current = self.spread.lock().entries.get(reel).copied();
         if current.is_some_and(|e| e.parts >= want && e.expires_at > now_s + ttl / 2) {
             return;
         }
@@ -320,7 +335,7 @@ impl DynamoStore {
             Ok(()) => {
                 tracing::info!(reel = %reel, parts, rate, "writer items spread");
                 self.stats.writer_spreads.fetch_add(1, Ordering::Relaxed);
-                reg.entries.insert(reel.clone(), entry);
+                self.spread.lock().entries.insert(reel.clone(), entry);
             }
             Err(e) => {
                 tracing::warn!(reel = %reel, parts, error = e.code(), "writer spread failed; left to the next read")

@@ -68,9 +68,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-/// Quiet writer items a reader folds, at the fewest: below it a fold's
-/// transaction costs more than the items cost readers.
-pub const FOLD_MIN_ITEMS: usize = 4;
+/// Quiet writer items a reader folds, at the fewest. Every item is folded
+/// once in the end, at two write units (its delete, in a transaction) plus
+/// its share of the base's two: 3 units an item at two a fold, 2.5 at
+/// four. Two keeps a read at its live writers, the base and one quiet item
+/// at the most (at four: three), which for a reel carried by a few stream
+/// shards is what bounds its read at any age.
+pub const FOLD_MIN_ITEMS: usize = 2;
 
 /// Items one fold takes at most: with the base, within DynamoDB's 100
 /// actions per transaction.
