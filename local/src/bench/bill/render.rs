@@ -126,7 +126,7 @@ fn like_log_line(cells: &[CostCell]) -> String {
         "its `tracing` lines not measured (no counting layer in this process)".to_owned()
     };
     format!(
-        "**Log bytes per request, a like at the default level (measured):** {total:.0} bytes a like from the like function: {measured} (the `write` line and the `request` line, each with the request's span and Lambda's invoke span) and {emf:.0} bytes of EMF records ({recs:.1} a like); with Lambda's platform records (estimated) {all:.0}.\n",
+        "**Log bytes per request, a like at the default level (measured):** {total:.0} bytes a like from the like function: {measured} (an ordinary like logs its `request` line, naming its innermost span once; the `write` line only when the write retried or took a path other than applied or already in state) and {emf:.0} bytes of EMF records ({recs:.1} a like); with Lambda's platform records (estimated) {all:.0}.\n",
         total = lines + emf,
         recs = i.emf_records as f64 / n,
         all = lines + emf + PLATFORM_BYTES,
