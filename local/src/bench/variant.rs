@@ -243,6 +243,9 @@ impl Variant {
             ("COOL_LIKES_PER_SEC".into(), "0.1".into()),
             // Resize waits scaled down with the bounds they cover.
             ("SETTINGS_TTL_MS".into(), "500".into()),
+            // A reel spread in a run is written spread within it (the hot
+            // rate above is scaled with the cap: it spreads per key).
+            ("SPREAD_REFRESH_MS".into(), "500".into()),
             ("REQUEST_TIMEOUT_MS".into(), "3000".into()),
             ("REQUEST_BUDGET_MS".into(), "2500".into()),
             ("DDB_OPERATION_TIMEOUT_MS".into(), "1000".into()),

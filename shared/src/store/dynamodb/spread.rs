@@ -113,15 +113,23 @@ fn parts_of(p0: &Partition) -> u32 {
 }
 
 /// The parts a writer-item write rate asks for at `hot_per_sec` writes a
-/// second per key: a power of two, at most [`keys::MAX_WRITER_PARTS`].
-pub(super) fn parts_for_rate(rate: f64, hot_per_sec: f64) -> u32 {
+/// second per key, with `writers` writer items seen: a power of two, at
+/// most [`keys::MAX_WRITER_PARTS`], and no more than the writers (a part
+/// per writer already takes each one's writes alone; more parts only cost
+/// readers a `Query` each).
+pub(super) fn parts_for_rate(rate: f64, hot_per_sec: f64, writers: usize) -> u32 {
     if !(rate.is_finite() && hot_per_sec > 0.0) || rate < hot_per_sec {
         return 1;
     }
     let need = (rate / hot_per_sec)
         .ceil()
         .min(f64::from(keys::MAX_WRITER_PARTS)) as u32;
-    need.next_power_of_two().min(keys::MAX_WRITER_PARTS)
+    let writers = u32::try_from(writers).unwrap_or(u32::MAX).max(1);
+    // The largest power of two not above the writers.
+    let by_writers = 1u32 << (31 - writers.leading_zeros());
+    need.next_power_of_two()
+        .min(keys::MAX_WRITER_PARTS)
+        .min(by_writers)
 }
 
 /// One registry entry: the parts and when it expires (Unix seconds).
@@ -227,6 +235,7 @@ impl DynamoStore {
         let p0 = self.read_part(&pk0).await?;
         let parts = parts_of(&p0);
         let mut w = p0.w;
+        let mut writers = p0.items - usize::from(p0.base.is_some());
         let mut sum = Writers::default();
         sum.add(&pk0, p0);
         let rest: Vec<(String, Partition)> = futures::stream::iter(1..parts)
@@ -240,10 +249,11 @@ impl DynamoStore {
             .await?;
         for (pk, p) in rest {
             w = w.saturating_add(p.w);
+            writers += p.items - usize::from(p.base.is_some());
             sum.add(&pk, p);
         }
         if let Some(rate) = self.spread.sample(reel, w, Instant::now()) {
-            let want = parts_for_rate(rate, self.spread.hot_per_sec);
+            let want = parts_for_rate(rate, self.spread.hot_per_sec, writers);
             if want > 1 {
                 self.keep_spread(reel, want, rate).await;
             }
@@ -409,15 +419,21 @@ mod tests {
 
     #[test]
     fn the_rate_asks_for_a_power_of_two_parts_up_to_the_most() {
-        assert_eq!(parts_for_rate(0.0, 300.0), 1);
-        assert_eq!(parts_for_rate(299.0, 300.0), 1);
-        assert_eq!(parts_for_rate(300.0, 300.0), 1);
-        assert_eq!(parts_for_rate(301.0, 300.0), 2);
-        assert_eq!(parts_for_rate(1_000.0, 300.0), 4);
-        assert_eq!(parts_for_rate(4_000.0, 300.0), 16);
-        assert_eq!(parts_for_rate(1e9, 300.0), keys::MAX_WRITER_PARTS);
-        assert_eq!(parts_for_rate(f64::NAN, 300.0), 1);
-        assert_eq!(parts_for_rate(10.0, 0.0), 1);
+        let many = 1_000;
+        assert_eq!(parts_for_rate(0.0, 300.0, many), 1);
+        assert_eq!(parts_for_rate(299.0, 300.0, many), 1);
+        assert_eq!(parts_for_rate(300.0, 300.0, many), 1);
+        assert_eq!(parts_for_rate(301.0, 300.0, many), 2);
+        assert_eq!(parts_for_rate(1_000.0, 300.0, many), 4);
+        assert_eq!(parts_for_rate(4_000.0, 300.0, many), 16);
+        assert_eq!(parts_for_rate(1e9, 300.0, many), keys::MAX_WRITER_PARTS);
+        assert_eq!(parts_for_rate(f64::NAN, 300.0, many), 1);
+        assert_eq!(parts_for_rate(10.0, 0.0, many), 1);
+        // No more parts than writers: 32 stream shards at 320 writes a
+        // second against 9 ask for 64, and get 32; 12 get 8.
+        assert_eq!(parts_for_rate(320.0, 9.0, 32), 32);
+        assert_eq!(parts_for_rate(320.0, 9.0, 12), 8);
+        assert_eq!(parts_for_rate(320.0, 9.0, 0), 1);
     }
 
     #[test]
