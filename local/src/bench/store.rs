@@ -88,17 +88,19 @@ pub(super) fn stream_writers(stack: &Stack) -> Option<String> {
         .flatten()
 }
 
-/// Stream mode: the sum of `reel`'s writer items (0 in transactional
-/// mode, which writes none).
+/// Stream mode: the sum of `reel`'s writer items, in every part they are
+/// spread over (0 in transactional mode, which writes none).
 async fn writer_sum(stack: &Stack, reel: &str) -> Result<i64> {
     let Some(table) = stream_writers(stack) else {
         return Ok(0);
     };
-    let prefix = format!("l#{reel}");
     let items = scan_all(stack, &table).await?;
     Ok(items
         .iter()
-        .filter(|i| text(i, "pk") == prefix)
+        .filter(|i| {
+            likes::keys::parse_likes_writers_key(text(i, "pk"))
+                .is_some_and(|(r, _)| r.as_str() == reel)
+        })
         .filter_map(|i| {
             i.get("n")
                 .and_then(|v| v.as_n().ok())
