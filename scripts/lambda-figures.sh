@@ -170,7 +170,10 @@ if [ -n "$CA_BUNDLE" ]; then
 fi
 cold reshard reshard events/reshard-schedule.json 256
 cold reconcile reconcile events/reconcile-dry-run.json 1024
-cold aggregate aggregate events/aggregate.json 256
+# The aggregate function exists in stream mode only (the template makes it
+# when its Counting parameter is stream, and sets COUNTING from that): its
+# writer items go to WRITERS_TABLE.
+cold aggregate aggregate events/aggregate.json 256 --env COUNTING=stream
 # Views: a batch put on the local stream (a fresh viewer each run), and
 # the aggregator applying a sample batch (checkpoint and seen-id reads,
 # parents listed, one chunk; later runs find it applied).

@@ -71,6 +71,7 @@ const SETTINGS_MISSING: &str = r#"{"Responses":{"likes-counters":[]},"Unprocesse
 const SHARDS: &str = r#"{"Responses":{"likes-counters":[{"pk":{"S":"000#reel#reel-8841#likes"},"n":{"N":"42"},"w":{"N":"42"},"updated_at":{"N":"1764338592418"}}]},"UnprocessedKeys":{}}"#;
 const TX_COMMITTED: &str = r#"{"ConsumedCapacity":[{"TableName":"likes-counters","CapacityUnits":4.0,"WriteCapacityUnits":4.0},{"TableName":"likes-likes","CapacityUnits":2.0,"WriteCapacityUnits":2.0}]}"#;
 const NO_ITEM: &str = "{}";
+const BUDGET_FLUSHED: &str = r#"{"Attributes":{"u":{"N":"1"}}}"#;
 const UNKNOWN: &str =
     r#"{"__type":"com.amazon.coral.service#UnknownOperationException","message":"not canned"}"#;
 
@@ -91,6 +92,9 @@ fn canned(req: http::Request<SdkBody>) -> http::Response<SdkBody> {
         }
         "DynamoDB_20120810.TransactWriteItems" => (200, TX_COMMITTED),
         "DynamoDB_20120810.GetItem" => (200, NO_ITEM),
+        // The caller's read budget, flushed across instances now and then
+        // (`service::budget`): the minute's units so far, far from spent.
+        "DynamoDB_20120810.UpdateItem" => (200, BUDGET_FLUSHED),
         _ => {
             UNEXPECTED.fetch_add(1, Ordering::Relaxed);
             (400, UNKNOWN)
