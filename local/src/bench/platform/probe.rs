@@ -15,7 +15,11 @@ use std::time::{Duration, Instant};
 /// one (the count cache is off).
 const SETTLE: Duration = Duration::from_millis(600);
 /// Reads of each probe; the cheapest is kept (the schedule's own reads,
-/// should they fall in the window, only add).
+/// should they fall in the window, only add): the fewest read units, and
+/// of those the fewest items. A read folds the quiet writer items it finds
+/// only after summing them, so the first read after a quiet spell counts
+/// items its own fold then removes; the second shows what reads cost
+/// from then on.
 const TRIES: usize = 2;
 
 /// One uncached read as the proxy counted it.
@@ -47,7 +51,7 @@ pub(super) async fn probe(
                 read_units: proxy.stats().total_read_units() + 0.0,
                 items: proxy.key_loads().iter().map(|k| k.items_read).sum(),
             };
-            if best[i].is_none_or(|b| cost.read_units < b.read_units) {
+            if best[i].is_none_or(|b| cheaper(cost, b)) {
                 best[i] = Some(cost);
             }
         }
@@ -56,6 +60,12 @@ pub(super) async fn probe(
         [Some(likes), Some(views)] => Ok((likes, views)),
         _ => Err(anyhow!("no probe read of {reel}")),
     }
+}
+
+/// Whether `a` costs less than `b`: fewer read units, or as many and
+/// fewer items.
+pub(super) fn cheaper(a: ReadCost, b: ReadCost) -> bool {
+    a.read_units < b.read_units || (a.read_units == b.read_units && a.items < b.items)
 }
 
 /// Every reel's served likes and views against the truth.

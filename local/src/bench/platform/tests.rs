@@ -2,7 +2,7 @@
 //! report's rows and verdicts.
 
 use super::age::Age;
-use super::probe::{Exactness, ReadCost};
+use super::probe::{Exactness, ReadCost, cheaper};
 use super::report::{growth, range, rows};
 use super::zipf::{Reel, Zipf};
 use super::*;
@@ -222,4 +222,14 @@ fn refusals_count_conflicts_and_throttles_of_transactions_only() {
             view_ru: 2.0,
         }
     );
+}
+
+#[test]
+fn a_probe_keeps_the_cheaper_read_items_breaking_a_tie() {
+    let cost = |read_units: f64, items: u64| ReadCost { read_units, items };
+    assert!(cheaper(cost(4.0, 9), cost(5.0, 2)));
+    // As many units: the read after the fold (fewer items) is the cheaper.
+    assert!(cheaper(cost(4.0, 4), cost(4.0, 8)));
+    assert!(!cheaper(cost(4.0, 8), cost(4.0, 4)));
+    assert!(!cheaper(cost(4.0, 4), cost(4.0, 4)));
 }
