@@ -295,33 +295,8 @@ impl DynamoStore {
     }
 
     async fn read_registry(&self) -> Result<HashMap<ReelId, Entry>, Error> {
-        let table = self.writers_table()?;
-        let mut entries = HashMap::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(table)
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(
-                    ":pk",
-                    AttributeValue::S(keys::LIKES_SPREAD_KEY.to_owned()),
-                )
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| translate("Query", e))?;
-            for item in out.items() {
-                if let Some((reel, entry)) = entry_of(item) {
-                    entries.insert(reel, entry);
-                }
-            }
-            start = out.last_evaluated_key.filter(|k| !k.is_empty());
-            if start.is_none() {
-                return Ok(entries);
-            }
-        }
+        let (items, _) = self.query_writers(keys::LIKES_SPREAD_KEY, false).await?;
+        Ok(items.iter().filter_map(entry_of).collect())
     }
 
     /// A reader saw `reel`'s writer items written at `rate` a second,

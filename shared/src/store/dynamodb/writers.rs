@@ -213,12 +213,15 @@ impl DynamoStore {
         })
     }
 
-    /// One writer partition (`pk`, a part of a reel's writer items), read
-    /// consistently and summed; its quiet items folded by the way, unless
-    /// this instance is folding it already.
-    pub(super) async fn read_part(&self, pk: &str) -> Result<Partition, Error> {
+    /// Every item of partition `pk` of `WRITERS_TABLE` (a writer part, or
+    /// the spread registry), page by page, and the pages it took.
+    pub(super) async fn query_writers(
+        &self,
+        pk: &str,
+        consistent: bool,
+    ) -> Result<(Vec<Item>, u64), Error> {
         let table = self.writers_table()?;
-        let mut items = Vec::new();
+        let (mut items, mut pages) = (Vec::new(), 0);
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
             let out = self
@@ -227,18 +230,28 @@ impl DynamoStore {
                 .table_name(table)
                 .key_condition_expression("pk = :pk")
                 .expression_attribute_values(":pk", AttributeValue::S(pk.to_owned()))
-                .consistent_read(true)
+                .consistent_read(consistent)
                 .set_exclusive_start_key(start)
                 .send()
                 .await
                 .map_err(|e| translate("Query", e))?;
-            self.stats.writer_queries.fetch_add(1, Ordering::Relaxed);
+            pages += 1;
             items.extend(out.items.unwrap_or_default());
             start = out.last_evaluated_key.filter(|k| !k.is_empty());
             if start.is_none() {
-                break;
+                return Ok((items, pages));
             }
         }
+    }
+
+    /// One writer partition (`pk`, a part of a reel's writer items), read
+    /// consistently and summed; its quiet items folded by the way, unless
+    /// this instance is folding it already.
+    pub(super) async fn read_part(&self, pk: &str) -> Result<Partition, Error> {
+        let (items, pages) = self.query_writers(pk, true).await?;
+        self.stats
+            .writer_queries
+            .fetch_add(pages, Ordering::Relaxed);
         self.stats
             .writer_items
             .fetch_add(items.len() as u64, Ordering::Relaxed);
