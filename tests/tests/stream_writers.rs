@@ -67,15 +67,21 @@ fn batch_at(shard: &str, reel: &str, likes: &[(u64, String)], created: u64) -> V
 /// hands over count), a settle time of 1 s (writer items quiet for that
 /// long are folded), and no cache in front of the reads.
 async fn paused() -> TestStack {
-    let t = TestStack::start(&[
+    paused_with(&[]).await
+}
+
+/// [`paused`], with `extra` settings besides.
+async fn paused_with(extra: &[(&str, &str)]) -> TestStack {
+    let mut env = vec![
         ("COUNTING", "stream"),
         ("LOCAL_SCHEDULE_SECS", "0"),
         ("AUTO_RESHARD", "off"),
         ("RECONCILE_STREAM_SETTLE_SECS", "1"),
         ("CACHE_TTL_MS", "0"),
         ("STREAM_VISIBLE_MS", "0"),
-    ])
-    .await;
+    ];
+    env.extend_from_slice(extra);
+    let t = TestStack::start(&env).await;
     t.stack.streams[0].pause(true);
     t
 }
@@ -317,21 +323,14 @@ async fn part_items(t: &TestStack, reel: &str, part: u32) -> (Vec<(String, i64)>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reel_written_faster_than_a_key_takes_is_spread_and_read_whole() {
-    let t = TestStack::start(&[
-        ("COUNTING", "stream"),
-        ("LOCAL_SCHEDULE_SECS", "0"),
-        ("AUTO_RESHARD", "off"),
-        ("RECONCILE_STREAM_SETTLE_SECS", "1"),
-        ("CACHE_TTL_MS", "0"),
-        ("STREAM_VISIBLE_MS", "0"),
-        // Two writer-item writes a second per key is "hot" here, and every
-        // plan reads the spread registry afresh.
+    // Two writer-item writes a second per key is "hot" here, and every
+    // plan reads the spread registry afresh.
+    let t = paused_with(&[
         ("HOT_LIKES_PER_SEC", "2"),
         ("COOL_LIKES_PER_SEC", "1"),
         ("SPREAD_REFRESH_MS", "0"),
     ])
     .await;
-    t.stack.streams[0].pause(true);
     let mut next = 0u64;
     let mut wave = |tag: &str| -> Vec<Value> {
         (0..16u64)
