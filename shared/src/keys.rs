@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+pub mod window;
+
 /// Longest reel id accepted.
 pub const MAX_REEL_ID_LEN: usize = 64;
 /// Longest user id accepted (in bytes). Identity providers' `sub` claims are

@@ -415,6 +415,9 @@ async fn every_like_counts_once_under_every_fault() {
         assert_eq!(sum, rows, "{reel}: shard sum vs like rows");
         tokio::time::sleep(Duration::from_millis(250)).await; // past the cache
         assert_eq!(t.http_count(reel).await, rows, "{reel}: served count");
+        // Every change was made within the hour: each window holds them
+        // all, once (they ride on the same transactions).
+        assert_eq!(t.like_windows(reel).await, [rows; 3], "{reel}: windows");
         counts.insert(reel.clone(), rows);
     }
     clients.check_keyed_changes();
@@ -585,6 +588,13 @@ async fn resizing_and_reconciling_under_faults_stay_exact() {
         let (rows, sum) = truth(&t, reel).await;
         assert_eq!(rows, want, "{reel}: like rows vs acknowledged");
         assert_eq!(sum, rows, "{reel}: shard sum vs like rows after the resize");
+        // The folds moved each shard's windowed buckets with its value.
+        tokio::time::sleep(Duration::from_millis(250)).await; // past the cache
+        assert_eq!(
+            t.like_windows(reel).await,
+            [rows; 3],
+            "{reel}: windows after the resize"
+        );
     }
     clients.check_keyed_changes();
 

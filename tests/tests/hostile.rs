@@ -998,7 +998,9 @@ fn check_parsed(out: &Result<Command, Error>, n: &Named, h: &Hostile) -> Result<
             prop_assert!(!reels.is_empty() && reels.len() <= MAX_BATCH_REELS);
             prop_assert!(reels.iter().all(reel_named), "{c:?} vs {n:?}");
         }
-        Command::ShardState { reel } | Command::ReelViews { reel } => {
+        Command::ShardState { reel }
+        | Command::ReelViews { reel }
+        | Command::ReelStats { reel } => {
             prop_assert!(reel_named(reel), "{c:?} vs {n:?}");
         }
         Command::LikesAndViews { reels } => {

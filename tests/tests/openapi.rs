@@ -568,6 +568,7 @@ const ERASE: (&str, &str) = ("DELETE", "/admin/users/{user_id}/likes");
 const VIEWS: (&str, &str) = ("POST", "/views");
 const REEL_VIEWS: (&str, &str) = ("GET", "/reels/{reel_id}/views");
 const FEED: (&str, &str) = ("GET", "/counts");
+const STATS: (&str, &str) = ("GET", "/reels/{reel_id}/stats");
 
 /// A payload-2.0 event built from a sample in `events/`, edited.
 fn event_from(name: &str, edit: impl FnOnce(&mut Value)) -> lambda_http::Request {
@@ -752,6 +753,9 @@ async fn real_answers_match_the_document() {
         case(REEL_VIEWS, "/reels/r1/views", 413)
             .body(big.clone())
             .code("payload_too_large"),
+        case(STATS, "/reels/r1/stats", 200),
+        case(STATS, "/reels/never/stats", 200).anonymous(),
+        case(STATS, "/reels/r%23/stats", 400).code("invalid_reel_id"),
         case(FEED, "/counts?reel_ids=r1,r2", 200).anonymous(),
         case(FEED, "/counts", 400).code("missing_reel_ids"),
         case(FEED, "/counts?reel_ids=a,,b", 400).code("invalid_reel_id"),

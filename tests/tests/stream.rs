@@ -270,6 +270,12 @@ async fn every_like_counts_once_under_stream_and_aggregator_faults() {
     );
     assert_eq!(stats.discarded(), 0, "no batch ran out of retries");
     assert_eq!(got, want, "shard sums equal the like rows once drained");
+    // The windowed counts ride on the same transactions: every like and
+    // unlike of the run, made within the hour, is in each window once.
+    for reel in &reels {
+        let n = want[reel];
+        assert_eq!(t.like_windows(reel).await, [n, n, n], "{reel}");
+    }
     // Each class struck: the counts above were made under all of them.
     let [
         redelivered,

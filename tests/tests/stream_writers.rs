@@ -29,7 +29,7 @@ use common::TestStack;
 use common::stream_events::{ARN, batch_of, deliver};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn seq(n: u64) -> String {
     (100_000_000_000_000_000_000u128 + u128::from(n)).to_string()
@@ -154,33 +154,55 @@ async fn stream_shards_in_instances_of_their_own_never_meet_on_an_item() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quiet_writer_items_are_folded_and_the_reel_read_from_its_base() {
     let t = paused().await;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     // Twelve stream shards (as after many rolls of a few), three likes each.
     for s in 0..12u64 {
         let likes: Vec<(u64, String)> = (0..3).map(|i| (s * 10 + i, format!("u{s}-{i}"))).collect();
-        deliver(&t, &batch(&format!("shard-{s:02}"), "r", &likes)).await;
+        deliver(&t, &batch_at(&format!("shard-{s:02}"), "r", &likes, now)).await;
     }
     assert_eq!(t.writers("r").await.len(), 12);
     // Read at once: the items are not quiet yet, nothing is folded.
     assert_eq!(t.http_count("r").await, 36);
+    assert_eq!(t.like_windows("r").await, [36; 3]);
     assert_eq!(t.writers("r").await.len(), 12);
     tokio::time::sleep(Duration::from_millis(1_300)).await;
-    // Quiet now: the read folds them, and answers the same.
+    // Quiet now: the read folds them, and answers the same; the windowed
+    // counts' buckets went into the base with the counts.
     assert_eq!(t.http_count("r").await, 36);
     let items = t.writers("r").await;
     assert_eq!(items, [("~base".to_owned(), 36)], "folded into the base");
     assert_eq!(t.http_count("r").await, 36);
+    assert_eq!(t.like_windows("r").await, [36; 3]);
     // A stream shard that writes again creates its item anew, with its new
     // like alone.
-    deliver(&t, &batch("shard-03", "r", &[(1_000, "late".into())])).await;
+    deliver(
+        &t,
+        &batch_at("shard-03", "r", &[(1_000, "late".into())], now),
+    )
+    .await;
     assert_eq!(t.http_count("r").await, 37);
+    assert_eq!(t.like_windows("r").await, [37; 3]);
     let items = t.writers("r").await;
     assert_eq!(items.len(), 2, "{items:?}");
     assert!(items.contains(&("~base".to_owned(), 36)), "{items:?}");
     // Records it applied before the fold, delivered again: skipped by its
     // checkpoint, not counted a second time.
     let likes: Vec<(u64, String)> = (0..3).map(|i| (30 + i, format!("u3-{i}"))).collect();
-    deliver(&t, &batch("shard-03", "r", &likes)).await;
+    deliver(&t, &batch_at("shard-03", "r", &likes, now)).await;
     assert_eq!(t.http_count("r").await, 37);
+    assert_eq!(t.like_windows("r").await, [37; 3]);
+    // A like the stream recorded two days ago (a late batch): in the count
+    // and the week, not in the last hour or day.
+    deliver(
+        &t,
+        &batch_at("shard-04", "r", &[(2_000, "old".into())], now - 2 * 86_400),
+    )
+    .await;
+    assert_eq!(t.http_count("r").await, 38);
+    assert_eq!(t.like_windows("r").await, [37, 37, 38]);
     t.stop().await;
 }
 

@@ -106,20 +106,20 @@ async fn send(t: &TestStack, viewer: &str, key: &str, body: &Value, acked: &Mute
 
 /// A reel's figures, retried through the read path's own faults.
 async fn figures(t: &TestStack, reel: &str) -> Value {
+    read(t, &format!("/reels/{reel}/views")).await
+}
+
+/// A read route's answer, retried through the read path's own faults.
+async fn read(t: &TestStack, path: &str) -> Value {
     for _ in 0..50 {
-        let r = t
-            .http
-            .get(t.url(&format!("/reels/{reel}/views")))
-            .send()
-            .await
-            .unwrap();
+        let r = t.http.get(t.url(path)).send().await.unwrap();
         match r.status().as_u16() {
             200 => return r.json().await.unwrap(),
             429 | 503 => tokio::time::sleep(Duration::from_millis(50)).await,
-            other => panic!("GET views answered {other}: {}", r.text().await.unwrap()),
+            other => panic!("GET {path} answered {other}: {}", r.text().await.unwrap()),
         }
     }
-    panic!("GET /reels/{reel}/views never answered 200");
+    panic!("GET {path} never answered 200");
 }
 
 /// Splits the views stream's first shard in two (children after parent).
@@ -262,6 +262,16 @@ async fn every_view_counts_once_under_every_fault_and_a_split() {
         let want = a.views.get(reel).copied().unwrap_or(0);
         assert_eq!(f["views"].as_u64(), Some(want), "{reel}: {f}");
         assert_eq!(f["views_7d"].as_u64(), Some(want), "{reel}: {f}");
+        // Every view was made within the hour, and counted once in each
+        // window as well (the windows ride on the same transactions).
+        let s = read(&t, &format!("/reels/{reel}/stats")).await;
+        for w in ["1h", "24h", "7d"] {
+            assert_eq!(
+                s["windows"][w]["views"].as_u64(),
+                Some(want),
+                "{reel} {w}: {s}"
+            );
+        }
         let distinct = a.viewers.get(reel).map_or(0, BTreeSet::len) as f64;
         let est = f["unique_viewers"].as_f64().unwrap();
         assert!(

@@ -5,7 +5,7 @@
 use super::CHECKPOINT_TTL;
 use super::records::{Change, SequenceNumber};
 use crate::config::RecentWindow;
-use crate::keys::{self, ReelId};
+use crate::keys::{self, ReelId, window};
 use crate::store::{ChunkAdd, ChunkWrite, RecentAdd};
 use crate::token::RequestToken;
 use std::collections::{BTreeMap, HashMap};
@@ -31,6 +31,11 @@ pub struct Chunk {
     pub deltas: BTreeMap<ReelId, i64>,
     /// Each listed reel's changes by recent-change bucket (start, Unix ms).
     pub recent: BTreeMap<ReelId, BTreeMap<i64, RecentAdd>>,
+    /// Each listed reel's net change by the five minutes its records were
+    /// made in (start, Unix ms): what its windowed counts take
+    /// ([`crate::keys::window`]; every coarser bucket is a whole number of
+    /// these).
+    pub made: BTreeMap<ReelId, BTreeMap<i64, i64>>,
     /// The latest `ApproximateCreationDateTime` in it (Unix ms).
     pub newest_ms: Option<i64>,
 }
@@ -73,19 +78,29 @@ impl Chunk {
                 .map(|(_, r)| *r)
                 .filter(|r| r.delta != 0 || r.removals != 0)
                 .collect();
+            let mut windows: BTreeMap<String, i64> = BTreeMap::new();
+            for (at, d) in self.made.get(reel).into_iter().flatten() {
+                for name in window::buckets_of(*at, now_ms) {
+                    *windows.entry(name).or_default() += d;
+                }
+            }
             adds.push(ChunkAdd {
                 reel: reel.clone(),
                 part: keys::likes_writer_part(writer, parts.get(reel).copied().unwrap_or(1)),
                 delta,
                 recent,
+                windows: windows.into_iter().filter(|(_, d)| *d != 0).collect(),
             });
         }
-        let prune = if adds.is_empty() {
-            Vec::new()
+        let (prune, window_prune) = if adds.is_empty() {
+            (Vec::new(), Vec::new())
         } else {
-            (1..=PRUNE_BUCKETS)
-                .map(|k| kept_from - k * window.width_ms)
-                .collect()
+            (
+                (1..=PRUNE_BUCKETS)
+                    .map(|k| kept_from - k * window.width_ms)
+                    .collect(),
+                window::pruned_attrs(now_ms),
+            )
         };
         let mut write = ChunkWrite {
             checkpoint_key: key.to_owned(),
@@ -100,6 +115,7 @@ impl Chunk {
             expires_at: (now + CHECKPOINT_TTL).as_secs() as i64,
             width_ms: window.width_ms,
             prune,
+            window_prune,
         };
         write.token = token(&write);
         write
@@ -134,6 +150,7 @@ fn token(write: &ChunkWrite) -> RequestToken {
         expires_at,
         width_ms,
         prune,
+        window_prune,
     } = write;
     let mut fields: Vec<String> = vec![
         checkpoint_key.clone(),
@@ -146,11 +163,13 @@ fn token(write: &ChunkWrite) -> RequestToken {
     ];
     fields.push(format!("w{width_ms}"));
     fields.extend(prune.iter().map(|p| format!("p{p}")));
+    fields.extend(window_prune.iter().map(|p| format!("-{p}")));
     for ChunkAdd {
         reel,
         part,
         delta,
         recent,
+        windows,
     } in adds
     {
         fields.extend([
@@ -166,11 +185,13 @@ fn token(write: &ChunkWrite) -> RequestToken {
         {
             fields.push(format!("b{start_ms}:{delta}:{removals}"));
         }
+        fields.extend(windows.iter().map(|(name, d)| format!("{name}+{d}")));
     }
     let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-    // v6: each writer item in its part (v5: part 0 only; v4: shard items
-    // with the recent buckets); an older token names another body.
-    RequestToken::for_fields("aggregate/v6", &fields)
+    // v7: with the windowed-count buckets (v6: each writer item in its
+    // part; v5: part 0 only; v4: shard items with the recent buckets); an
+    // older token names another body.
+    RequestToken::for_fields("aggregate/v7", &fields)
 }
 
 /// Cuts `changes` (in sequence order, none at or below the checkpoint) into
@@ -213,6 +234,7 @@ pub fn chunks(
                     records: 0,
                     deltas: BTreeMap::new(),
                     recent: BTreeMap::new(),
+                    made: BTreeMap::new(),
                     newest_ms: None,
                 });
                 let last = out.len() - 1;
@@ -235,6 +257,14 @@ pub fn chunks(
                 });
             bucket.delta += c.delta;
             bucket.removals += i64::from(c.delta < 0);
+            let made =
+                window::Grain::Minutes5.start_of(c.at_ms.or(c.key_ms).unwrap_or(fallback_ms));
+            *chunk
+                .made
+                .entry(r.clone())
+                .or_default()
+                .entry(made)
+                .or_default() += c.delta;
         }
         chunk.newest_ms = chunk.newest_ms.max(c.at_ms);
     }

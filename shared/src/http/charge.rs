@@ -5,7 +5,13 @@
 use crate::App;
 
 /// The routes whose count reads are charged to their caller.
-pub(super) const READ_ROUTES: [&str; 4] = ["reel_likes", "batch_likes", "reel_views", "counts"];
+pub(super) const READ_ROUTES: [&str; 5] = [
+    "reel_likes",
+    "batch_likes",
+    "reel_views",
+    "counts",
+    "reel_stats",
+];
 
 /// Charges what a count read cost (its reels read from the tables since
 /// `before`) to its caller, if it has one.

@@ -234,6 +234,12 @@ async fn execute(
             charge(app, c).await;
             out
         }
+        Command::ReelStats { reel } => {
+            let c = charged(reader).await?;
+            let out = super::stats::reel_stats(app, &reel).await;
+            charge(app, c).await;
+            out
+        }
         Command::LikesAndViews { reels } => {
             let c = charged(reader).await?;
             let out = likes_and_views(app, &reels).await;
@@ -485,7 +491,7 @@ async fn erase_user(
 /// A views route on an instance without views configured (the template
 /// gives each function what its routes need, so this is a deployment
 /// fault): 500, its cause logged once.
-fn views_off() -> Error {
+pub(super) fn views_off() -> Error {
     Error::internal(
         "views route without views configured",
         "VIEWS_TABLE or VIEWS_STREAM is not set for this function",
@@ -527,6 +533,7 @@ impl Cacheable {
             Command::Count { user: None, .. }
             | Command::Counts { .. }
             | Command::ReelViews { .. }
+            | Command::ReelStats { .. }
             | Command::LikesAndViews { .. } => Some(Cacheable::Shared),
             _ => None,
         }

@@ -13,7 +13,8 @@
 //! module both others depend on), `request` (parsing into a [`Command`]),
 //! `handlers` (executing a command, and the one mapping of errors to
 //! responses; readiness asks [`crate::service::LikeService::ready`]),
-//! `charge` (what a count read is charged to its caller). The scheduled
+//! `charge` (what a count read is charged to its caller), `stats` (the
+//! windowed counts' route). The scheduled
 //! functions' events are not HTTP: `crate::triggers`.
 //!
 //! Without the `dynamodb` feature only `routes` and `request` are built:
@@ -26,6 +27,8 @@ mod charge;
 mod handlers;
 mod request;
 mod routes;
+#[cfg(feature = "dynamodb")]
+mod stats;
 
 /// Re-exported for the scheduled functions' `main`s: the deadline of a Lambda
 /// invocation as an `Instant`.

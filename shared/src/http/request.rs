@@ -75,6 +75,11 @@ pub enum Command {
         /// The reel.
         reel: ReelId,
     },
+    /// `GET /reels/{reel_id}/stats`.
+    ReelStats {
+        /// The reel.
+        reel: ReelId,
+    },
     /// `GET /counts?reel_ids=...`: likes and views of 1 to
     /// [`MAX_BATCH_REELS`] distinct reels.
     LikesAndViews {
@@ -209,6 +214,12 @@ pub fn parse_with(
         Route::ReelViews(raw) => {
             require_scope(req, auth_mode, access)?;
             Ok(Command::ReelViews {
+                reel: reel_id(&raw)?,
+            })
+        }
+        Route::ReelStats(raw) => {
+            require_scope(req, auth_mode, access)?;
+            Ok(Command::ReelStats {
                 reel: reel_id(&raw)?,
             })
         }

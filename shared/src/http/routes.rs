@@ -13,7 +13,9 @@ pub enum Function {
     /// /admin/users/{user_id}/likes` (IAM-authorized erasure: the same
     /// unlike transactions, so the same grants).
     Like,
-    /// `GET /reels/{reel_id}/likes`, `GET /likes`, `GET /healthz`, and the
+    /// `GET /reels/{reel_id}/likes`, `GET /likes`, `GET /healthz`, `GET
+    /// /reels/{reel_id}/views`, `GET /counts`, `GET
+    /// /reels/{reel_id}/stats`, and the
     /// API's `$default` route (unknown paths, answered with a JSON 404).
     Read,
     /// `GET|POST /admin/reels/{reel_id}/shards` (IAM-authorized), besides
@@ -83,6 +85,9 @@ pub(crate) enum Route {
     ReelViews(String),
     /// `/counts?reel_ids=a,b,c`: GET likes and views of many reels.
     Counts,
+    /// `/reels/{reel_id}/stats`: GET its net likes and views over the last
+    /// hour, 24 hours and 7 days.
+    ReelStats(String),
 }
 
 impl Route {
@@ -109,6 +114,7 @@ impl Route {
             ["views"] => Some(Route::Views),
             ["reels", id, "views"] => Some(Route::ReelViews(decode(id))),
             ["counts"] => Some(Route::Counts),
+            ["reels", id, "stats"] => Some(Route::ReelStats(decode(id))),
             _ => None,
         }
     }
@@ -137,6 +143,7 @@ impl Route {
             Route::Views => "views",
             Route::ReelViews(_) => "reel_views",
             Route::Counts => "counts",
+            Route::ReelStats(_) => "reel_stats",
         }
     }
 }

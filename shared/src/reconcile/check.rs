@@ -111,6 +111,7 @@ impl<S: ReconcileStore> Reconciler<S> {
                         let outcomes = self.check_all(inv, reels).await;
                         self.record(inv, outcomes).await;
                         self.clear_strays(inv, page.count_items).await;
+                        self.drop_stale_windows(inv, page.stale_windows).await;
                         seg.rows += page.items;
                         seg.cursor = page.next;
                         seg.done = seg.cursor.is_none();
@@ -504,6 +505,27 @@ impl<S: ReconcileStore> Reconciler<S> {
             }
         }
         out
+    }
+
+    /// Removes windowed-count buckets past every window from the items
+    /// that hold them (best effort: a failure leaves them to the next
+    /// run). An item's own writes prune the buckets that just expired; one
+    /// not written for a while after keeps the rest until here, so this
+    /// bounds what it keeps to what a day between runs leaves.
+    async fn drop_stale_windows(&self, inv: &Inv<'_>, items: Vec<(String, Vec<String>)>) {
+        if inv.opts.dry_run {
+            return;
+        }
+        for (item, names) in items {
+            inv.writes.take(2.0).await;
+            if let Err(e) = self.store.drop_attributes(&item, &names).await {
+                tracing::warn!(
+                    item,
+                    error = e.code(),
+                    "reconcile could not drop expired window buckets"
+                );
+            }
+        }
     }
 
     /// Removes stale recent-change buckets from a reel's items (best

@@ -228,6 +228,7 @@ impl CounterStore for Fake {
                         n,
                         w: n,
                         last_write_ms,
+                        ..ShardSum::default()
                     },
                 )
             })

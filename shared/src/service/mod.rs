@@ -46,6 +46,7 @@
 
 use crate::config::{Config, Counting};
 use crate::error::Error;
+use crate::keys::window::WindowCounts;
 use crate::keys::{Action, ReelId, UserId};
 use crate::retry::Backoff;
 use crate::store::CounterStore;
@@ -84,6 +85,11 @@ pub struct Count {
     /// When it had answered. A read that finished before a transaction was
     /// sent cannot include it; one sent after it committed does.
     pub done_at: Instant,
+    /// The net likes of the last hour, 24 hours and 7 days, as read (own
+    /// changes since are not in them: they show with the next read).
+    pub windows: WindowCounts,
+    /// The clock (Unix ms) the windows were read at.
+    pub windows_at_ms: i64,
 }
 
 impl Count {

@@ -45,6 +45,8 @@ impl Cached {
                 count: sum.n,
                 read_at,
                 done_at,
+                windows: sum.windows,
+                windows_at_ms: sum.windows_at_ms,
             },
             load,
             adjusted: 0,
@@ -164,6 +166,13 @@ impl<S: CounterStore> LikeService<S> {
             }
         }
         Ok(out)
+    }
+
+    /// One reel's count as the count cache holds it (read on a miss),
+    /// for its net likes over the last hour, 24 hours and 7 days
+    /// ([`Count::windows`]).
+    pub async fn windows(&self, reel: &ReelId) -> Result<Count, Error> {
+        Ok(self.cached(reel).await?.count)
     }
 
     /// The cached count of one reel (summed from its shards on a miss).

@@ -40,6 +40,9 @@ pub struct ChunkWrite {
     /// written drops: older than any kept (see
     /// [`crate::config::RecentWindow`]).
     pub prune: Vec<i64>,
+    /// The windowed-count buckets each writer item written drops
+    /// ([`crate::keys::window::pruned_attrs`]).
+    pub window_prune: Vec<String>,
 }
 
 /// A stream shard's checkpoint item, as read.
@@ -64,6 +67,10 @@ pub struct ChunkAdd {
     /// [`crate::keys::recent_delta_attr`]), by bucket, the empty ones left
     /// out.
     pub recent: Vec<RecentAdd>,
+    /// What its records add to the item's windowed-count buckets
+    /// (attribute, net change; see [`crate::keys::window`]), the empty
+    /// ones left out.
+    pub windows: Vec<(String, i64)>,
 }
 
 /// A reel's changes in one recent-change bucket of a [`ChunkAdd`].

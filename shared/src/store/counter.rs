@@ -200,6 +200,11 @@ pub struct ShardSum {
     /// The latest `updated_at` of the items summed: the clock (Unix ms) of
     /// the request behind the last like or unlike (0: none recorded).
     pub last_write_ms: i64,
+    /// The net changes of the last hour, day and week the items hold
+    /// ([`crate::keys::window`]), at the read's clock.
+    pub windows: crate::keys::window::WindowCounts,
+    /// That clock (Unix ms).
+    pub windows_at_ms: i64,
 }
 
 /// One shard item's counters.

@@ -51,6 +51,9 @@ pub struct ScanPage {
     /// than shard 0, with what they hold: the ones a reel's read range may
     /// not cover ([`ResizeStore::clear_stray`]).
     pub count_items: Vec<(ReelId, CountItem, ShardValue)>,
+    /// Counters: the page's items with windowed-count buckets past every
+    /// window (left by an item no write has pruned since), by key.
+    pub stale_windows: Vec<(String, Vec<String>)>,
     /// Rows (items) the page held.
     pub items: u64,
     /// Likes, stream mode: rows left out of `reels` as liked at or after
@@ -188,8 +191,8 @@ pub trait ReconcileStore: ResizeStore {
         expires_at: i64,
     ) -> impl Future<Output = Result<bool, Error>> + Send;
 
-    /// Removes the attributes `names` (recent-change buckets no writer
-    /// writes any more) from the existing item `key`.
+    /// Removes the attributes `names` (recent-change or windowed-count
+    /// buckets no writer writes any more) from the existing item `key`.
     fn drop_attributes(
         &self,
         key: &str,

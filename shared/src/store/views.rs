@@ -136,6 +136,10 @@ pub struct ViewItemWrite {
     pub day: Option<String>,
     /// A day item's expiry (Unix seconds, TTL).
     pub expires_at: Option<i64>,
+    /// What the chunk adds to a day item's windowed-count buckets of the
+    /// last hour and day (attribute, views; see [`crate::keys::window`]);
+    /// its 7-day window is the day items' views.
+    pub windows: Vec<(String, i64)>,
 }
 
 /// One chunk of a Kinesis shard's records, as one transaction: the
@@ -169,6 +173,9 @@ pub struct ViewChunkWrite {
     pub seen_expires_at: i64,
     /// The view items it updates.
     pub items: Vec<ViewItemWrite>,
+    /// The windowed-count buckets each day item it updates drops
+    /// ([`crate::keys::window::pruned_attrs`]).
+    pub window_prune: Vec<String>,
     /// Records in the chunk (applied or recognised as duplicates).
     pub records: u64,
     /// The aggregator's clock.
@@ -187,6 +194,9 @@ pub struct ViewItem {
     pub views: u64,
     /// Its sketch (serialized HLL; empty if none yet).
     pub sketch: Vec<u8>,
+    /// Its windowed-count buckets (a day item's; see
+    /// [`ViewItemWrite::windows`]).
+    pub windows: Vec<(String, i64)>,
 }
 
 /// One round of [`ViewStore::view_items`]: the items found (partition key,
@@ -220,6 +230,8 @@ pub struct ViewFoldItem {
     /// A base item's fold version (`fv`: folds that landed on it); 0 for
     /// the others.
     pub version: u64,
+    /// Its windowed-count buckets (attribute, views).
+    pub windows: Vec<(String, i64)>,
 }
 
 /// One base item's part of a [`ViewFold`]: the base updated, the folded
@@ -244,6 +256,9 @@ pub struct ViewFoldFamily {
     /// The folded items: sort key and views as read. Each delete is
     /// conditioned on those views, which every write of a writer raises.
     pub folded: Vec<(String, u64)>,
+    /// The folded items' windowed-count buckets still kept, summed: added
+    /// to the base's.
+    pub windows: Vec<(String, i64)>,
 }
 
 /// One fold of a reel's sealed writers' items: one `TransactWriteItems`

@@ -64,7 +64,7 @@ use crate::aggregate::BatchOutcome;
 use crate::aggregate::core::{self, CutChunk, Planner};
 use crate::aggregate::records::SequenceNumber;
 use crate::error::Error;
-use crate::keys;
+use crate::keys::{self, window};
 use crate::retry::Backoff;
 use crate::store::{ChunkResult, LogStore, ViewChunkWrite, ViewItemWrite, ViewStore};
 use crate::token::RequestToken;
@@ -395,14 +395,25 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
         if let Ok(mut o) = self.over_bound.lock() {
             o.insert(chunk.last().padded().to_owned(), bounded.dropped_views);
         }
-        // Views and viewers per item: (reel, None) all time, (reel, day).
+        // Views and viewers per item: (reel, None) all time, (reel, day);
+        // a day item's windowed-count buckets of the last hour and day.
+        let now_ms = now.as_millis() as i64;
         let mut groups: BTreeMap<ItemOf, (u64, Vec<&str>)> = BTreeMap::new();
+        let mut windows: BTreeMap<ItemOf, BTreeMap<String, i64>> = BTreeMap::new();
         for (p, counted) in fresh.iter().zip(&bounded.views) {
             for (reel, n) in counted {
                 for day in [None, Some(p.day.clone())] {
                     let g = groups.entry((reel.clone(), day)).or_default();
                     g.0 += u64::from(*n);
                     g.1.push(p.viewer.as_str());
+                }
+                let w = windows
+                    .entry((reel.clone(), Some(p.day.clone())))
+                    .or_default();
+                for name in window::buckets_of(p.at_ms, now_ms) {
+                    if window::parse_attr(&name).is_some_and(|(g, _)| g != window::Grain::Day) {
+                        *w.entry(name).or_default() += i64::from(*n);
+                    }
                 }
             }
         }
@@ -451,6 +462,11 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
                 sketch: sketch.to_bytes(),
                 day: day.clone(),
                 expires_at: day.as_ref().map(|_| now.as_secs() as i64 + day_ttl),
+                windows: windows
+                    .remove(&(reel.clone(), day.clone()))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect(),
             });
         }
         let newest = chunk.newest_ms().unwrap_or(0);
@@ -470,8 +486,9 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             // lazily, and readers bound what they read by the sort key.
             seen_expires_at: newest / 1000 + window / 1000 + 2 * 86_400,
             items,
+            window_prune: window::pruned_attrs(now_ms),
             records: chunk.parts.len() as u64,
-            now_ms: now.as_millis() as i64,
+            now_ms,
             token: RequestToken::for_fields("views", &[]),
         };
         write.token = token(&write);
@@ -539,6 +556,7 @@ fn token(write: &ViewChunkWrite) -> RequestToken {
         seen_usage,
         seen_expires_at,
         items,
+        window_prune,
         records,
         now_ms,
         token: _,
@@ -558,10 +576,20 @@ fn token(write: &ViewChunkWrite) -> RequestToken {
         h.update(i.expires_at.unwrap_or(-1).to_be_bytes());
         h.update((i.sketch.len() as u64).to_be_bytes());
         h.update(&i.sketch);
+        for (name, v) in &i.windows {
+            h.update((name.len() as u64).to_be_bytes());
+            h.update(name.as_bytes());
+            h.update(v.to_be_bytes());
+        }
+        h.update(u64::MAX.to_be_bytes());
+    }
+    for name in window_prune {
+        h.update((name.len() as u64).to_be_bytes());
+        h.update(name.as_bytes());
     }
     let body: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     RequestToken::for_fields(
-        "views/v1",
+        "views/v2",
         &[
             checkpoint_key,
             shard_id,

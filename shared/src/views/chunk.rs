@@ -35,6 +35,9 @@ pub struct Part {
     pub(super) viewer: String,
     /// The UTC day it counts in.
     pub(super) day: String,
+    /// When it was viewed (Unix ms): its day, and its windowed-count
+    /// buckets.
+    pub(super) at_ms: i64,
     /// Views by reel.
     pub(super) views: Vec<(ReelId, u32)>,
 }
@@ -58,6 +61,7 @@ pub(super) fn parts(records: &[LogRecord]) -> Vec<Part> {
                 id: None,
                 viewer: String::new(),
                 day: String::new(),
+                at_ms: r.arrival_ms,
                 views: Vec::new(),
             }));
             continue;
@@ -78,6 +82,7 @@ pub(super) fn parts(records: &[LogRecord]) -> Vec<Part> {
                 id: Some(mix(*id, i as u64)),
                 viewer: viewer.clone(),
                 day: keys::utc_day(*at_ms),
+                at_ms: *at_ms,
                 views: group.to_vec(),
             });
         }

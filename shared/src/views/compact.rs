@@ -306,6 +306,14 @@ pub fn plan(
                 .filter_map(|i| i.expires_at)
                 .chain(expires)
                 .max();
+            let mut windows: BTreeMap<&str, i64> = BTreeMap::new();
+            for (name, v) in part.iter().flat_map(|i| &i.windows) {
+                if keys::window::parse_attr(name)
+                    .is_some_and(|(g, start)| keys::window::is_kept(g, start, now_ms))
+                {
+                    *windows.entry(name).or_default() += v;
+                }
+            }
             groups.push(ViewFoldFamily {
                 base_sk: base_sk.clone(),
                 base_version: version,
@@ -314,6 +322,10 @@ pub fn plan(
                 day: day.map(str::to_owned),
                 expires_at: day.and(expires),
                 folded: part.iter().map(|i| (i.sk.clone(), i.views)).collect(),
+                windows: windows
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
             });
             // `ADD fv 1` on the base: 1 for a new one.
             version = Some(version.map_or(1, |v| v + 1));
@@ -357,13 +369,18 @@ fn fold_of(pk: &str, families: Vec<ViewFoldFamily>, now_ms: i64) -> ViewFold {
             h.update(sk.as_bytes());
             h.update(v.to_be_bytes());
         }
+        for (name, v) in &f.windows {
+            h.update((name.len() as u64).to_be_bytes());
+            h.update(name.as_bytes());
+            h.update(v.to_be_bytes());
+        }
     }
     let body: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     ViewFold {
         pk: pk.to_owned(),
         families,
         now_ms,
-        token: RequestToken::for_fields("views-fold/v1", &[pk, &now_ms.to_string(), &body]),
+        token: RequestToken::for_fields("views-fold/v2", &[pk, &now_ms.to_string(), &body]),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::sketch::union_estimate;
 use crate::error::Error;
+use crate::keys::window::{Window, WindowCounts};
 use crate::keys::{self, ReelId};
 use crate::store::ViewStore;
 use std::sync::Arc;
@@ -23,6 +24,12 @@ pub struct ViewCounts {
     pub views_7d: u64,
     /// Distinct viewers over those days (an estimate).
     pub unique_viewers_7d: u64,
+    /// Views over the last hour, 24 hours and 7 days
+    /// ([`crate::keys::window`]; the 7 days are the day items of
+    /// [`Window::Week`]'s days, today's included).
+    pub windows: WindowCounts,
+    /// The clock (Unix ms) the windows were read at.
+    pub as_of_ms: i64,
     /// When they were read.
     pub read_at: Instant,
 }
@@ -84,16 +91,36 @@ impl<S: ViewStore> ViewReader<S> {
         let now = (self.clock)();
         let today = keys::utc_day(now);
         let first = keys::utc_day(now - (WINDOW_DAYS - 1) * 86_400_000);
-        let range = keys::views_day_range(&first, &today);
+        // The week window's first day is one before the seven days'.
+        let oldest = keys::utc_day(Window::Week.from_ms(now));
+        let range = keys::views_day_range(&oldest, &today);
         let (all, days) = self
             .store
             .reel_views(&keys::views_reel_key(reel), (&range.0, &range.1))
             .await?;
+        let day_of = |sk: &str| {
+            keys::parse_views_sort(sk)
+                .and_then(|(d, _)| d)
+                .map(str::to_owned)
+        };
+        let last7: Vec<_> = days
+            .iter()
+            .filter(|i| day_of(&i.sk).is_some_and(|d| d >= first))
+            .collect();
+        let mut windows = WindowCounts::default();
+        for item in &days {
+            for (name, v) in &item.windows {
+                windows.add_attr(name, *v, now);
+            }
+            windows.week = windows.week.saturating_add(item.views as i64);
+        }
         Ok(Arc::new(ViewCounts {
             views: all.iter().map(|i| i.views).sum(),
             unique_viewers: union_estimate(all.iter().map(|i| i.sketch.as_slice())),
-            views_7d: days.iter().map(|i| i.views).sum(),
-            unique_viewers_7d: union_estimate(days.iter().map(|i| i.sketch.as_slice())),
+            views_7d: last7.iter().map(|i| i.views).sum(),
+            unique_viewers_7d: union_estimate(last7.iter().map(|i| i.sketch.as_slice())),
+            windows,
+            as_of_ms: now,
             read_at: Instant::now(),
         }))
     }

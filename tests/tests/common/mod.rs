@@ -227,6 +227,20 @@ impl TestStack {
         r.body["count"].as_i64().expect("count")
     }
 
+    /// The reel's net likes over the last hour, 24 hours and 7 days, as a
+    /// fresh read sums them (the `GET /reels/{reel}/stats` figures).
+    pub async fn like_windows(&self, reel: &str) -> [i64; 3] {
+        use likes::keys::window::Window;
+        let c = self
+            .stack
+            .app
+            .service
+            .windows(&likes::keys::ReelId::parse(reel).expect("reel id"))
+            .await
+            .expect("windows");
+        Window::ALL.map(|w| c.windows.get(w))
+    }
+
     /// The reel's count as stored: every shard item (000..999) plus the base
     /// item that shrinking folds into, read directly.
     pub async fn shard_sum(&self, reel: &str) -> i64 {

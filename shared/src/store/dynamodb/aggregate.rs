@@ -3,6 +3,7 @@
 
 use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::ItemExt;
+use super::windows;
 use super::{CheckpointMove, DynamoStore};
 use crate::error::Error;
 use crate::keys;
@@ -123,8 +124,15 @@ fn writer_item(
             ))),
         );
     let update = add_recent_buckets(update, &mut expr, write.width_ms, &add.recent);
+    let update = windows::add(update, &mut expr, &add.windows);
     expr.push_str(" SET #u = :at, #s = :seq");
     let update = drop_old_buckets(update, &mut expr, write.width_ms, &write.prune);
+    let update = windows::remove(
+        update,
+        &mut expr,
+        &write.window_prune,
+        write.prune.is_empty(),
+    );
     Ok(TransactWriteItem::builder()
         .update(
             update

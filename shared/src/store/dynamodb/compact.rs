@@ -5,6 +5,7 @@
 
 use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::ItemExt;
+use super::windows;
 use crate::error::Error;
 use crate::keys;
 use crate::store::{ViewFold, ViewFoldItem, ViewFoldResult};
@@ -40,6 +41,7 @@ pub(super) fn fold_item(i: &HashMap<String, AttributeValue>) -> Option<ViewFoldI
         sketch: i.bytes("hll").map(<[u8]>::to_vec).unwrap_or_default(),
         expires_at: i.int("expires_at"),
         version: num("fv").unwrap_or(0),
+        windows: i.window_buckets(),
     })
 }
 
@@ -152,8 +154,10 @@ pub(super) async fn fold_transaction(
 ) -> Result<ViewFoldResult, Error> {
     let mut request = client.transact_write_items();
     for f in &fold.families {
-        let expr = String::from("ADD #v :v, #fv :one SET #h = :h, #u = :at");
-        let mut update = Update::builder()
+        let mut expr = String::from("ADD #v :v, #fv :one");
+        let update = windows::add(Update::builder(), &mut expr, &f.windows);
+        expr.push_str(" SET #h = :h, #u = :at");
+        let mut update = update
             .table_name(table)
             .set_key(Some(key(&fold.pk, &f.base_sk)))
             .expression_attribute_names("#v", "v")

@@ -2,11 +2,14 @@
 //! transaction and its `Idempotency-Key` records, the health probe.
 
 use super::DynamoStore;
-use super::error::{cancellation_codes, like_tx_cancellation, request_build_failed, translate};
+use super::error::{
+    cancellation_codes, commit_kind, like_tx_cancellation, request_build_failed, translate,
+};
 use super::ext::{Item, ItemExt, Projection, settings_item};
 use super::reads::BATCH_GET_PARALLELISM;
+use super::windows;
 use crate::error::Error;
-use crate::keys::{self, Action, ReelId, UserId};
+use crate::keys::{self, Action, ReelId, UserId, window};
 use crate::store::{
     CountItem, CounterStore, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, RetryReason, Settings,
     ShardSum, ShardValue, TxResult,
@@ -16,8 +19,7 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::transact_write_items::builders::TransactWriteItemsFluentBuilder;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConsumedCapacity, Delete, Put, ReturnConsumedCapacity, TransactWriteItem,
-    Update,
+    AttributeValue, Delete, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
 };
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
@@ -65,8 +67,9 @@ impl CounterStore for DynamoStore {
         self.stats
             .shard_reads_batch
             .fetch_add(owner.len() as u64, Ordering::Relaxed);
-        let batch =
-            self.batch_get_counters(owner.keys().cloned().collect(), Some(Projection::SHARD));
+        // Whole items: their windowed-count buckets have names of their
+        // own (a projection costs the same read units).
+        let batch = self.batch_get_counters(owner.keys().cloned().collect(), None);
         let transactional = futures::stream::iter(atomic)
             .map(|(reel, keys)| async move {
                 let items = self.read_fold_group(keys).await?;
@@ -78,6 +81,10 @@ impl CounterStore for DynamoStore {
         let names: Vec<ReelId> = reels.iter().map(|(r, _)| r.clone()).collect();
         let writers = self.writer_sums(&names);
         let (batch, transactional, writers) = tokio::join!(batch, transactional, writers);
+        let now_ms = crate::clock::now_ms();
+        for sum in sums.values_mut() {
+            sum.windows_at_ms = now_ms;
+        }
         let mut add = |reel: &ReelId, item: &Item| {
             let v = ShardValue::try_from(item)?;
             if let Some(sum) = sums.get_mut(reel) {
@@ -85,6 +92,12 @@ impl CounterStore for DynamoStore {
                 sum.w = sum.w.saturating_add(v.w);
                 let at = item.int("updated_at").unwrap_or(0);
                 sum.last_write_ms = sum.last_write_ms.max(at);
+                for (name, _) in item.iter() {
+                    if name.starts_with('c') {
+                        sum.windows
+                            .add_attr(name, item.int(name).unwrap_or(0), now_ms);
+                    }
+                }
             }
             Ok::<_, Error>(())
         };
@@ -102,6 +115,7 @@ impl CounterStore for DynamoStore {
             if let Some(sum) = sums.get_mut(&reel) {
                 sum.n = sum.n.saturating_add(p.n);
                 sum.last_write_ms = sum.last_write_ms.max(p.last_write_ms);
+                sum.windows.merge(&p.windows);
             }
         }
         Ok(sums)
@@ -154,18 +168,28 @@ impl CounterStore for DynamoStore {
         let Some(shard) = tx.shard else {
             return self.write_like_row(tx, row_op).await;
         };
+        // `w` counts every write the shard took: its rate is the reel's
+        // write rate (automatic resizing), and a change of it marks the
+        // shard as written (reconciliation). `updated_at` (the request's
+        // own clock, fixed for its retries) marks when the shard last took
+        // a write: reconciliation defers reels written during its scan.
+        // The windowed counts' buckets of that clock take the change too,
+        // and the expired ones are dropped: the body is a function of the
+        // request alone, so every retry sends the same.
+        let mut expr = String::from("ADD #n :d, #w :one");
+        let update = windows::add(
+            Update::builder(),
+            &mut expr,
+            &windows::of_change(tx.action.delta(), tx.now_ms),
+        );
+        expr.push_str(" SET #u = :at");
+        let update = windows::remove(update, &mut expr, &window::pruned_attrs(tx.now_ms), true);
         let shard_op = TransactWriteItem::builder()
             .update(
-                Update::builder()
+                update
                     .table_name(&self.counters_table)
                     .key("pk", AttributeValue::S(keys::shard_key(&tx.reel, shard)))
-                    // `w` counts every write the shard took: its rate is the
-                    // reel's write rate (automatic resizing), and a change
-                    // of it marks the shard as written (reconciliation).
-                    // `updated_at` (the request's own clock, fixed for its
-                    // retries) marks when the shard last took a write:
-                    // reconciliation defers reels written during its scan.
-                    .update_expression("ADD #n :d, #w :one SET #u = :at")
+                    .update_expression(expr)
                     .expression_attribute_names("#n", "n")
                     .expression_attribute_names("#w", "w")
                     .expression_attribute_names("#u", "updated_at")
@@ -513,85 +537,4 @@ fn record_put(
                 .map_err(|e| request_build_failed("Put", &e))?,
         )
         .build())
-}
-
-/// What a committed like transaction's `ConsumedCapacity` says about it.
-///
-/// DynamoDB documents, for `ClientRequestToken` ("TransactWriteItems", API
-/// reference): "If the ReturnConsumedCapacity parameter is set, then the
-/// initial TransactWriteItems call returns the amount of write capacity
-/// units consumed in making the changes. Subsequent TransactWriteItems calls
-/// with the same client token return the number of read capacity units
-/// consumed in reading the item." With `INDEXES` the answer holds a
-/// `Capacity` per table, whose `ReadCapacityUnits` and `WriteCapacityUnits`
-/// are documented ("the total number of read/write capacity units consumed
-/// on a table"); the aggregate's fields of the same names are read too.
-/// Write units anywhere: applied by this call. Read units and no write
-/// units: a replay. Neither (only `CapacityUnits`, or nothing): the two
-/// cannot be told apart, and the answer says so.
-fn commit_kind(capacities: &[ConsumedCapacity]) -> TxResult {
-    let (mut read, mut wrote) = (false, false);
-    for c in capacities {
-        let table = c.table();
-        let units = [
-            (c.read_capacity_units(), c.write_capacity_units()),
-            (
-                table.and_then(|t| t.read_capacity_units()),
-                table.and_then(|t| t.write_capacity_units()),
-            ),
-        ];
-        for (r, w) in units {
-            read |= r.unwrap_or(0.0) > 0.0;
-            wrote |= w.unwrap_or(0.0) > 0.0;
-        }
-    }
-    match (wrote, read) {
-        (true, _) => TxResult::Committed { replayed: false },
-        (false, true) => TxResult::Committed { replayed: true },
-        (false, false) => TxResult::CommittedUnsure,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_commit_is_told_by_the_documented_capacity_fields() {
-        use aws_sdk_dynamodb::types::Capacity;
-        let table = |r: Option<f64>, w: Option<f64>| {
-            ConsumedCapacity::builder()
-                .table_name("t")
-                .capacity_units(2.0)
-                .table(
-                    Capacity::builder()
-                        .capacity_units(2.0)
-                        .set_read_capacity_units(r)
-                        .set_write_capacity_units(w)
-                        .build(),
-                )
-                .build()
-        };
-        assert_eq!(
-            commit_kind(&[table(None, Some(2.0))]),
-            TxResult::Committed { replayed: false }
-        );
-        assert_eq!(
-            commit_kind(&[table(Some(2.0), None)]),
-            TxResult::Committed { replayed: true }
-        );
-        // The aggregate's own split counts too.
-        let aggregate = ConsumedCapacity::builder()
-            .capacity_units(2.0)
-            .read_capacity_units(2.0)
-            .build();
-        assert_eq!(
-            commit_kind(&[aggregate]),
-            TxResult::Committed { replayed: true }
-        );
-        // Only the total: cannot tell, and says so.
-        let total = ConsumedCapacity::builder().capacity_units(2.0).build();
-        assert_eq!(commit_kind(&[total]), TxResult::CommittedUnsure);
-        assert_eq!(commit_kind(&[]), TxResult::CommittedUnsure);
-    }
 }

@@ -1,10 +1,12 @@
 //! The one translation of SDK errors into [`Error`], and the reading of a
-//! cancelled transaction's reasons, for each kind of transaction.
+//! transaction's answer: a cancelled one's reasons, for each kind of
+//! transaction, and what a committed like transaction's capacity says.
 
 use crate::error::Error;
 use crate::store::{RetryReason, TxResult};
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::ConsumedCapacity;
 use aws_sdk_dynamodb::types::error::TransactionCanceledException;
 use std::fmt::Debug;
 
@@ -185,6 +187,43 @@ pub(super) fn maintenance_tx_failure<R: Debug>(
     }
 }
 
+/// What a committed like transaction's `ConsumedCapacity` says about it.
+///
+/// DynamoDB documents, for `ClientRequestToken` ("TransactWriteItems", API
+/// reference): "If the ReturnConsumedCapacity parameter is set, then the
+/// initial TransactWriteItems call returns the amount of write capacity
+/// units consumed in making the changes. Subsequent TransactWriteItems calls
+/// with the same client token return the number of read capacity units
+/// consumed in reading the item." With `INDEXES` the answer holds a
+/// `Capacity` per table, whose `ReadCapacityUnits` and `WriteCapacityUnits`
+/// are documented ("the total number of read/write capacity units consumed
+/// on a table"); the aggregate's fields of the same names are read too.
+/// Write units anywhere: applied by this call. Read units and no write
+/// units: a replay. Neither (only `CapacityUnits`, or nothing): the two
+/// cannot be told apart, and the answer says so.
+pub(super) fn commit_kind(capacities: &[ConsumedCapacity]) -> TxResult {
+    let (mut read, mut wrote) = (false, false);
+    for c in capacities {
+        let table = c.table();
+        let units = [
+            (c.read_capacity_units(), c.write_capacity_units()),
+            (
+                table.and_then(|t| t.read_capacity_units()),
+                table.and_then(|t| t.write_capacity_units()),
+            ),
+        ];
+        for (r, w) in units {
+            read |= r.unwrap_or(0.0) > 0.0;
+            wrote |= w.unwrap_or(0.0) > 0.0;
+        }
+    }
+    match (wrote, read) {
+        (true, _) => TxResult::Committed { replayed: false },
+        (false, true) => TxResult::Committed { replayed: true },
+        (false, false) => TxResult::CommittedUnsure,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,5 +286,44 @@ mod tests {
             like_tx_cancellation(&["ValidationError", "None"], Some(1), 2),
             Err(Error::Internal)
         );
+    }
+
+    #[test]
+    fn a_commit_is_told_by_the_documented_capacity_fields() {
+        use aws_sdk_dynamodb::types::Capacity;
+        let table = |r: Option<f64>, w: Option<f64>| {
+            ConsumedCapacity::builder()
+                .table_name("t")
+                .capacity_units(2.0)
+                .table(
+                    Capacity::builder()
+                        .capacity_units(2.0)
+                        .set_read_capacity_units(r)
+                        .set_write_capacity_units(w)
+                        .build(),
+                )
+                .build()
+        };
+        assert_eq!(
+            commit_kind(&[table(None, Some(2.0))]),
+            TxResult::Committed { replayed: false }
+        );
+        assert_eq!(
+            commit_kind(&[table(Some(2.0), None)]),
+            TxResult::Committed { replayed: true }
+        );
+        // The aggregate's own split counts too.
+        let aggregate = ConsumedCapacity::builder()
+            .capacity_units(2.0)
+            .read_capacity_units(2.0)
+            .build();
+        assert_eq!(
+            commit_kind(&[aggregate]),
+            TxResult::Committed { replayed: true }
+        );
+        // Only the total: cannot tell, and says so.
+        let total = ConsumedCapacity::builder().capacity_units(2.0).build();
+        assert_eq!(commit_kind(&[total]), TxResult::CommittedUnsure);
+        assert_eq!(commit_kind(&[]), TxResult::CommittedUnsure);
     }
 }

@@ -36,6 +36,10 @@ pub(super) trait ItemExt {
     /// A counter attribute: missing counts 0 (`ADD` creates it on first
     /// use); anything but an integer is a fault.
     fn counter(&self, name: &str) -> Result<i64, Error>;
+
+    /// Its windowed-count buckets ([`crate::keys::window`]): attribute and
+    /// value, in name order.
+    fn window_buckets(&self) -> Vec<(String, i64)>;
 }
 
 impl ItemExt for Item {
@@ -53,6 +57,16 @@ impl ItemExt for Item {
 
     fn bytes(&self, name: &str) -> Option<&[u8]> {
         self.get(name)?.as_b().ok().map(|b| b.as_ref())
+    }
+
+    fn window_buckets(&self) -> Vec<(String, i64)> {
+        let mut out: Vec<(String, i64)> = self
+            .keys()
+            .filter(|name| crate::keys::window::parse_attr(name).is_some())
+            .filter_map(|name| Some((name.clone(), self.int(name)?)))
+            .collect();
+        out.sort();
+        out
     }
 
     fn counter(&self, name: &str) -> Result<i64, Error> {
@@ -76,25 +90,10 @@ pub(super) struct Projection {
 }
 
 impl Projection {
-    /// What a shard sum reads of a count item: its value and last write.
-    pub(super) const SHARD: Projection = Projection {
-        expression: "pk, #n, #w, #u",
-        names: &[("#n", "n"), ("#w", "w"), ("#u", "updated_at")],
-    };
     /// A count item's value alone.
     pub(super) const VALUE: Projection = Projection {
         expression: "pk, #n, #w",
         names: &[("#n", "n"), ("#w", "w")],
-    };
-    /// A draining reel's base item, with the fold counter its reads check.
-    pub(super) const BASE_WITH_FOLDS: Projection = Projection {
-        expression: "pk, #n, #w, #u, #f",
-        names: &[
-            ("#n", "n"),
-            ("#w", "w"),
-            ("#u", "updated_at"),
-            ("#f", "folds"),
-        ],
     };
     /// The base item's fold counter alone.
     pub(super) const FOLDS: Projection = Projection {

@@ -43,6 +43,7 @@ mod sdk;
 mod spread;
 mod tls;
 mod views;
+mod windows;
 mod writers;
 
 pub(crate) use error::translate;

@@ -123,11 +123,11 @@ impl DynamoStore {
             return Ok(Vec::new());
         };
         for attempt in 1..=FOLD_READ_ATTEMPTS {
-            let before = self.get_counter(base, Projection::BASE_WITH_FOLDS).await?;
-            let mut items = self
-                .batch_get_counters(shards.to_vec(), Some(Projection::SHARD))
-                .await?;
-            let after = self.get_counter(base, Projection::FOLDS).await?;
+            // Whole items: the windowed-count buckets have names of their
+            // own (a projection costs the same read units).
+            let before = self.get_counter(base, None).await?;
+            let mut items = self.batch_get_counters(shards.to_vec(), None).await?;
+            let after = self.get_counter(base, Some(Projection::FOLDS)).await?;
             let folds = |i: &Option<Item>| i.as_ref().and_then(|i| i.int("folds")).unwrap_or(0);
             if folds(&before) == folds(&after) {
                 self.stats.fold_group_reads.fetch_add(1, Ordering::Relaxed);
@@ -151,17 +151,19 @@ impl DynamoStore {
     pub(super) async fn get_counter(
         &self,
         pk: &str,
-        projection: Projection,
+        projection: Option<Projection>,
     ) -> Result<Option<Item>, Error> {
         let mut req = self
             .client
             .get_item()
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(pk.to_owned()))
-            .consistent_read(true)
-            .projection_expression(projection.expression);
-        for (k, v) in projection.names {
-            req = req.expression_attribute_names(*k, *v);
+            .consistent_read(true);
+        if let Some(p) = projection {
+            req = req.projection_expression(p.expression);
+            for (k, v) in p.names {
+                req = req.expression_attribute_names(*k, *v);
+            }
         }
         let out = req.send().await.map_err(|e| translate("GetItem", e))?;
         Ok(out.item)
@@ -177,14 +179,12 @@ impl DynamoStore {
             attempt += 1;
             let mut req = self.client.transact_get_items();
             for pk in &keys {
-                let mut get = Get::builder()
+                // Whole items, as `read_fold_group` reads them.
+                let get = Get::builder()
                     .table_name(&self.counters_table)
                     .key("pk", AttributeValue::S(pk.clone()))
-                    .projection_expression(Projection::SHARD.expression);
-                for (k, v) in Projection::SHARD.names {
-                    get = get.expression_attribute_names(*k, *v);
-                }
-                let get = get.build().map_err(|e| request_build_failed("Get", &e))?;
+                    .build()
+                    .map_err(|e| request_build_failed("Get", &e))?;
                 req = req.transact_items(TransactGetItem::builder().get(get).build());
             }
             let reason = match req.send().await {

@@ -6,7 +6,7 @@ use super::DynamoStore;
 use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::{Item, ItemExt, Projection};
 use crate::error::Error;
-use crate::keys::{self, ReelId};
+use crate::keys::{self, ReelId, window};
 use crate::store::{
     CorrectResult, CountItem, CounterStore, Ledger, Phase, RecentBucket, ReconcileStore, ReelView,
     RetryReason, RunCount, ScanPage, ScanTable, ShardSum, ShardValue, StoredRun,
@@ -83,6 +83,7 @@ impl ReconcileStore for DynamoStore {
                 .unwrap_or(0.0),
             ..ScanPage::default()
         };
+        let now_ms = crate::clock::now_ms();
         for item in out.items() {
             let reel = match table {
                 ScanTable::Likes
@@ -107,6 +108,14 @@ impl ReconcileStore for DynamoStore {
                         Some((s, reel)) => Some((reel, CountItem::Shard(s))),
                         None => keys::parse_base_key(pk).map(|reel| (reel, CountItem::Base)),
                     });
+                    if slot.is_some()
+                        && let Some(pk) = pk
+                    {
+                        let stale = stale_windows(item, now_ms);
+                        if !stale.is_empty() {
+                            page.stale_windows.push((pk.to_owned(), stale));
+                        }
+                    }
                     if let Some((reel, slot)) = slot.filter(|(_, s)| *s != CountItem::Shard(0)) {
                         let value = ShardValue::try_from(item)?;
                         if value != ShardValue::default() {
@@ -374,7 +383,7 @@ impl ReconcileStore for DynamoStore {
             // Someone's item is there; it may be this caller's own, if the
             // SDK resent the put after a lost answer.
             Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
-                let item = self.get_counter(&pk, CLAIMED_BY).await?;
+                let item = self.get_counter(&pk, Some(CLAIMED_BY)).await?;
                 Ok(item
                     .as_ref()
                     .and_then(|i| i.string("claimed_by"))
@@ -537,4 +546,18 @@ fn run_count(run_id: &str, reel: ReelId, item: &Item) -> RunCount {
         rows,
         claimed: item.flag("claimed").unwrap_or(false),
     }
+}
+
+/// The windowed-count buckets of a count item past every window, with a
+/// bucket to spare (a writer whose clock is behind may still add to the
+/// oldest kept one).
+fn stale_windows(item: &Item, now_ms: i64) -> Vec<String> {
+    item.window_buckets()
+        .into_iter()
+        .filter(|(name, _)| {
+            window::parse_attr(name)
+                .is_some_and(|(g, start)| start < g.kept_from(now_ms - g.width_ms()))
+        })
+        .map(|(name, _)| name)
+        .collect()
 }

@@ -5,8 +5,9 @@
 use super::DynamoStore;
 use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::{Item, ItemExt};
+use super::windows;
 use crate::error::Error;
-use crate::keys::{self, ReelId};
+use crate::keys::{self, ReelId, window};
 use crate::store::{CountItem, FoldResult, ResizeStore, RetryReason, ShardValue};
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
@@ -38,15 +39,50 @@ impl ResizeStore for DynamoStore {
     ) -> Result<FoldResult, Error> {
         let n = |v: i64| AttributeValue::N(v.to_string());
         let check = self.settings_at(reel, settings_version)?;
+        // The shard's windowed-count buckets move with its value: read
+        // here, with the value they go with (the transaction's condition on
+        // `n` and `w`, which every write changes, holds them as read).
+        let pk = keys::shard_key(reel, shard);
+        let now_ms = crate::clock::now_ms();
+        let item = self
+            .client
+            .get_item()
+            .table_name(&self.counters_table)
+            .key("pk", AttributeValue::S(pk.clone()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| translate("GetItem", e))?
+            .item;
+        let buckets = match item {
+            Some(item) if ShardValue::try_from(&item)? == seen => item.window_buckets(),
+            Some(_) => return Ok(FoldResult::ShardChanged),
+            None if seen == ShardValue::default() => Vec::new(),
+            None => return Ok(FoldResult::ShardChanged),
+        };
+        let moved: Vec<(String, i64)> = buckets
+            .iter()
+            .filter(|(name, _)| {
+                window::parse_attr(name).is_some_and(|(g, s)| window::is_kept(g, s, now_ms))
+            })
+            .cloned()
+            .collect();
+        // `folds` counts the folds the base item took: a reader that sees
+        // it unchanged before and after reading the shards being folded saw
+        // no fold half-done.
+        let mut into_expr = String::from("ADD #n :seen_n, #w :seen_w, #f :one");
+        let into_update = windows::add(Update::builder(), &mut into_expr, &moved);
+        let pruned: Vec<String> = window::pruned_attrs(now_ms)
+            .into_iter()
+            .filter(|p| !moved.iter().any(|(m, _)| m == p))
+            .collect();
+        let into_update = windows::remove(into_update, &mut into_expr, &pruned, true);
         let into = TransactWriteItem::builder()
             .update(
-                Update::builder()
+                into_update
                     .table_name(&self.counters_table)
                     .key("pk", AttributeValue::S(keys::base_key(reel)))
-                    // `folds` counts the folds the base item took: a reader
-                    // that sees it unchanged before and after reading the
-                    // shards being folded saw no fold half-done.
-                    .update_expression("ADD #n :seen_n, #w :seen_w, #f :one")
+                    .update_expression(into_expr)
                     .expression_attribute_names("#n", "n")
                     .expression_attribute_names("#w", "w")
                     .expression_attribute_names("#f", "folds")
@@ -58,12 +94,14 @@ impl ResizeStore for DynamoStore {
             )
             .build();
         let (condition, values) = holds_exactly(seen);
-        let from = Update::builder()
+        // Closed in the same transaction that empties it: from then on it
+        // refuses stream aggregation planned with older settings.
+        let mut from_expr = String::from("ADD #n :neg_n, #w :neg_w SET #c = :ver");
+        let names: Vec<String> = buckets.into_iter().map(|(name, _)| name).collect();
+        let from = windows::remove(Update::builder(), &mut from_expr, &names, true)
             .table_name(&self.counters_table)
-            .key("pk", AttributeValue::S(keys::shard_key(reel, shard)))
-            // Closed in the same transaction that empties it: from then on
-            // it refuses stream aggregation planned with older settings.
-            .update_expression("ADD #n :neg_n, #w :neg_w SET #c = :ver")
+            .key("pk", AttributeValue::S(pk.clone()))
+            .update_expression(from_expr)
             .condition_expression(condition)
             .expression_attribute_names("#n", "n")
             .expression_attribute_names("#w", "w")

@@ -88,11 +88,14 @@ pub(super) struct Writers {
     /// Every counted item's recent-change buckets: (`{pk}/{sk}`, name,
     /// what it says, value).
     pub buckets: Vec<(String, String, keys::RecentAttr, i64)>,
+    /// The windowed counts they hold.
+    pub windows: keys::window::WindowCounts,
 }
 
 impl Writers {
     fn add(&mut self, pk: &str, p: Partition) {
         self.n = self.n.saturating_add(p.n);
+        self.windows.merge(&p.windows);
         self.last_write_ms = self.last_write_ms.max(p.last_write_ms);
         self.items += p.items;
         self.parts += 1;

@@ -6,6 +6,7 @@ use super::CheckpointMove;
 use super::compact;
 use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::ItemExt;
+use super::windows;
 use crate::error::Error;
 use crate::keys;
 use crate::store::views::ViewItemsRound;
@@ -84,6 +85,7 @@ fn view_item(i: &HashMap<String, AttributeValue>) -> Option<ViewItem> {
         sk: i.string("sk")?.to_owned(),
         views: i.int("v").and_then(|v| u64::try_from(v).ok()).unwrap_or(0),
         sketch: i.bytes("hll").map(<[u8]>::to_vec).unwrap_or_default(),
+        windows: i.window_buckets(),
     })
 }
 
@@ -321,8 +323,8 @@ impl ViewStore for DynamoViews {
             // The sketch is replaced, not merged here: only this writer
             // (this Kinesis shard, under its checkpoint's condition) ever
             // writes this item, so the value it read is the value stored.
-            let expr = String::from("ADD #v :v SET #h = :h, #u = :at");
-            let update = Update::builder()
+            let mut expr = String::from("ADD #v :v");
+            let mut update = Update::builder()
                 .table_name(&self.views_table)
                 .set_key(Some(Self::key(&item.pk, &item.sk)))
                 .expression_attribute_names("#v", "v")
@@ -334,6 +336,13 @@ impl ViewStore for DynamoViews {
                     AttributeValue::B(Blob::new(item.sketch.clone())),
                 )
                 .expression_attribute_values(":at", n(write.now_ms));
+            // A day item's windowed-count buckets: added, and the expired
+            // ones dropped.
+            update = windows::add(update, &mut expr, &item.windows);
+            if item.day.is_some() {
+                update = windows::remove(update, &mut expr, &write.window_prune, true);
+            }
+            expr.push_str(" SET #h = :h, #u = :at");
             request = request.transact_items(compact::view_item_update(
                 update,
                 expr,

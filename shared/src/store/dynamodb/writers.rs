@@ -61,7 +61,7 @@ use super::error::{maintenance_tx_failure, request_build_failed, translate};
 use super::ext::{Item, ItemExt};
 use crate::config::{Config, RecentWindow};
 use crate::error::Error;
-use crate::keys;
+use crate::keys::{self, window};
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, TransactWriteItem, Update};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -140,6 +140,8 @@ pub(super) struct Partition {
     /// Every counted item's recent-change buckets: (sort key, name, what
     /// it says, value).
     pub buckets: Vec<(String, String, keys::RecentAttr, i64)>,
+    /// The windowed counts the counted items hold at the read's clock.
+    pub windows: window::WindowCounts,
 }
 
 /// Sums a reel's partition `items` (as one `Query` returned them) at
@@ -191,6 +193,9 @@ pub(super) fn sum_partition(
             if let Some(attr) = keys::parse_recent_attr(name) {
                 let value = item.int(name).unwrap_or(0);
                 p.buckets.push((sk.to_owned(), name.clone(), attr, value));
+            } else if name.starts_with('c') {
+                let value = item.int(name).unwrap_or(0);
+                p.windows.add_attr(name, value, now_ms);
             }
         }
         if !is_base && now_ms.saturating_sub(at) >= quiet_ms && !seq.is_empty() {
@@ -338,10 +343,10 @@ impl FoldPlan {
     fn new(
         p: &Partition,
         taken: &[(String, String, Item)],
-        window: RecentWindow,
+        recent: RecentWindow,
         now_ms: i64,
     ) -> Self {
-        let kept_from = now_ms - window.keep_ms;
+        let kept_from = now_ms - recent.keep_ms;
         let base = p.base.as_ref();
         let mut plan = FoldPlan {
             version: base.and_then(|b| b.int("fv")).unwrap_or(0),
@@ -354,19 +359,24 @@ impl FoldPlan {
             plan.n = plan.n.saturating_add(item.int("n").unwrap_or(0));
             plan.updated_at = plan.updated_at.max(item.int("updated_at").unwrap_or(0));
             for (name, _) in item.iter() {
-                if let Some(attr) = keys::parse_recent_attr(name)
-                    && attr.start_ms + attr.width_ms > kept_from
-                {
+                let kept = match keys::parse_recent_attr(name) {
+                    Some(attr) => attr.start_ms + attr.width_ms > kept_from,
+                    None => window::parse_attr(name)
+                        .is_some_and(|(g, start)| window::is_kept(g, start, now_ms)),
+                };
+                if kept {
                     *plan.add.entry(name.clone()).or_default() += item.int(name).unwrap_or(0);
                 }
             }
         }
         if let Some(b) = base {
             for (name, _) in b.iter() {
-                if let Some(attr) = keys::parse_recent_attr(name)
-                    && attr.start_ms + attr.width_ms <= kept_from
-                    && !plan.add.contains_key(name)
-                {
+                let stale = match keys::parse_recent_attr(name) {
+                    Some(attr) => attr.start_ms + attr.width_ms <= kept_from,
+                    None => window::parse_attr(name)
+                        .is_some_and(|(g, start)| !window::is_kept(g, start, now_ms)),
+                };
+                if stale && !plan.add.contains_key(name) {
                     plan.remove.push(name.clone());
                 }
             }

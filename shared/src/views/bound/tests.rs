@@ -8,6 +8,7 @@ fn part(seq: u64, viewer: &str, views: &[(&str, u32)]) -> Part {
         id: Some(seq),
         viewer: viewer.to_owned(),
         day: "2026-12-06".to_owned(),
+        at_ms: 0,
         views: views
             .iter()
             .map(|(r, n)| (ReelId::parse(r).unwrap(), *n))

@@ -14,6 +14,7 @@ fn item(sk: &str, views: u64, viewers: std::ops::Range<u32>) -> ViewFoldItem {
         sketch: s.to_bytes(),
         expires_at: sk.starts_with("d#").then_some(1_000),
         version: 0,
+        windows: Vec::new(),
     }
 }
 
