@@ -12,7 +12,8 @@
 # with the reason, exit 0.
 #
 # Artifacts in target/playground/: burst.png (the burst, the chart and the
-# counters), lost-shard.png, failure.png on a failure, serve.log.
+# counters), watch.png (views, unique viewers, windowed counts),
+# lost-shard.png, failure.png on a failure, serve.log.
 # PLAYGROUND_DOCS_SCREENSHOT=1 also copies burst.png to docs/playground.png.
 set -euo pipefail
 bin=${1:-target/debug/likes-local}
@@ -101,4 +102,4 @@ if [[ ${PLAYGROUND_DOCS_SCREENSHOT:-} == 1 ]]; then
   cp "$out/burst.png" "$root/docs/playground.png"
   echo "playground-test: docs/playground.png updated"
 fi
-echo "playground-test: ok in $((SECONDS - t0)) s (screenshots: $out/burst.png, $out/lost-shard.png)"
+echo "playground-test: ok in $((SECONDS - t0)) s (screenshots: $out/burst.png, $out/watch.png, $out/lost-shard.png)"

@@ -131,6 +131,50 @@ function stop() {
   $("stop").disabled = true;
 }
 
+// ---- Watch it -------------------------------------------------------------
+
+const watched = { posted: 0, accepted: 0 };
+
+// Many viewers, one batch each: every view of a viewer's batch counts once,
+// and the viewer once among the unique viewers.
+async function watch() {
+  const viewers = Math.max(1, Math.min(500, Number($("viewers").value) || 1));
+  const each = Math.max(1, Math.min(100, Number($("views-each").value) || 1));
+  const run = Date.now().toString(36);
+  const one = async (i) => {
+    watched.posted += each;
+    const a = await call("POST", "/views", {
+      user: `watcher-${run}-${i}`,
+      key: `watch-${run}-${i}`,
+      body: { views: [{ reel_id: reel(), count: each }] },
+    });
+    if (a.ok && a.json) watched.accepted += a.json.accepted;
+    $("views-posted").textContent = watched.posted;
+    $("views-accepted").textContent = watched.accepted;
+  };
+  // A few at a time: a browser keeps about six requests in flight per host.
+  for (let i = 0; i < viewers; i += 6) {
+    await Promise.all(Array.from({ length: Math.min(6, viewers - i) }, (_, k) => one(i + k)));
+  }
+}
+
+// The reel's views and its windowed counts, as the API answers them.
+async function showViews() {
+  const [views, stats] = await Promise.all([
+    call("GET", `/reels/${enc(reel())}/views`),
+    call("GET", `/reels/${enc(reel())}/stats`),
+  ]);
+  const v = views.ok && views.json ? views.json : null;
+  $("views").textContent = v ? v.views : `? (${views.status || "no answer"})`;
+  $("unique").textContent = v ? v.unique_viewers : "–";
+  for (const w of ["1h", "24h", "7d"]) {
+    const f = stats.ok && stats.json ? stats.json.windows[w] : null;
+    $(`likes-${w}`).textContent = f ? f.likes : "–";
+    $(`views-${w}`).textContent = f ? f.views : "–";
+  }
+  return v;
+}
+
 // ---- Controls ---------------------------------------------------------------
 
 let cacheTtl = null; // the TTL the stack started with, to restore
@@ -182,16 +226,21 @@ function setupCharts() {
   charts.reads = Chart.create(c, "chart-reads", "shard items read a second (every read of the count)", [
     { key: "reads", label: "shard reads/s", color: "#6a3fb5" },
   ]);
+  charts.views = Chart.create(c, "chart-views", "views and unique viewers", [
+    { key: "views", label: "views", color: "#1f5fbf" },
+    { key: "unique", label: "unique viewers", color: "#2a7d46" },
+  ]);
 }
 
 async function sample() {
   if (sampling || !reel()) return;
   sampling = true;
   try {
-    const [count, shards, state] = await Promise.all([
+    const [count, shards, state, views] = await Promise.all([
       showCount(),
       call("GET", `/admin/reels/${enc(reel())}/shards`),
       call("GET", `/__local/state?reel=${enc(reel())}`),
+      showViews(),
     ]);
     const s = state.json || {};
     const d = {};
@@ -226,6 +275,7 @@ async function sample() {
     charts.count.push(Date.now(), { count: count.ok ? count.json.count : null });
     charts.age.push(Date.now(), { age: count.ok ? count.json.age_ms : null });
     charts.reads.push(Date.now(), { reads });
+    charts.views.push(Date.now(), { views: views?.views, unique: views?.unique_viewers });
   } finally {
     sampling = false;
   }
@@ -258,6 +308,7 @@ function start() {
   $("retry").addEventListener("click", retried);
   $("go").addEventListener("click", go);
   $("stop").addEventListener("click", stop);
+  $("watch").addEventListener("click", watch);
   $("resize").addEventListener("click", resize);
   $("lose").addEventListener("click", lose);
   $("restore-shards").addEventListener("click", restoreShards);

@@ -6,7 +6,9 @@ Against a running `likes-local serve`: load the page, tap the heart and see
 the count and the stored row (DynamoDB's own GetItem) change, a double tap
 and a retried Idempotency-Key change nothing more, a short burst below the
 ceiling moves the chart and the counters with no refused like (screenshot:
-OUT_DIR/burst.png), a resize moves read_shards before write_shards, then a
+OUT_DIR/burst.png), a watch by many viewers shows its views, unique viewers
+and windowed counts (OUT_DIR/watch.png), a resize moves read_shards before
+write_shards, then a
 lost shard and a dropped cache show on the page as
 the API's 503 (OUT_DIR/lost-shard.png).
 
@@ -160,6 +162,24 @@ def run(d, base, dynamo, out):
     wait("the count served caught up", lambda: text("count") == str(offered))
     d.save_screenshot(os.path.join(out, "burst.png"))
     step(f"burst: {offered} offered, {text('accepted')} accepted, screenshot {out}/burst.png")
+
+    # Watch it: 30 viewers, 2 views each. The views and unique viewers
+    # show, and the windows hold the burst's likes (the heart's like and
+    # unlike net to nothing) and the views.
+    set_value("viewers", 30)
+    set_value("views-each", 2)
+    click("watch")
+    wait("every batch accepted", lambda: text("views-accepted") == "60", timeout=30)
+    wait("the views are counted", lambda: text("views") == "60", timeout=60)
+    unique = int(text("unique"))
+    assert 28 <= unique <= 32, f"{unique} unique viewers estimated, 30 watched"
+    wait("the windows hold the likes and the views", lambda: text("likes-1h") == str(offered)
+         and text("likes-7d") == str(offered) and text("views-1h") == "60"
+         and text("views-24h") == "60" and text("views-7d") == "60")
+    wait("the views chart drew them", lambda: d.execute_script(
+        "return window.playground.charts.views.points('views');") >= 2)
+    d.save_screenshot(os.path.join(out, "watch.png"))
+    step(f"watch: 60 views, {unique} unique viewers, screenshot {out}/watch.png")
 
     # Resize by hand: read_shards moves at once, write_shards after the
     # resize wait, when the local schedule (every second here) steps it.
