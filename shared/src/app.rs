@@ -52,6 +52,18 @@ pub struct Views {
     setup: Option<(ViewsConfig, Option<Arc<KinesisLog>>)>,
 }
 
+impl Views {
+    /// The error of a views route on an instance without views configured
+    /// (the template gives each function what its routes need, so this is
+    /// a deployment fault): 500, its cause logged once.
+    pub(crate) fn missing() -> crate::error::Error {
+        crate::error::Error::internal(
+            "views route without views configured",
+            "VIEWS_TABLE or VIEWS_STREAM is not set for this function",
+        )
+    }
+}
+
 impl App {
     /// Builds the service, resharder and reconciler over one store (the
     /// clones share the SDK client).

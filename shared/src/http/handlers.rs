@@ -4,6 +4,7 @@ use super::charge::{READ_ROUTES, charge, view_reads};
 use super::request::{self, Command};
 use super::routes::{self, Function, Route};
 use crate::App;
+use crate::app::Views;
 use crate::error::Error;
 use crate::keys::{Action, ReelId, UserId};
 use crate::reshard::Begin;
@@ -357,7 +358,7 @@ async fn accept_views(
     views: Vec<(ReelId, u32)>,
     idempotency_key: Option<String>,
 ) -> Result<(StatusCode, Value), Error> {
-    let producer = app.views.producer.as_ref().ok_or_else(views_off)?;
+    let producer = app.views.producer.as_ref().ok_or_else(Views::missing)?;
     let total: u64 = views.iter().map(|(_, n)| u64::from(*n)).sum();
     producer.admit(viewer, total).await?;
     // After the viewer's bounds (in memory, so a flood never reaches the
@@ -377,7 +378,7 @@ async fn accept_views(
 
 /// `GET /reels/{reel_id}/views`.
 async fn views_of_reel(app: &App, reel: &ReelId) -> Result<(StatusCode, Value), Error> {
-    let reader = app.views.reader.as_ref().ok_or_else(views_off)?;
+    let reader = app.views.reader.as_ref().ok_or_else(Views::missing)?;
     let c = reader.counts(reel).await?;
     Ok((
         StatusCode::OK,
@@ -394,7 +395,7 @@ async fn views_of_reel(app: &App, reel: &ReelId) -> Result<(StatusCode, Value), 
 
 /// `GET /counts?reel_ids=...`.
 async fn likes_and_views(app: &App, reels: &[ReelId]) -> Result<(StatusCode, Value), Error> {
-    let reader = app.views.reader.as_ref().ok_or_else(views_off)?;
+    let reader = app.views.reader.as_ref().ok_or_else(Views::missing)?;
     // Likes as `GET /likes` sums them; views reel by reel, at most
     // VIEW_READS_IN_FLIGHT at a time (each is two queries, cached),
     // so a feed of 100 reels is no burst of 200 queries.
@@ -486,16 +487,6 @@ async fn erase_user(
         StatusCode::OK,
         json!({ "user_id": user.as_str(), "removed": done.removed, "complete": done.complete }),
     ))
-}
-
-/// A views route on an instance without views configured (the template
-/// gives each function what its routes need, so this is a deployment
-/// fault): 500, its cause logged once.
-pub(super) fn views_off() -> Error {
-    Error::internal(
-        "views route without views configured",
-        "VIEWS_TABLE or VIEWS_STREAM is not set for this function",
-    )
 }
 
 /// The resize state of a reel as the admin routes show it.

@@ -2,8 +2,8 @@
 //! last hour, 24 hours and 7 days (issue 37), from the buckets the writes
 //! that count them keep on the count items ([`crate::keys::window`]).
 
-use super::handlers::views_off;
 use crate::App;
+use crate::app::Views;
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::keys::window::Window;
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 /// age). Likes are net: an unlike in the window of a like before it makes
 /// the figure go down, and can take it below zero.
 pub(super) async fn reel_stats(app: &App, reel: &ReelId) -> Result<(StatusCode, Value), Error> {
-    let reader = app.views.reader.as_ref().ok_or_else(views_off)?;
+    let reader = app.views.reader.as_ref().ok_or_else(Views::missing)?;
     // Boxed: each read is a large future, and two side by side in the
     // handler's would grow every request's.
     let (likes, views) = tokio::join!(

@@ -54,7 +54,7 @@
 
 use super::ViewsConfig;
 use super::bound;
-use super::chunk::{ItemOf, Part, ViewChunk, cut_with, parts, record_seq};
+use super::chunk::{Part, ViewChunk, cut_with, item_groups, parts, record_seq};
 use super::compact::Compaction;
 use super::record::{self, KinesisEvent};
 use super::seen::Seen;
@@ -68,7 +68,7 @@ use crate::keys::{self, window};
 use crate::retry::Backoff;
 use crate::store::{ChunkResult, LogStore, ViewChunkWrite, ViewItemWrite, ViewStore};
 use crate::token::RequestToken;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -395,28 +395,8 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
         if let Ok(mut o) = self.over_bound.lock() {
             o.insert(chunk.last().padded().to_owned(), bounded.dropped_views);
         }
-        // Views and viewers per item: (reel, None) all time, (reel, day);
-        // a day item's windowed-count buckets of the last hour and day.
         let now_ms = now.as_millis() as i64;
-        let mut groups: BTreeMap<ItemOf, (u64, Vec<&str>)> = BTreeMap::new();
-        let mut windows: BTreeMap<ItemOf, BTreeMap<String, i64>> = BTreeMap::new();
-        for (p, counted) in fresh.iter().zip(&bounded.views) {
-            for (reel, n) in counted {
-                for day in [None, Some(p.day.clone())] {
-                    let g = groups.entry((reel.clone(), day)).or_default();
-                    g.0 += u64::from(*n);
-                    g.1.push(p.viewer.as_str());
-                }
-                let w = windows
-                    .entry((reel.clone(), Some(p.day.clone())))
-                    .or_default();
-                for name in window::buckets_of(p.at_ms, now_ms) {
-                    if window::parse_attr(&name).is_some_and(|(g, _)| g != window::Grain::Day) {
-                        *w.entry(name).or_default() += i64::from(*n);
-                    }
-                }
-            }
-        }
+        let (groups, mut windows) = item_groups(&fresh, &bounded.views, now_ms);
         let sort = |day: &Option<String>| match day {
             None => keys::views_all_sort(&self.writer),
             Some(d) => keys::views_day_sort(d, &self.writer),

@@ -6,8 +6,8 @@
 use super::record::{LogRecord, ViewRecord};
 use crate::aggregate::core::{CutChunk, Sequenced};
 use crate::aggregate::records::SequenceNumber;
-use crate::keys::{self, ReelId};
-use std::collections::BTreeSet;
+use crate::keys::{self, ReelId, window};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Reels one part of a record carries (see the module notes): two items
 /// each, plus the checkpoint and the seen item, stay within a transaction.
@@ -140,6 +140,41 @@ impl CutChunk for ViewChunk {
 
 /// Cuts parts into chunks whose transactions stay within DynamoDB's item
 /// limit; depends only on the parts, so a redelivery cuts alike.
+/// Views and viewers per item of a chunk's counted parts: (reel, None) all
+/// time, (reel, day) its day; and each day item's windowed-count buckets
+/// of the last hour and day ([`crate::keys::window`]; the day's own is
+/// the item's views), by when each view was made, as kept at `now_ms`.
+#[allow(clippy::type_complexity)]
+pub(super) fn item_groups<'a>(
+    parts: &[&'a Part],
+    counted: &[Vec<(ReelId, u32)>],
+    now_ms: i64,
+) -> (
+    BTreeMap<ItemOf, (u64, Vec<&'a str>)>,
+    BTreeMap<ItemOf, BTreeMap<String, i64>>,
+) {
+    let mut groups: BTreeMap<ItemOf, (u64, Vec<&str>)> = BTreeMap::new();
+    let mut windows: BTreeMap<ItemOf, BTreeMap<String, i64>> = BTreeMap::new();
+    for (p, counted) in parts.iter().zip(counted) {
+        for (reel, n) in counted {
+            for day in [None, Some(p.day.clone())] {
+                let g = groups.entry((reel.clone(), day)).or_default();
+                g.0 += u64::from(*n);
+                g.1.push(p.viewer.as_str());
+            }
+            let w = windows
+                .entry((reel.clone(), Some(p.day.clone())))
+                .or_default();
+            for name in window::buckets_of(p.at_ms, now_ms) {
+                if window::parse_attr(&name).is_some_and(|(g, _)| g != window::Grain::Day) {
+                    *w.entry(name).or_default() += i64::from(*n);
+                }
+            }
+        }
+    }
+    (groups, windows)
+}
+
 #[cfg(test)]
 pub(super) fn cut(parts: &[Part]) -> Vec<ViewChunk> {
     cut_with(parts, |_| false)
