@@ -430,6 +430,31 @@ def reel_views(out, db):
     check(isinstance(body["age_ms"], int), f"age_ms {body.get('age_ms')!r}")
 
 
+def reel_stats(out, db):
+    # The sample's views by window, as of now (its records are of a fixed
+    # day: the windows keep them as long as their buckets last); r1's likes
+    # net to nothing (like.json and unlike.json, aggregate.json's +1, -1).
+    s, body, _ = http(out)
+    eq((s, body["reel_id"]), (200, "r1"), "status, reel_id")
+    now = int(time.time() * 1000)
+    event = json.loads((ROOT / "events" / "aggregate-views.json").read_text())
+    starts = {
+        "1h": (now - 3_600_000) // 300_000 * 300_000,
+        "24h": (now - 86_400_000) // 3_600_000 * 3_600_000,
+        "7d": (now - 7 * 86_400_000) // 86_400_000 * 86_400_000,
+    }
+    for name, start in starts.items():
+        want = 0
+        for rec in event["Records"]:
+            body_ = json.loads(base64.b64decode(rec["kinesis"]["data"]))
+            at = body_["at"] if name != "7d" else body_["at"] // 86_400_000 * 86_400_000
+            if at >= start:
+                want += sum(n for reel, n in body_["views"] if reel == "r1")
+        f = body["windows"][name]
+        eq((f["views"], f["likes"]), (want, 0), f"r1's {name} views and likes")
+    check(isinstance(body["as_of"], int), f"as_of {body.get('as_of')!r}")
+
+
 def counts(out, db):
     s, body, _ = http(out)
     eq((s, sorted(body["counts"])), (200, ["r1", "r2"]), "status, reels")
@@ -465,6 +490,7 @@ STEPS = [
     ("aggregate-views.json", aggregate_views, None),
     ("aggregate-views.json", aggregate_views_again, None),
     ("reel-views.json", reel_views, None),
+    ("reel-stats.json", reel_stats, None),
     ("counts.json", counts, None),
 ]
 

@@ -458,7 +458,8 @@ impl LogStore for NoParents {
 /// The views samples: `aggregate-views.json` (Lambda's Kinesis event, three
 /// records of one shard: fan-1 twice, fan-2 once) applied once however
 /// often it is delivered, then read back through the read function's
-/// handler with `reel-views.json` and `counts.json`, on the clock of the
+/// handler with `reel-views.json`, `reel-stats.json` and `counts.json`, on
+/// the clock of the
 /// batch's day; `views.json` carries the documented `POST /views` body.
 /// (`make sam-local` runs them in the Lambda container, with Kinesis.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -510,6 +511,19 @@ async fn the_views_samples_are_applied_once_and_read_back() {
         ],
         "{b}"
     );
+    // The same views by window, read on that clock: in the 7 days (their
+    // day item). The aggregator applied them on the real clock, days after
+    // they were made, so they took no hourly or 5-minute bucket (a bucket
+    // is written only while it is in its window).
+    let (s, b) = call(&app, Function::Read, event("reel-stats.json")).await;
+    assert_eq!(s, 200, "{b}");
+    let w = &b["windows"];
+    assert_eq!(
+        [&w["1h"]["views"], &w["24h"]["views"], &w["7d"]["views"]],
+        [&Value::from(0), &0.into(), &6.into()],
+        "{b}"
+    );
+    assert_eq!(b["reel_id"], "r1", "{b}");
     let (s, b) = call(&app, Function::Read, event("counts.json")).await;
     assert_eq!(s, 200, "{b}");
     assert_eq!(
@@ -563,6 +577,7 @@ async fn a_token_without_the_scope_is_refused() {
             (Function::Read, "read.json"),
             (Function::Read, "batch-read.json"),
             (Function::Read, "reel-views.json"),
+            (Function::Read, "reel-stats.json"),
             (Function::Read, "counts.json"),
         ] {
             let (s, b) = call(&app, f, with_claims(name, edit)).await;
