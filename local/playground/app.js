@@ -175,6 +175,26 @@ async function showViews() {
   return v;
 }
 
+// ---- Trending now -----------------------------------------------------------
+
+// The top 10 of the last hour by likes and by views, as the API ranks
+// them; the reel on the page in bold. Likes are ranked in stream mode only.
+async function showTrending() {
+  for (const metric of ["likes", "views"]) {
+    const a = await call("GET", `/trending?metric=${metric}&window=1h&limit=10`);
+    const list = $(`top-${metric}`);
+    list.replaceChildren();
+    $(`top-${metric}-note`).textContent = a.ok ? "" : (a.json?.error?.message ?? `${a.status}`);
+    if (!a.ok || !a.json) continue;
+    for (const r of a.json.reels) {
+      const li = document.createElement("li");
+      li.textContent = `${r.reel_id}: ${r.count}`;
+      if (r.reel_id === reel()) li.className = "mine";
+      list.appendChild(li);
+    }
+  }
+}
+
 // ---- Controls ---------------------------------------------------------------
 
 let cacheTtl = null; // the TTL the stack started with, to restore
@@ -241,6 +261,7 @@ async function sample() {
       call("GET", `/admin/reels/${enc(reel())}/shards`),
       call("GET", `/__local/state?reel=${enc(reel())}`),
       showViews(),
+      showTrending(),
     ]);
     const s = state.json || {};
     const d = {};

@@ -6,8 +6,8 @@ Against a running `likes-local serve`: load the page, tap the heart and see
 the count and the stored row (DynamoDB's own GetItem) change, a double tap
 and a retried Idempotency-Key change nothing more, a short burst below the
 ceiling moves the chart and the counters with no refused like (screenshot:
-OUT_DIR/burst.png), a watch by many viewers shows its views, unique viewers
-and windowed counts (OUT_DIR/watch.png), a resize moves read_shards before
+OUT_DIR/burst.png), a watch by many viewers shows its views, unique viewers,
+windowed counts and its place in the trending views (OUT_DIR/watch.png), a resize moves read_shards before
 write_shards, then a
 lost shard and a dropped cache show on the page as
 the API's 503 (OUT_DIR/lost-shard.png).
@@ -178,6 +178,11 @@ def run(d, base, dynamo, out):
          and text("views-24h") == "60" and text("views-7d") == "60")
     wait("the views chart drew them", lambda: d.execute_script(
         "return window.playground.charts.views.points('views');") >= 2)
+    # Trending now: the reel tops the views of the last hour (ranked once
+    # per instance every 10 s); likes are ranked in stream mode only.
+    wait("the reel tops the views list", lambda: text("top-views").startswith(f"{reel}: 60"),
+         timeout=30)
+    assert "stream" in text("top-likes-note"), text("top-likes-note")
     d.save_screenshot(os.path.join(out, "watch.png"))
     step(f"watch: 60 views, {unique} unique viewers, screenshot {out}/watch.png")
 

@@ -34,6 +34,8 @@ pub struct App {
     pub aggregate: Aggregator<DynamoStore>,
     /// Views, where the instance is configured for them.
     pub views: Views,
+    /// The trending lists this instance ranked lately.
+    pub trending: crate::trending::Lists,
 }
 
 /// The views parts a function instance has: each needs its table or its
@@ -80,6 +82,7 @@ impl App {
             reconcile,
             aggregate,
             views: Views::default(),
+            trending: crate::trending::Lists::default(),
         }
     }
 

@@ -49,7 +49,8 @@ pub enum Error {
         allow: &'static str,
     },
     /// 409: the request conflicts with the current state (a resize to
-    /// another shard count is in progress).
+    /// another shard count is in progress; likes ranked by a deployment
+    /// counting in transactional mode).
     #[error("{message}")]
     Conflict {
         /// The stable code of the JSON body (`resize_in_progress`, …).

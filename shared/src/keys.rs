@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+pub mod top;
 pub mod window;
 
 /// Longest reel id accepted.

@@ -43,6 +43,8 @@
 //! * [`views`]: views and unique viewers: `POST /views` into a Kinesis log,
 //!   its consumer on [`aggregate`]'s exactly-once core, HyperLogLog
 //!   sketches, the cached sums.
+//! * [`trending`]: what's hot: the writers' hourly heavy-hitter sketches
+//!   and the ranking of their candidates by exact windowed counts.
 //! * [`triggers`]: the entry points that are not HTTP requests: the reshard
 //!   function's event (an admin request or the schedule), the reconcile
 //!   function's and the aggregate function's stream batch.
@@ -71,6 +73,7 @@ pub(crate) mod retry;
 pub mod service;
 pub mod store;
 pub mod token;
+pub mod trending;
 #[cfg(feature = "dynamodb")]
 pub mod triggers;
 pub mod views;

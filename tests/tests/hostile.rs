@@ -1003,6 +1003,9 @@ fn check_parsed(out: &Result<Command, Error>, n: &Named, h: &Hostile) -> Result<
         | Command::ReelStats { reel } => {
             prop_assert!(reel_named(reel), "{c:?} vs {n:?}");
         }
+        Command::Trending { limit, .. } => {
+            prop_assert!((1..=likes::http::MAX_TRENDING).contains(limit), "{c:?}");
+        }
         Command::LikesAndViews { reels } => {
             prop_assert!(!reels.is_empty() && reels.len() <= MAX_BATCH_REELS);
             prop_assert!(reels.iter().all(reel_named), "{c:?} vs {n:?}");

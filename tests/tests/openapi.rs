@@ -569,6 +569,7 @@ const VIEWS: (&str, &str) = ("POST", "/views");
 const REEL_VIEWS: (&str, &str) = ("GET", "/reels/{reel_id}/views");
 const FEED: (&str, &str) = ("GET", "/counts");
 const STATS: (&str, &str) = ("GET", "/reels/{reel_id}/stats");
+const TRENDING: (&str, &str) = ("GET", "/trending");
 
 /// A payload-2.0 event built from a sample in `events/`, edited.
 fn event_from(name: &str, edit: impl FnOnce(&mut Value)) -> lambda_http::Request {
@@ -753,6 +754,11 @@ async fn real_answers_match_the_document() {
         case(REEL_VIEWS, "/reels/r1/views", 413)
             .body(big.clone())
             .code("payload_too_large"),
+        case(TRENDING, "/trending?metric=views&window=24h&limit=5", 200).anonymous(),
+        // This stack counts in transactional mode: no likes sketches.
+        case(TRENDING, "/trending", 409).code("trending_unavailable"),
+        case(TRENDING, "/trending?window=7d", 400).code("invalid_window"),
+        case(TRENDING, "/trending?limit=0", 400).code("invalid_limit"),
         case(STATS, "/reels/r1/stats", 200),
         case(STATS, "/reels/never/stats", 200).anonymous(),
         case(STATS, "/reels/r%23/stats", 400).code("invalid_reel_id"),

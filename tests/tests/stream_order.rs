@@ -239,6 +239,7 @@ fn moving(key: &str, expected: Option<&str>, next: &str) -> ChunkWrite {
         width_ms: 1_000,
         prune: Vec::new(),
         window_prune: Vec::new(),
+        sketch: None,
     }
 }
 

@@ -167,7 +167,7 @@ async fn every_template_route_is_served_by_the_local_stack() {
             "GET"
         };
         let reply = t.send(method, &path, Some("u1"), &[], None).await;
-        if ["/views", "/counts"].contains(&r.path.as_str()) {
+        if ["/views", "/counts", "/trending"].contains(&r.path.as_str()) {
             // Bodies and queries are the views code's to check (its own
             // tests send valid ones): here, that the function answers the
             // method its route serves, not `$default`'s 404 or a 405.
@@ -644,7 +644,9 @@ fn the_guardrails_are_in_the_template() {
             "/likes",
             "/reels/{reel_id}/like",
             "/reels/{reel_id}/likes",
+            "/reels/{reel_id}/stats",
             "/reels/{reel_id}/views",
+            "/trending",
             "/views",
         ])
     );
@@ -1063,7 +1065,8 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
         ("ReadFunction", "UpdateItem", true, vec!["caller"]),
         ("ReadFunction", "DeleteItem", true, none.to_vec()),
         ("ReadFunction", "ConditionCheckItem", true, none.to_vec()),
-        ("ReadFunction", "GetItem", false, reads_sum.to_vec()),
+        // GetItem: the checkpoints of GET /trending's live sketches too.
+        ("ReadFunction", "GetItem", false, vec!["base", "checkpoint", "settings", "shard", "shard0"]),
         ("ReadFunction", "BatchGetItem", false, reads_sum.to_vec()),
         // Reshard: settings puts; folds, reopenings and stray emptying
         // (base and shard updates checked against the settings) inside
@@ -1755,6 +1758,18 @@ fn the_views_table_is_made_kept_and_written_as_it_should() {
             continue;
         }
         if st.leading_keys.as_deref() == Some(&["l#*".to_owned()][..]) {
+            assert_eq!(
+                st.enclosing.as_deref(),
+                Some(&["TransactWriteItems".to_owned()][..]),
+                "{st:?}"
+            );
+            continue;
+        }
+        // The likes' trending sketches ("top#likes#…"): puts, by the likes'
+        // aggregator, in its chunk's transaction only.
+        if st.leading_keys.as_deref() == Some(&["top#likes#*".to_owned()][..]) {
+            assert_eq!(st.function, "AggregateFunction", "{st:?}");
+            assert_eq!(st.actions, ["dynamodb:PutItem"], "{st:?}");
             assert_eq!(
                 st.enclosing.as_deref(),
                 Some(&["TransactWriteItems".to_owned()][..]),

@@ -59,7 +59,7 @@ impl Throttling {
 }
 
 impl ViewStore for Throttling {
-    async fn view_checkpoint(&self, key: &str) -> Result<Option<String>, likes::Error> {
+    async fn view_checkpoint(&self, key: &str) -> Result<likes::store::Checkpoint, likes::Error> {
         self.throttle(0)?;
         self.inner.view_checkpoint(key).await
     }

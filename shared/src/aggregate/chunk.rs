@@ -8,6 +8,7 @@ use crate::config::RecentWindow;
 use crate::keys::{self, ReelId, window};
 use crate::store::{ChunkAdd, ChunkWrite, RecentAdd};
 use crate::token::RequestToken;
+use crate::trending::SketchWrite;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -116,10 +117,19 @@ impl Chunk {
             width_ms: window.width_ms,
             prune,
             window_prune,
+            sketch: None,
         };
         write.token = token(&write);
         write
     }
+}
+
+/// `write` carrying its stream shard's trending sketch, its token derived
+/// anew.
+pub fn with_sketch(mut write: ChunkWrite, sketch: SketchWrite) -> ChunkWrite {
+    write.sketch = Some(sketch);
+    write.token = token(&write);
+    write
 }
 
 /// Buckets older than the oldest kept that each shard write removes: an
@@ -151,6 +161,7 @@ fn token(write: &ChunkWrite) -> RequestToken {
         width_ms,
         prune,
         window_prune,
+        sketch,
     } = write;
     let mut fields: Vec<String> = vec![
         checkpoint_key.clone(),
@@ -164,6 +175,25 @@ fn token(write: &ChunkWrite) -> RequestToken {
     fields.push(format!("w{width_ms}"));
     fields.extend(prune.iter().map(|p| format!("p{p}")));
     fields.extend(window_prune.iter().map(|p| format!("-{p}")));
+    // The sketch, when the chunk writes it (a digest: it is a few KB).
+    if let Some(s) = sketch.as_ref().filter(|s| s.write) {
+        let step = &s.step;
+        let finished = step.finished.as_ref();
+        fields.push(format!(
+            "sketch{}:{}:{}:{}",
+            step.current.hour,
+            RequestToken::for_fields("sketch", &[&hex(&step.current.bytes)]).as_str(),
+            finished.map_or(-1, |f| f.hour),
+            step.opened,
+        ));
+        if let Some(f) = finished {
+            fields.push(
+                RequestToken::for_fields("ended", &[&hex(&f.bytes)])
+                    .as_str()
+                    .to_owned(),
+            );
+        }
+    }
     for ChunkAdd {
         reel,
         part,
@@ -188,10 +218,15 @@ fn token(write: &ChunkWrite) -> RequestToken {
         fields.extend(windows.iter().map(|(name, d)| format!("{name}+{d}")));
     }
     let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-    // v7: with the windowed-count buckets (v6: each writer item in its
-    // part; v5: part 0 only; v4: shard items with the recent buckets); an
-    // older token names another body.
-    RequestToken::for_fields("aggregate/v7", &fields)
+    // v8: with the trending sketch (v7: the windowed-count buckets; v6:
+    // each writer item in its part; v5: part 0 only; v4: shard items with
+    // the recent buckets); an older token names another body.
+    RequestToken::for_fields("aggregate/v8", &fields)
+}
+
+/// Bytes as hex, for a token's fields.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Cuts `changes` (in sequence order, none at or below the checkpoint) into

@@ -93,6 +93,7 @@ use crate::error::Error;
 use crate::keys::{self, ReelId};
 use crate::retry::Backoff;
 use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
+use crate::trending::Sketches;
 use records::{SequenceNumber, StreamEvent};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -115,6 +116,8 @@ pub struct Aggregator<S> {
     chunk_reels: usize,
     /// The writer items' recent-change buckets (see [`crate::reconcile`]).
     window: RecentWindow,
+    /// Each stream shard's trending sketch as this instance holds it.
+    sketches: Sketches,
 }
 
 /// `out` with its skipped records counted: those the checkpoint covers that
@@ -144,6 +147,7 @@ impl<S: AggregateStore> Aggregator<S> {
             since_ms: (config.stream_since_ms + 999) / 1000 * 1000,
             chunk_reels: config.aggregate_chunk_reels,
             window: config.reconcile.recent_window(),
+            sketches: Sketches::default(),
         }
     }
 
@@ -208,6 +212,8 @@ impl<S: AggregateStore> Aggregator<S> {
     /// number is a fault of ours, never read as "nothing applied".
     async fn checkpoint(&self, key: &str) -> Result<Option<SequenceNumber>, Error> {
         let stored = self.store.checkpoint(key).await?;
+        self.sketches
+            .read(key, stored.seq.as_deref(), stored.sketch.clone());
         let seq = match stored.seq {
             None => None,
             Some(s) => Some(SequenceNumber::parse(&s).ok_or_else(|| {
@@ -230,7 +236,17 @@ impl<S: AggregateStore> Aggregator<S> {
         now: Duration,
         parts: &HashMap<ReelId, u32>,
     ) -> ChunkWrite {
-        chunk.write(key, shard_id, checkpoint, self.window, now, parts)
+        // The trending sketch counts the likes the chunk adds (a reel's
+        // net gain: an unlike takes nothing off a candidate).
+        let likes = chunk
+            .reels()
+            .filter(|(_, d)| *d > 0)
+            .map(|(r, d)| (r.as_str(), d as u64));
+        let sketch = self.sketches.plan(key, now.as_millis() as i64, likes);
+        chunk::with_sketch(
+            chunk.write(key, shard_id, checkpoint, self.window, now, parts),
+            sketch,
+        )
     }
 }
 
@@ -292,5 +308,13 @@ impl<S: AggregateStore> core::Planner for Planning<'_, S> {
 
     async fn apply(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
         self.aggregator.store.apply_chunk(write).await
+    }
+
+    fn applied(&self, key: &str, write: &ChunkWrite) {
+        if let Some(s) = &write.sketch {
+            self.aggregator
+                .sketches
+                .applied(key, &write.next, s, write.now_ms);
+        }
     }
 }

@@ -5,12 +5,13 @@
 use crate::App;
 
 /// The routes whose count reads are charged to their caller.
-pub(super) const READ_ROUTES: [&str; 5] = [
+pub(super) const READ_ROUTES: [&str; 6] = [
     "reel_likes",
     "batch_likes",
     "reel_views",
     "counts",
     "reel_stats",
+    "trending",
 ];
 
 /// Charges what a count read cost (its reels read from the tables since

@@ -241,6 +241,17 @@ async fn execute(
             charge(app, c).await;
             out
         }
+        Command::Trending {
+            metric,
+            window,
+            limit,
+        } => {
+            let c = charged(reader).await?;
+            // Boxed: ranking is a large future (see `stats`).
+            let out = Box::pin(super::trending::list(app, metric, window, limit)).await;
+            charge(app, c).await;
+            out
+        }
         Command::LikesAndViews { reels } => {
             let c = charged(reader).await?;
             let out = likes_and_views(app, &reels).await;
@@ -525,6 +536,7 @@ impl Cacheable {
             | Command::Counts { .. }
             | Command::ReelViews { .. }
             | Command::ReelStats { .. }
+            | Command::Trending { .. }
             | Command::LikesAndViews { .. } => Some(Cacheable::Shared),
             _ => None,
         }

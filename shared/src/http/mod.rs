@@ -14,7 +14,7 @@
 //! `handlers` (executing a command, and the one mapping of errors to
 //! responses; readiness asks [`crate::service::LikeService::ready`]),
 //! `charge` (what a count read is charged to its caller), `stats` (the
-//! windowed counts' route). The scheduled
+//! windowed counts' route), `trending` (the top reels' route). The scheduled
 //! functions' events are not HTTP: `crate::triggers`.
 //!
 //! Without the `dynamodb` feature only `routes` and `request` are built:
@@ -29,6 +29,8 @@ mod request;
 mod routes;
 #[cfg(feature = "dynamodb")]
 mod stats;
+#[cfg(feature = "dynamodb")]
+mod trending;
 
 /// Re-exported for the scheduled functions' `main`s: the deadline of a Lambda
 /// invocation as an `Instant`.
@@ -39,6 +41,6 @@ pub(crate) use handlers::error_response;
 #[cfg(feature = "dynamodb")]
 pub use handlers::handle;
 pub use request::{
-    Command, MAX_BATCH_REELS, MAX_BODY_BYTES, MAX_VIEWS_BODY_BYTES, parse, parse_with,
+    Command, MAX_BATCH_REELS, MAX_BODY_BYTES, MAX_TRENDING, MAX_VIEWS_BODY_BYTES, parse, parse_with,
 };
 pub use routes::Function;

@@ -11,8 +11,10 @@ use crate::config::Access;
 use crate::config::AuthMode;
 use crate::config::access::Principals;
 use crate::error::Error;
+use crate::keys::window::Window;
 use crate::keys::{Action, ReelId, UserId};
 use crate::token::MAX_IDEMPOTENCY_KEY_LEN;
+use crate::trending::Metric;
 use lambda_http::http::Method;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt};
@@ -79,6 +81,15 @@ pub enum Command {
     ReelStats {
         /// The reel.
         reel: ReelId,
+    },
+    /// `GET /trending?metric=likes|views&window=1h|24h&limit=1..100`.
+    Trending {
+        /// What is ranked (default likes).
+        metric: Metric,
+        /// Over which window (default 1h).
+        window: Window,
+        /// How many reels at most (default 10).
+        limit: u32,
     },
     /// `GET /counts?reel_ids=...`: likes and views of 1 to
     /// [`MAX_BATCH_REELS`] distinct reels.
@@ -223,6 +234,10 @@ pub fn parse_with(
                 reel: reel_id(&raw)?,
             })
         }
+        Route::Trending => {
+            require_scope(req, auth_mode, access)?;
+            trending_query(req)
+        }
         Route::Counts => {
             require_scope(req, auth_mode, access)?;
             Ok(Command::LikesAndViews {
@@ -305,6 +320,60 @@ fn batch_reel_ids(req: &Request) -> Result<Vec<ReelId>, Error> {
         }
     }
     Ok(out)
+}
+
+/// Reels a trending list holds at most.
+pub const MAX_TRENDING: u32 = 100;
+
+/// `GET /trending`'s query: `metric` (`likes`, `views`), `window` (`1h`,
+/// `24h`: the windows its sketches are kept for; a longer one is refused,
+/// never answered short) and `limit` (1 to [`MAX_TRENDING`]).
+fn trending_query(req: &Request) -> Result<Command, Error> {
+    let params = req.query_string_parameters();
+    let one = |name: &str| -> Result<Option<String>, Error> {
+        match params.all(name).unwrap_or_default().as_slice() {
+            [] => Ok(None),
+            [v] => Ok(Some((*v).to_owned())),
+            _ => Err(Error::bad_request(
+                "bad_request",
+                format!("query parameter {name} is given more than once"),
+            )),
+        }
+    };
+    let metric = match one("metric")? {
+        None => Metric::Likes,
+        Some(m) => Metric::parse(&m)
+            .ok_or_else(|| Error::bad_request("invalid_metric", "metric must be likes or views"))?,
+    };
+    let window = match one("window")? {
+        None => Window::Hour,
+        Some(w) => Window::parse(&w)
+            .filter(|w| *w != Window::Week)
+            .ok_or_else(|| {
+                Error::bad_request(
+                    "invalid_window",
+                    "window must be 1h or 24h: trending sketches are kept for a day",
+                )
+            })?,
+    };
+    let limit = match one("limit")? {
+        None => 10,
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|l| (1..=MAX_TRENDING).contains(l))
+            .ok_or_else(|| {
+                Error::bad_request(
+                    "invalid_limit",
+                    format!("limit must be a whole number from 1 to {MAX_TRENDING}"),
+                )
+            })?,
+    };
+    Ok(Command::Trending {
+        metric,
+        window,
+        limit,
+    })
 }
 
 /// The optional `Idempotency-Key`: 1–64 visible ASCII characters.

@@ -15,7 +15,7 @@ pub enum Function {
     Like,
     /// `GET /reels/{reel_id}/likes`, `GET /likes`, `GET /healthz`, `GET
     /// /reels/{reel_id}/views`, `GET /counts`, `GET
-    /// /reels/{reel_id}/stats`, and the
+    /// /reels/{reel_id}/stats`, `GET /trending`, and the
     /// API's `$default` route (unknown paths, answered with a JSON 404).
     Read,
     /// `GET|POST /admin/reels/{reel_id}/shards` (IAM-authorized), besides
@@ -88,6 +88,8 @@ pub(crate) enum Route {
     /// `/reels/{reel_id}/stats`: GET its net likes and views over the last
     /// hour, 24 hours and 7 days.
     ReelStats(String),
+    /// `/trending?metric=&window=&limit=`: GET the top reels.
+    Trending,
 }
 
 impl Route {
@@ -115,6 +117,7 @@ impl Route {
             ["reels", id, "views"] => Some(Route::ReelViews(decode(id))),
             ["counts"] => Some(Route::Counts),
             ["reels", id, "stats"] => Some(Route::ReelStats(decode(id))),
+            ["trending"] => Some(Route::Trending),
             _ => None,
         }
     }
@@ -144,6 +147,7 @@ impl Route {
             Route::ReelViews(_) => "reel_views",
             Route::Counts => "counts",
             Route::ReelStats(_) => "reel_stats",
+            Route::Trending => "trending",
         }
     }
 }

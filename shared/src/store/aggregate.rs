@@ -43,6 +43,9 @@ pub struct ChunkWrite {
     /// The windowed-count buckets each writer item written drops
     /// ([`crate::keys::window::pruned_attrs`]).
     pub window_prune: Vec<String>,
+    /// The stream shard's trending sketch after the chunk, and whether the
+    /// chunk writes it ([`crate::trending::live`]); `None`: untouched.
+    pub sketch: Option<crate::trending::SketchWrite>,
 }
 
 /// A stream shard's checkpoint item, as read.
@@ -51,6 +54,9 @@ pub struct Checkpoint {
     /// The last sequence number applied, zero-padded (`None`: nothing
     /// applied yet).
     pub seq: Option<String>,
+    /// The writer's hourly trending sketch as last written
+    /// ([`crate::trending`]).
+    pub sketch: Option<crate::trending::HourSketch>,
 }
 
 /// A reel's net change in a [`ChunkWrite`].

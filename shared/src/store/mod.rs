@@ -50,6 +50,7 @@ pub use reconcile::{
 };
 pub use resize::{FoldResult, ResizeStore};
 pub use views::{
-    LogPut, LogPutResult, LogRead, LogStore, NextRecords, ReadFrom, SeenItem, ViewChunkWrite,
-    ViewFold, ViewFoldFamily, ViewFoldItem, ViewFoldResult, ViewItem, ViewItemWrite, ViewStore,
+    HourSketches, LogPut, LogPutResult, LogRead, LogStore, NextRecords, ReadFrom, SeenItem,
+    ViewChunkWrite, ViewFold, ViewFoldFamily, ViewFoldItem, ViewFoldResult, ViewItem,
+    ViewItemWrite, ViewStore,
 };

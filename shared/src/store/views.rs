@@ -173,6 +173,9 @@ pub struct ViewChunkWrite {
     pub seen_expires_at: i64,
     /// The view items it updates.
     pub items: Vec<ViewItemWrite>,
+    /// The Kinesis shard's trending sketch after the chunk, and whether
+    /// the chunk writes it ([`crate::trending::live`]).
+    pub sketch: Option<crate::trending::SketchWrite>,
     /// The windowed-count buckets each day item it updates drops
     /// ([`crate::keys::window::pruned_attrs`]).
     pub window_prune: Vec<String>,
@@ -288,14 +291,20 @@ pub enum ViewFoldResult {
     Retry,
 }
 
+/// An hour's trending sketches as stored: the ended ones, and the
+/// checkpoint keys of the writers still in the hour (whose checkpoints hold
+/// their live ones).
+pub type HourSketches = (Vec<Vec<u8>>, Vec<String>);
+
 /// The views table.
 pub trait ViewStore: Send + Sync {
-    /// The checkpoint (padded sequence number) of the Kinesis shard behind
-    /// `key`, `None` if nothing was applied yet.
+    /// The checkpoint of the Kinesis shard behind `key`: its padded
+    /// sequence number (`None` if nothing was applied yet) and its
+    /// trending sketch.
     fn view_checkpoint(
         &self,
         key: &str,
-    ) -> impl Future<Output = Result<Option<String>, Error>> + Send;
+    ) -> impl Future<Output = Result<super::Checkpoint, Error>> + Send;
 
     /// The seen items of partition `key` whose sort keys are above `after`
     /// (strictly), read consistently, in sort-key order.
@@ -386,6 +395,19 @@ pub trait ViewStore: Send + Sync {
     fn seal(&self, writer: &str, now_ms: i64) -> impl Future<Output = Result<(), Error>> + Send {
         let _ = (writer, now_ms);
         std::future::ready(Ok(()))
+    }
+
+    /// The trending sketches of `metric`'s writers in `hour`
+    /// ([`crate::trending`]): the ended ones stored for the hour, and the
+    /// checkpoint keys of the writers still in it, whose checkpoints hold
+    /// their live ones.
+    fn hour_sketches(
+        &self,
+        metric: &str,
+        hour: i64,
+    ) -> impl Future<Output = Result<HourSketches, Error>> + Send {
+        let _ = (metric, hour);
+        std::future::ready(Ok((Vec::new(), Vec::new())))
     }
 
     /// Applies `fold` in one transaction, or nothing of it.

@@ -54,7 +54,7 @@
 
 use super::ViewsConfig;
 use super::bound;
-use super::chunk::{Part, ViewChunk, cut_with, item_groups, parts, record_seq};
+use super::chunk::{Part, ViewChunk, cut_with, item_groups, parts, record_seq, write_token};
 use super::compact::Compaction;
 use super::record::{self, KinesisEvent};
 use super::seen::Seen;
@@ -109,6 +109,8 @@ pub struct ViewAggregator<S, L> {
     /// Views counted by this instance's batches (the `ViewsApplied`
     /// metric's source for batches; a repair counts its own).
     views_applied: std::sync::atomic::AtomicU64,
+    /// Each Kinesis shard's trending sketch as this instance holds it.
+    pub(super) sketches: crate::trending::Sketches,
 }
 
 impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
@@ -127,6 +129,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             seen: Seen::default(),
             compaction: Compaction::default(),
             views_applied: Default::default(),
+            sketches: Default::default(),
         }
     }
 
@@ -335,7 +338,8 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             a.store.view_checkpoint(key)
         })
         .await?;
-        let seq = match stored {
+        a.sketches.read(key, stored.seq.as_deref(), stored.sketch);
+        let seq = match stored.seq {
             None => None,
             Some(s) => Some(SequenceNumber::parse_kinesis(&s).ok_or_else(|| {
                 Error::internal("unreadable views checkpoint", format_args!("{key}: {s:?}"))
@@ -397,6 +401,15 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
         }
         let now_ms = now.as_millis() as i64;
         let (groups, mut windows) = item_groups(&fresh, &bounded.views, now_ms);
+        // The trending sketch counts each reel's views of the chunk.
+        let sketch = a.sketches.plan(
+            key,
+            now_ms,
+            groups
+                .iter()
+                .filter(|((_, day), _)| day.is_none())
+                .map(|((reel, _), (views, _))| (reel.as_str(), *views)),
+        );
         let sort = |day: &Option<String>| match day {
             None => keys::views_all_sort(&self.writer),
             Some(d) => keys::views_day_sort(d, &self.writer),
@@ -466,12 +479,13 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             // lazily, and readers bound what they read by the sort key.
             seen_expires_at: newest / 1000 + window / 1000 + 2 * 86_400,
             items,
+            sketch: Some(sketch),
             window_prune: window::pruned_attrs(now_ms),
             records: chunk.parts.len() as u64,
             now_ms,
             token: RequestToken::for_fields("views", &[]),
         };
-        write.token = token(&write);
+        write.token = write_token(&write);
         Ok(write)
     }
 
@@ -479,7 +493,12 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
         self.aggregator.store.apply_views(write).await
     }
 
-    fn applied(&self, _key: &str, write: &ViewChunkWrite) {
+    fn applied(&self, key: &str, write: &ViewChunkWrite) {
+        if let Some(s) = &write.sketch {
+            self.aggregator
+                .sketches
+                .applied(key, &write.next, s, write.now_ms);
+        }
         // Views counted: each once, on its reel's all-time item.
         let views: u64 = write
             .items
@@ -518,70 +537,4 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             .compaction
             .queue(first.into_iter().flatten());
     }
-}
-
-/// The `ClientRequestToken` of `write`: derived from everything it sends
-/// (one token never names two bodies; see `crate::aggregate::chunk`).
-fn token(write: &ViewChunkWrite) -> RequestToken {
-    use sha2::{Digest, Sha256};
-    let ViewChunkWrite {
-        checkpoint_key,
-        shard_id,
-        expected,
-        next,
-        checkpoint_expires_at,
-        seen_key,
-        seen_sort,
-        seen_ids,
-        seen_usage,
-        seen_expires_at,
-        items,
-        window_prune,
-        records,
-        now_ms,
-        token: _,
-    } = write;
-    let mut h = Sha256::new();
-    for id in seen_ids {
-        h.update(id.to_be_bytes());
-    }
-    h.update((seen_usage.len() as u64).to_be_bytes());
-    h.update(seen_usage);
-    for i in items {
-        for f in [&i.pk, &i.sk, i.day.as_deref().unwrap_or("-")] {
-            h.update((f.len() as u64).to_be_bytes());
-            h.update(f.as_bytes());
-        }
-        h.update(i.views.to_be_bytes());
-        h.update(i.expires_at.unwrap_or(-1).to_be_bytes());
-        h.update((i.sketch.len() as u64).to_be_bytes());
-        h.update(&i.sketch);
-        for (name, v) in &i.windows {
-            h.update((name.len() as u64).to_be_bytes());
-            h.update(name.as_bytes());
-            h.update(v.to_be_bytes());
-        }
-        h.update(u64::MAX.to_be_bytes());
-    }
-    for name in window_prune {
-        h.update((name.len() as u64).to_be_bytes());
-        h.update(name.as_bytes());
-    }
-    let body: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    RequestToken::for_fields(
-        "views/v2",
-        &[
-            checkpoint_key,
-            shard_id,
-            expected.as_deref().unwrap_or("-"),
-            next,
-            &checkpoint_expires_at.to_string(),
-            seen_key,
-            seen_sort,
-            &seen_expires_at.to_string(),
-            &records.to_string(),
-            &now_ms.to_string(),
-            &body,
-        ],
-    )
 }

@@ -7,14 +7,22 @@ use super::record::{LogRecord, ViewRecord};
 use crate::aggregate::core::{CutChunk, Sequenced};
 use crate::aggregate::records::SequenceNumber;
 use crate::keys::{self, ReelId, window};
+use crate::store::ViewChunkWrite;
+use crate::token::RequestToken;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Reels one part of a record carries (see the module notes): two items
-/// each, plus the checkpoint and the seen item, stay within a transaction.
+/// each, plus the checkpoint, the seen item and a trending sketch's two
+/// `top#` items, stay within a transaction.
 pub const PART_REELS: usize = 40;
 
 /// Items one chunk's transaction may write.
 const MAX_ITEMS: usize = keys::MAX_TRANSACT_ITEMS as usize;
+
+/// Items of a chunk's transaction besides its view items: the checkpoint,
+/// the seen item, and the two `top#` items of a trending sketch's new hour
+/// ([`crate::trending`]).
+const OTHER_ITEMS: usize = 4;
 
 /// Records one chunk may apply: bounds its seen item (8 bytes a record).
 const MAX_CHUNK_RECORDS: usize = 2_000;
@@ -175,6 +183,86 @@ pub(super) fn item_groups<'a>(
     (groups, windows)
 }
 
+/// The `ClientRequestToken` of `write`: derived from everything it sends
+/// (one token never names two bodies; see `crate::aggregate::chunk`).
+pub(super) fn write_token(write: &ViewChunkWrite) -> RequestToken {
+    use sha2::{Digest, Sha256};
+    let ViewChunkWrite {
+        checkpoint_key,
+        shard_id,
+        expected,
+        next,
+        checkpoint_expires_at,
+        seen_key,
+        seen_sort,
+        seen_ids,
+        seen_usage,
+        seen_expires_at,
+        items,
+        sketch,
+        window_prune,
+        records,
+        now_ms,
+        token: _,
+    } = write;
+    let mut h = Sha256::new();
+    for id in seen_ids {
+        h.update(id.to_be_bytes());
+    }
+    h.update((seen_usage.len() as u64).to_be_bytes());
+    h.update(seen_usage);
+    for i in items {
+        for f in [&i.pk, &i.sk, i.day.as_deref().unwrap_or("-")] {
+            h.update((f.len() as u64).to_be_bytes());
+            h.update(f.as_bytes());
+        }
+        h.update(i.views.to_be_bytes());
+        h.update(i.expires_at.unwrap_or(-1).to_be_bytes());
+        h.update((i.sketch.len() as u64).to_be_bytes());
+        h.update(&i.sketch);
+        for (name, v) in &i.windows {
+            h.update((name.len() as u64).to_be_bytes());
+            h.update(name.as_bytes());
+            h.update(v.to_be_bytes());
+        }
+        h.update(u64::MAX.to_be_bytes());
+    }
+    for name in window_prune {
+        h.update((name.len() as u64).to_be_bytes());
+        h.update(name.as_bytes());
+    }
+    // The sketch, when the chunk writes it.
+    if let Some(s) = sketch.as_ref().filter(|s| s.write) {
+        let step = &s.step;
+        h.update(step.current.hour.to_be_bytes());
+        h.update((step.current.bytes.len() as u64).to_be_bytes());
+        h.update(&step.current.bytes);
+        h.update([u8::from(step.opened)]);
+        if let Some(f) = &step.finished {
+            h.update(f.hour.to_be_bytes());
+            h.update((f.bytes.len() as u64).to_be_bytes());
+            h.update(&f.bytes);
+        }
+    }
+    let body: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    RequestToken::for_fields(
+        "views/v3",
+        &[
+            checkpoint_key,
+            shard_id,
+            expected.as_deref().unwrap_or("-"),
+            next,
+            &checkpoint_expires_at.to_string(),
+            seen_key,
+            seen_sort,
+            &seen_expires_at.to_string(),
+            &records.to_string(),
+            &now_ms.to_string(),
+            &body,
+        ],
+    )
+}
+
 #[cfg(test)]
 pub(super) fn cut(parts: &[Part]) -> Vec<ViewChunk> {
     cut_with(parts, |_| false)
@@ -200,7 +288,7 @@ pub(super) fn cut_with(parts: &[Part], spent: impl Fn(&str) -> bool) -> Vec<View
         };
         let new: Vec<ItemOf> = all.iter().filter(|k| !items.contains(k)).cloned().collect();
         let fits = out.last().is_some_and(|c| {
-            c.parts.len() < MAX_CHUNK_RECORDS && 2 + items.len() + new.len() <= MAX_ITEMS
+            c.parts.len() < MAX_CHUNK_RECORDS && OTHER_ITEMS + items.len() + new.len() <= MAX_ITEMS
         });
         if fits {
             items.extend(new);

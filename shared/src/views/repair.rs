@@ -333,6 +333,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
                 self.store.view_checkpoint(&checkpoint_key)
             })
             .await?
+            .seq
             .and_then(|c| SequenceNumber::parse_kinesis(&c));
             // The first record that may not be applied whole: the
             // checkpoint's own (a record's later parts may be pending),

@@ -1008,6 +1008,9 @@ const KEYS_OUTSIDE_TX: &[(&str, &str, &[&str])] = &[
     ("claim_rowless", "GetItem", &["count"]),
     ("claim_rowless", "PutItem", &["count"]),
     ("count_items", "BatchGetItem", &["base", "shard"]),
+    // A shrink's fold reads the shard whose value and window buckets it
+    // moves.
+    ("fold", "GetItem", &["shard"]),
     ("get_chunk", "GetItem", &["chunk"]),
     ("key_record", "GetItem", &["idem"]),
     ("load_run", "GetItem", &["run"]),

@@ -3,10 +3,11 @@
 
 use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::ItemExt;
+use super::top;
 use super::windows;
 use super::{CheckpointMove, DynamoStore};
 use crate::error::Error;
-use crate::keys;
+use crate::keys::{self, top as top_keys};
 use crate::store::{
     AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd, RetryReason,
 };
@@ -22,12 +23,15 @@ impl AggregateStore for DynamoStore {
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(key.to_owned()))
             .consistent_read(true)
-            .projection_expression("seq")
+            .projection_expression("seq, #fh, #fi")
+            .expression_attribute_names("#fh", top_keys::SKETCH_HOUR_ATTR)
+            .expression_attribute_names("#fi", top_keys::SKETCH_ATTR)
             .send()
             .await
             .map_err(|e| translate("GetItem", e))?;
         Ok(out.item.map_or_else(Checkpoint::default, |i| Checkpoint {
             seq: i.string("seq").map(str::to_owned),
+            sketch: i.hour_sketch(),
         }))
     }
 
@@ -45,6 +49,16 @@ impl AggregateStore for DynamoStore {
             .transact_items(self.checkpoint_item(write)?);
         for add in &write.adds {
             request = request.transact_items(writer_item(self.writers_table()?, write, add)?);
+        }
+        for put in top::puts(
+            self.writers_table()?,
+            crate::trending::Metric::Likes.name(),
+            keys::likes_writer(&write.checkpoint_key),
+            &write.checkpoint_key,
+            write.sketch.as_ref(),
+            write.now_ms,
+        )? {
+            request = request.transact_items(put);
         }
         let result = request
             .client_request_token(write.token.as_str())
@@ -84,9 +98,16 @@ impl DynamoStore {
             now_ms: write.now_ms,
             records: write.records,
         }
-        .checkpoint_update(&self.counters_table, ", #exp = :exp")
+        .checkpoint_update(
+            &self.counters_table,
+            &format!(
+                ", #exp = :exp{}",
+                top::checkpoint_sets(write.sketch.as_ref())
+            ),
+        )
         .expression_attribute_names("#exp", "expires_at")
         .expression_attribute_values(":exp", n(write.expires_at));
+        let checkpoint = top::with_sketch(checkpoint, write.sketch.as_ref());
         Ok(TransactWriteItem::builder()
             .update(
                 checkpoint

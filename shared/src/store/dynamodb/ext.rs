@@ -40,6 +40,14 @@ pub(super) trait ItemExt {
     /// Its windowed-count buckets ([`crate::keys::window`]): attribute and
     /// value, in name order.
     fn window_buckets(&self) -> Vec<(String, i64)>;
+
+    /// A checkpoint's trending sketch ([`crate::keys::top`]).
+    fn hour_sketch(&self) -> Option<crate::trending::HourSketch> {
+        Some(crate::trending::HourSketch {
+            hour: self.int(crate::keys::top::SKETCH_HOUR_ATTR)?,
+            bytes: self.bytes(crate::keys::top::SKETCH_ATTR)?.to_vec(),
+        })
+    }
 }
 
 impl ItemExt for Item {

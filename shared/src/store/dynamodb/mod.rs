@@ -42,6 +42,7 @@ mod resize;
 mod sdk;
 mod spread;
 mod tls;
+mod top;
 mod views;
 mod windows;
 mod writers;

@@ -6,13 +6,14 @@ use super::CheckpointMove;
 use super::compact;
 use super::error::{MaintenanceTxFailure, maintenance_tx_failure, request_build_failed, translate};
 use super::ext::ItemExt;
+use super::top;
 use super::windows;
 use crate::error::Error;
 use crate::keys;
 use crate::store::views::ViewItemsRound;
 use crate::store::{
-    ChunkResult, SeenItem, ViewChunkWrite, ViewFold, ViewFoldItem, ViewFoldResult, ViewItem,
-    ViewStore,
+    Checkpoint, ChunkResult, SeenItem, ViewChunkWrite, ViewFold, ViewFoldItem, ViewFoldResult,
+    ViewItem, ViewStore,
 };
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
@@ -118,18 +119,23 @@ fn unpack_ids(bytes: &[u8]) -> Vec<u64> {
 }
 
 impl ViewStore for DynamoViews {
-    async fn view_checkpoint(&self, key: &str) -> Result<Option<String>, Error> {
+    async fn view_checkpoint(&self, key: &str) -> Result<Checkpoint, Error> {
         let out = self
             .client
             .get_item()
             .table_name(&self.views_table)
             .set_key(Some(Self::key(key, keys::VIEWS_SINGLE_SORT)))
             .consistent_read(true)
-            .projection_expression("seq")
+            .projection_expression("seq, #fh, #fi")
+            .expression_attribute_names("#fh", keys::top::SKETCH_HOUR_ATTR)
+            .expression_attribute_names("#fi", keys::top::SKETCH_ATTR)
             .send()
             .await
             .map_err(|e| translate("GetItem", e))?;
-        Ok(out.item.and_then(|i| i.string("seq").map(str::to_owned)))
+        Ok(out.item.map_or_else(Checkpoint::default, |i| Checkpoint {
+            seq: i.string("seq").map(str::to_owned),
+            sketch: i.hour_sketch(),
+        }))
     }
 
     async fn seen_after(&self, key: &str, after: &str) -> Result<Vec<SeenItem>, Error> {
@@ -283,10 +289,17 @@ impl ViewStore for DynamoViews {
             now_ms: write.now_ms,
             records: write.records,
         }
-        .checkpoint_update(&self.views_table, ", #exp = :exp")
+        .checkpoint_update(
+            &self.views_table,
+            &format!(
+                ", #exp = :exp{}",
+                top::checkpoint_sets(write.sketch.as_ref())
+            ),
+        )
         // Refreshed by every chunk (see `ViewChunkWrite::checkpoint_expires_at`).
         .expression_attribute_names("#exp", "expires_at")
         .expression_attribute_values(":exp", n(write.checkpoint_expires_at));
+        let checkpoint = top::with_sketch(checkpoint, write.sketch.as_ref());
         let mut request = self.client.transact_write_items().transact_items(
             TransactWriteItem::builder()
                 .update(
@@ -350,6 +363,21 @@ impl ViewStore for DynamoViews {
                 item.expires_at,
             )?);
         }
+        // The writer is the checkpoint's hash: the same name in both.
+        let writer = write
+            .checkpoint_key
+            .strip_prefix("ck#")
+            .unwrap_or(&write.checkpoint_key);
+        for put in top::puts(
+            &self.views_table,
+            crate::trending::Metric::Views.name(),
+            writer,
+            &write.checkpoint_key,
+            write.sketch.as_ref(),
+            write.now_ms,
+        )? {
+            request = request.transact_items(put);
+        }
         let result = request
             .client_request_token(write.token.as_str())
             .send()
@@ -403,6 +431,31 @@ impl ViewStore for DynamoViews {
 
     async fn seal(&self, writer: &str, now_ms: i64) -> Result<(), Error> {
         compact::put_seal(&self.client, &self.views_table, writer, now_ms).await
+    }
+
+    async fn hour_sketches(
+        &self,
+        metric: &str,
+        hour: i64,
+    ) -> Result<crate::store::HourSketches, Error> {
+        // Writers are hex digests: every sort key is at or after "0".
+        let items = self
+            .query_all(
+                &keys::top::top_key(metric, hour),
+                "sk >= :a",
+                &[(":a", "0")],
+                false,
+            )
+            .await?;
+        let (mut ended, mut live) = (Vec::new(), Vec::new());
+        for i in &items {
+            if let Some(b) = i.bytes(keys::top::SKETCH_ATTR) {
+                ended.push(b.to_vec());
+            } else if let Some(k) = i.string(keys::top::SKETCH_AT_ATTR) {
+                live.push(k.to_owned());
+            }
+        }
+        Ok((ended, live))
     }
 
     async fn fold_views(&self, fold: &ViewFold) -> Result<ViewFoldResult, Error> {

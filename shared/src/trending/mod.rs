@@ -1,0 +1,134 @@
+//! What's hot right now (issue 37): the reels most liked or viewed over
+//! the last hour or day, found from heavy-hitter sketches and ranked by
+//! their exact [windowed counts](crate::keys::window).
+//!
+//! # Candidates
+//!
+//! Each writer (a stream shard of the Likes table, a Kinesis shard of the
+//! views) keeps a DataSketches Frequent Items sketch of what it applied in
+//! the current hour, in its checkpoint item, written by a chunk
+//! transaction that moves the checkpoint (no write of its own: the
+//! checkpoint is written by every chunk anyway), though not by every one
+//! ([`live`]: when it is small, new or due, so that a large one costs its
+//! units at most once a minute per writer). When a
+//! writer's first chunk of a new hour lands, the same transaction stores
+//! the ended hour's sketch as an item of that hour (`top#{metric}#{hour}`,
+//! sort key the writer) and marks the writer in the new hour's partition
+//! with where its live sketch is (its checkpoint's key): so one `Query`
+//! per hour finds every writer of it. See [`sketch`].
+//!
+//! # Ranking
+//!
+//! The sketches of a window's hours, merged, name the candidates: every
+//! reel whose count in them is above the merged sketch's maximum error is
+//! among them (Frequent Items' "no false negatives"). Each candidate is
+//! then read exactly ([`crate::keys::window`]) and the list ranked by that
+//! count (ties by reel id). Ranked by count, not by velocity against a
+//! baseline: a count over a stated window is what a reader can check
+//! against `GET /reels/{reel_id}/stats`, and a baseline would need a
+//! second, longer window of every candidate.
+
+pub mod live;
+pub mod sketch;
+
+pub use live::{SketchWrite, Sketches};
+pub use sketch::HourSketch;
+
+/// What is ranked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Metric {
+    /// Net likes.
+    Likes,
+    /// Views.
+    Views,
+}
+
+impl Metric {
+    /// Its name in the API and in keys.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Metric::Likes => "likes",
+            Metric::Views => "views",
+        }
+    }
+
+    /// The metric a name in the API stands for.
+    pub fn parse(name: &str) -> Option<Metric> {
+        [Metric::Likes, Metric::Views]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+}
+
+/// How long an instance serves a list before it ranks again.
+pub const LIST_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Candidates ranked at most: each is one exact read (cached per
+/// instance as the counts are).
+pub const MAX_CANDIDATES: usize = 300;
+
+/// A list, as ranked.
+#[derive(Clone, Debug)]
+pub struct Ranked {
+    /// The reels and their exact counts over the window, highest first
+    /// (ties by reel id), at most [`crate::http::MAX_TRENDING`].
+    pub reels: Vec<(crate::keys::ReelId, i64)>,
+    /// The clock (Unix ms) it was ranked at.
+    pub as_of_ms: i64,
+    /// The merged sketch's maximum error: a reel whose count in the
+    /// window's hours is above it was a candidate.
+    pub max_error: u64,
+    /// Candidates read.
+    pub candidates: usize,
+    /// When it was ranked (its age).
+    pub ranked_at: std::time::Instant,
+}
+
+/// `counts` ranked: highest first, ties by reel id, reels that gained
+/// nothing left out, at most `max`.
+pub fn rank(
+    mut counts: Vec<(crate::keys::ReelId, i64)>,
+    max: usize,
+) -> Vec<(crate::keys::ReelId, i64)> {
+    counts.retain(|(_, n)| *n > 0);
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    counts.truncate(max);
+    counts
+}
+
+/// The hours whose sketches cover `window` at `now_ms`: from the hour of
+/// its start to the current one.
+pub fn hours(window: crate::keys::window::Window, now_ms: i64) -> std::ops::RangeInclusive<i64> {
+    sketch::hour_of(window.from_ms(now_ms))..=sketch::hour_of(now_ms)
+}
+
+/// The lists an instance ranked lately, by metric and window.
+pub struct Lists(
+    moka::future::Cache<(Metric, crate::keys::window::Window), std::sync::Arc<Ranked>>,
+);
+
+impl Default for Lists {
+    fn default() -> Self {
+        Lists(
+            moka::future::Cache::builder()
+                .time_to_live(LIST_TTL)
+                .max_capacity(8)
+                .build(),
+        )
+    }
+}
+
+impl Lists {
+    /// The list of `key`, ranked by `rank` if there is none fresh (one
+    /// ranking at a time per list per instance).
+    pub async fn get(
+        &self,
+        key: (Metric, crate::keys::window::Window),
+        rank: impl std::future::Future<Output = Result<Ranked, crate::error::Error>>,
+    ) -> Result<std::sync::Arc<Ranked>, crate::error::Error> {
+        self.0
+            .try_get_with(key, async { rank.await.map(std::sync::Arc::new) })
+            .await
+            .map_err(|e| (*e).clone())
+    }
+}
