@@ -24,6 +24,11 @@ pub const FREE_BYTES: usize = 600;
 /// The longest a chunk leaves a larger sketch unwritten.
 pub const FLUSH_MS: i64 = 60_000;
 
+/// Writers an instance keeps sketches of before it forgets those of
+/// earlier hours: on Lambda any instance may take any stream shard's
+/// batch, and stream shards roll every few hours.
+pub const MAX_KNOWN: usize = 1_024;
+
 /// A writer's sketch as this instance last knew it.
 #[derive(Clone, Debug)]
 struct Known {
@@ -89,9 +94,16 @@ impl Sketches {
         SketchWrite { step, write }
     }
 
-    /// The chunk of `write` landed: the checkpoint is `seq` now.
+    /// The chunk of `write` landed: the checkpoint is `seq` now. Past
+    /// [`MAX_KNOWN`] writers, those whose sketch is of an hour before the
+    /// last are forgotten (a writer that comes back starts from its
+    /// checkpoint's sketch).
     pub fn applied(&self, key: &str, seq: &str, write: &SketchWrite, now_ms: i64) {
         let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= MAX_KNOWN {
+            let recent = super::sketch::hour_of(now_ms) - 1;
+            m.retain(|_, k| k.sketch.as_ref().is_some_and(|s| s.hour >= recent));
+        }
         let before = m.get(key).map_or(0, |k| k.written_ms);
         m.insert(
             key.to_owned(),
@@ -143,5 +155,20 @@ mod tests {
         s.read("ck", Some("9"), None);
         let fresh = s.plan("ck", 5 * H + FLUSH_MS + 1, [("x", 1)]);
         assert!(fresh.step.opened);
+    }
+
+    #[test]
+    fn an_instance_forgets_writers_of_earlier_hours_past_its_bound() {
+        let s = Sketches::default();
+        for w in 0..MAX_KNOWN {
+            let key = format!("old-{w}");
+            let step = s.plan(&key, H, [("a", 1)]);
+            s.applied(&key, "1", &step, H);
+        }
+        let step = s.plan("new", 5 * H, [("b", 1)]);
+        s.applied("new", "1", &step, 5 * H);
+        let m = s.0.lock().unwrap();
+        assert_eq!(m.len(), 1, "the hour-1 writers are forgotten");
+        assert!(m.contains_key("new"));
     }
 }
