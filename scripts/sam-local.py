@@ -361,8 +361,14 @@ def view(out, db):
     check(re.fullmatch(r"[0-9a-f]{16}", r["id"]), f"event id {r['id']!r}")
     check(abs(r["at"] / 1000 - time.time()) < 600, f"at {r['at']}: not now")
     # Not applied here: only the views aggregator writes view items (the
-    # likes' writer items, l#…, share the table).
-    eq([i for i in db.scan(VIEWS) if not i["pk"]["S"].startswith("l#")], [], "view items before the aggregator ran")
+    # likes' writer items, l#…, and their trending sketches, top#likes#…,
+    # share the table).
+    likes_items = ("l#", "top#likes#")
+    eq(
+        [i for i in db.scan(VIEWS) if not i["pk"]["S"].startswith(likes_items)],
+        [],
+        "view items before the aggregator ran",
+    )
 
 
 def utc_day(ms):
