@@ -92,6 +92,8 @@ enum RouteIn {
     Healthz,
     AdminShards,
     AdminReels,
+    Stats,
+    Trending,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -282,6 +284,8 @@ fn build(input: &Input) -> Built {
             RouteIn::Healthz => "/healthz".to_owned(),
             RouteIn::AdminShards => format!("/admin/reels/{}/shards", id.render()),
             RouteIn::AdminReels => "/admin/reels".to_owned(),
+            RouteIn::Stats => format!("/reels/{}/stats", id.render()),
+            RouteIn::Trending => "/trending".to_owned(),
         },
         PathIn::Segments(segs) => {
             let mut p = String::new();
@@ -568,10 +572,15 @@ fn check(b: &Built, function: Function, mode: AuthMode, out: &Result<Command, li
                 header("idempotency-key").as_deref()
             );
         }
-        Command::ReelViews { reel } => {
+        Command::ReelViews { reel } | Command::ReelStats { reel } => {
             assert_eq!(function, Function::Read);
             assert_eq!(method, Method::GET);
             path_reel(reel, 2);
+        }
+        Command::Trending { limit, .. } => {
+            assert_eq!(function, Function::Read);
+            assert_eq!(method, Method::GET);
+            assert!((1..=likes::http::MAX_TRENDING).contains(limit), "{limit}");
         }
         Command::LikesAndViews { reels } => {
             assert_eq!(function, Function::Read);
