@@ -44,17 +44,7 @@ impl ResizeStore for DynamoStore {
         // `n` and `w`, which every write changes, holds them as read).
         let pk = keys::shard_key(reel, shard);
         let now_ms = crate::clock::now_ms();
-        let item = self
-            .client
-            .get_item()
-            .table_name(&self.counters_table)
-            .key("pk", AttributeValue::S(pk.clone()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| translate("GetItem", e))?
-            .item;
-        let buckets = match item {
+        let buckets = match self.get_counter(&pk, None).await? {
             Some(item) if ShardValue::try_from(&item)? == seen => item.window_buckets(),
             Some(_) => return Ok(FoldResult::ShardChanged),
             None if seen == ShardValue::default() => Vec::new(),
