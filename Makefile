@@ -143,7 +143,7 @@ clippy:
 
 ## Release bootstraps for Lambda (arm64); needs `pip install cargo-lambda`.
 lambda-build:
-	$(CARGO) lambda build --release --arm64 -p like -p read -p reshard -p reconcile -p aggregate -p view -p aggregate-views
+	$(CARGO) lambda build --release --arm64 -p like -p read -p reshard -p reconcile -p aggregate -p view -p aggregate-views -p warm
 
 ## SAM build/deploy (rust-cargolambda is a beta build method in SAM CLI).
 sam-build:

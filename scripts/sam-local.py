@@ -473,6 +473,16 @@ def counts(out, db):
     check(isinstance(body["age_ms"], int), f"age_ms {body.get('age_ms')!r}")
 
 
+def warm(out, db):
+    # One round of the cache warmer: the views lists (both modes; likes
+    # too in stream mode) ranked and written, and the warm set, though
+    # the sample's views are of a fixed past day (nothing trends now).
+    eq((out.get("rounds"), out.get("errors")), (1, 0), f"summary {out}")
+    check(out.get("lists") in (2, 4), f"lists in {out}")
+    for pk in ("trending#views#1h", "trending#views#24h", "trending#warm"):
+        check(db.counter(pk) is not None, f"no {pk} item")
+
+
 # (event file, check, prepare): run in this order, on one pair of tables.
 STEPS = [
     ("healthz.json", healthz, None),
@@ -498,6 +508,7 @@ STEPS = [
     ("reel-views.json", reel_views, None),
     ("reel-stats.json", reel_stats, None),
     ("counts.json", counts, None),
+    ("warm.json", warm, None),
 ]
 
 # ---- The template: functions, their triggers, the build directory -----------
@@ -529,7 +540,12 @@ def function_for(event, fns):
             if (p["Path"] == "$default" and key == "$default") or key == f"{p['Method']} {p['Path']}"
         ]
     if event.get("detail-type") == "Scheduled Event":
-        return sorted({lid for lid, p in triggers("Schedule") if "Input" not in p})
+        # The rule the event names (`…:rule/<stack>-<Function>Schedule`).
+        rules = " ".join(event.get("resources") or [])
+        return sorted({lid for lid, p in triggers("Schedule") if "Input" not in p and f"-{lid}Schedule" in rules})
+    if "rounds" in event:
+        # The warm function's own event: some rounds, then the answer.
+        return sorted({lid for lid, _ in triggers("Schedule") if fns[lid]["Properties"]["CodeUri"].rstrip("/").endswith("warm")})
     if "mode" in event:
         return sorted({lid for lid, p in triggers("Schedule") if "mode" in json.loads(p.get("Input") or "{}")})
     return []

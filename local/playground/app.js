@@ -178,17 +178,20 @@ async function showViews() {
 // ---- Trending now -----------------------------------------------------------
 
 // The top 10 of the last hour by likes and by views, as the API ranks
-// them; the reel on the page in bold. Likes are ranked in stream mode only.
+// them (the cache warmer's list, or the instance's), each with its totals;
+// the reel on the page in bold. Likes are ranked in stream mode only.
 async function showTrending() {
   for (const metric of ["likes", "views"]) {
     const a = await call("GET", `/trending?metric=${metric}&window=1h&limit=10`);
     const list = $(`top-${metric}`);
     list.replaceChildren();
-    $(`top-${metric}-note`).textContent = a.ok ? "" : (a.json?.error?.message ?? `${a.status}`);
+    $(`top-${metric}-note`).textContent = a.ok
+      ? `ranked by the ${a.json.ranked_by}, ${Math.round(a.json.age_ms / 1000)} s ago`
+      : (a.json?.error?.message ?? `${a.status}`);
     if (!a.ok || !a.json) continue;
     for (const r of a.json.reels) {
       const li = document.createElement("li");
-      li.textContent = `${r.reel_id}: ${r.count}`;
+      li.textContent = `${r.reel_id}: ${r.count} (all time: ${r.likes ?? "?"} likes, ${r.views ?? "?"} views)`;
       if (r.reel_id === reel()) li.className = "mine";
       list.appendChild(li);
     }

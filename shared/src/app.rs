@@ -90,10 +90,10 @@ impl App {
     /// [`Views`]); the views table is reached through the counters'
     /// client.
     pub fn with_views(self, views: ViewsConfig, log: Option<Arc<KinesisLog>>) -> Self {
-        let table = views
-            .table
-            .as_ref()
-            .map(|t| DynamoViews::new(self.service.store().client().clone(), t.clone()));
+        let table = views.table.as_ref().map(|t| {
+            DynamoViews::new(self.service.store().client().clone(), t.clone())
+                .with_warm(self.service.store())
+        });
         let producer = log
             .clone()
             .map(|l| Producer::new(l, &self.config, views.viewer));

@@ -130,6 +130,8 @@ pub struct Config {
     /// What one caller may make an instance write (see
     /// `service::limits`).
     pub write_limits: WriteLimits,
+    /// What the cache warmer keeps warm.
+    pub warm: WarmConfig,
     /// `STREAM_SINCE_MS` (default 0, stream mode): when the deployment
     /// switched to stream mode (Unix ms, taken as the whole second at or
     /// after it; 0: it always counted by stream).
@@ -215,26 +217,6 @@ pub const VIEWS_MAX_RECORD_AGE_MAX_SECS: u64 = 43_200;
 /// in flight at once, the one applied second would skip each of its
 /// records below the other's last, silently.
 pub const MAX_BATCHES_PER_STREAM_SHARD: u64 = 1;
-
-/// What one caller may make a function instance write (see
-/// `service::limits`, where each bound is explained).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct WriteLimits {
-    /// `USER_WRITES_PER_SEC` (default 5): likes and unlikes a second per
-    /// user, on average.
-    pub per_sec: f64,
-    /// `USER_WRITE_BURST` (default 20): ... in one burst.
-    pub burst: u32,
-    /// `REEL_TOGGLES_PER_MIN` (default 10): likes and unlikes of one reel
-    /// per user per minute.
-    pub toggles_per_min: u32,
-    /// `USER_REELS_PER_HOUR` (default 300): distinct reels one user
-    /// writes per hour.
-    pub reels_per_hour: u32,
-    /// `USER_KEYS_PER_MIN` (default 120): writes with an `Idempotency-Key`
-    /// per user per minute.
-    pub keys_per_min: u32,
-}
 
 /// The buckets of recent changes the aggregator keeps on shard items
 /// ([`crate::keys::recent_delta_attr`]), derived from
@@ -580,6 +562,10 @@ impl Config {
                 reels_per_hour: num("USER_REELS_PER_HOUR", 300, 1, 100_000)? as u32,
                 keys_per_min: num("USER_KEYS_PER_MIN", 120, 1, 100_000)? as u32,
             },
+            warm: WarmConfig {
+                reels: num("WARM_REELS", 100, 0, 100)? as usize,
+                period: ms("WARM_PERIOD_MS", 1_000, 100, 60_000)?,
+            },
             stream_since_ms: num("STREAM_SINCE_MS", 0, 0, 32_503_680_000_000)? as i64,
             aggregate_chunk_reels: num(
                 "AGGREGATE_CHUNK_REELS",
@@ -592,8 +578,10 @@ impl Config {
 }
 
 pub mod access;
+mod limits;
 
 pub use access::Access;
+pub use limits::{WarmConfig, WriteLimits};
 
 #[cfg(test)]
 mod tests;

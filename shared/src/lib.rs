@@ -44,10 +44,14 @@
 //!   its consumer on [`aggregate`]'s exactly-once core, HyperLogLog
 //!   sketches, the cached sums.
 //! * [`trending`]: what's hot: the writers' hourly heavy-hitter sketches
-//!   and the ranking of their candidates by exact windowed counts.
+//!   and the ranking of their candidates by exact windowed counts; `warm`,
+//!   what the cache warmer stores and when an instance may serve it.
+//! * [`warmer`]: the cache warmer's scheduled run, and the ranking of a
+//!   list now (the warmer's, or an instance's when no warmer's is fresh).
 //! * [`triggers`]: the entry points that are not HTTP requests: the reshard
 //!   function's event (an admin request or the schedule), the reconcile
-//!   function's and the aggregate function's stream batch.
+//!   function's, the aggregate function's stream batch and the warm
+//!   function's schedule.
 //! * [`app`]: [`App`], what a function instance builds once per cold start
 //!   (configuration, service, resharder, reconciler, aggregator) and every
 //!   entry point takes.
@@ -77,6 +81,8 @@ pub mod trending;
 #[cfg(feature = "dynamodb")]
 pub mod triggers;
 pub mod views;
+#[cfg(feature = "dynamodb")]
+pub mod warmer;
 
 #[cfg(feature = "dynamodb")]
 pub use app::App;

@@ -51,6 +51,13 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("CacheHits", Unit::Count),
     ("CacheMisses", Unit::Count),
     ("ShardsRead", Unit::Count),
+    ("WarmHits", Unit::Count),
+    // The cache warmer's run.
+    ("WarmRounds", Unit::Count),
+    ("WarmLists", Unit::Count),
+    ("WarmFigures", Unit::Count),
+    ("WarmErrors", Unit::Count),
+    ("WarmReels", Unit::Count),
     // The scheduled resize run.
     ("ReshardRuns", Unit::Count),
     ("ShardedReels", Unit::Count),

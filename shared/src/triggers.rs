@@ -3,7 +3,8 @@
 //! EventBridge schedule), the `reconcile` function's event and the
 //! `aggregate` function's stream batch (stream mode), and the
 //! `aggregate-views` function's (a views-log batch, a given-up range, or
-//! the OnFailure queue's messages naming such ranges). They record their
+//! the OnFailure queue's messages naming such ranges), and the `warm`
+//! function's schedule. They record their
 //! runs' metrics; the HTTP handling itself stays in [`crate::http`].
 
 use crate::App;
@@ -148,6 +149,54 @@ pub async fn handle_reconcile_event(
     app.config.metrics.flush(None);
     serde_json::to_value(summary)
         .map_err(|e| Error::internal("serialising the reconcile summary", e))
+}
+
+/// One event of the `warm` function: the EventBridge schedule (once a
+/// minute), or `{"rounds": n}` (a test's, `make sam-local`'s: n rounds,
+/// then the answer). The answer is the run's summary; a run whose every
+/// round failed is an error, so Lambda records it.
+pub async fn handle_warm_event(
+    app: &App,
+    event: &Value,
+    deadline: Option<Instant>,
+) -> Result<Value, Error> {
+    let rounds = match event.get("rounds") {
+        None => None,
+        Some(n) => match n.as_u64() {
+            Some(n @ 1..=1000) => Some(n as u32),
+            _ => {
+                return Err(Error::bad_request(
+                    "invalid_rounds",
+                    "rounds must be a whole number from 1 to 1000",
+                ));
+            }
+        },
+    };
+    let s = Box::pin(crate::warmer::keep_warm(app, deadline, rounds)).await?;
+    app.config
+        .metrics
+        .record("warm")
+        .count("WarmRounds", u64::from(s.rounds))
+        .count("WarmLists", u64::from(s.lists))
+        .count("WarmFigures", s.figures)
+        .count("WarmErrors", u64::from(s.errors))
+        .sample("WarmReels", s.reels as f64);
+    app.config.metrics.flush(None);
+    tracing::info!(
+        rounds = s.rounds,
+        lists = s.lists,
+        reels = s.reels,
+        figures = s.figures,
+        errors = s.errors,
+        "warm run"
+    );
+    if s.rounds > 0 && s.errors >= s.rounds && s.figures == 0 && s.lists == 0 {
+        return Err(Error::internal(
+            "the warm run wrote nothing",
+            format!("{} errors in {} rounds", s.errors, s.rounds),
+        ));
+    }
+    serde_json::to_value(s).map_err(|e| Error::internal("serialising the warm summary", e))
 }
 
 /// One batch of the `aggregate` function (stream mode): Lambda's DynamoDB

@@ -255,6 +255,40 @@ async fn admin_events_need_iam_authorization_and_the_schedule_runs() {
     t.stop().await;
 }
 
+/// The warm function's sample event (`events/warm.json`, as `make
+/// sam-local` invokes it): one round, then its summary. In transactional
+/// mode with nothing viewed, the round ranks and writes the two (empty)
+/// views lists and the (empty) warm set. A malformed `rounds` is refused
+/// before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warm_sample_event_runs_one_round() {
+    let t = TestStack::start(&[("COUNTING", "transactional")]).await;
+    let text = std::fs::read_to_string(repo_root().join("events/warm.json")).unwrap();
+    let out = likes::triggers::handle_warm_event(
+        &t.stack.app,
+        &serde_json::from_str(&text).unwrap(),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (&out["rounds"], &out["lists"], &out["errors"]),
+        (&1.into(), &2.into(), &0.into()),
+        "{out}"
+    );
+    assert_eq!(t.scan_prefix("trending#").await.len(), 3);
+    for bad in [
+        serde_json::json!({"rounds": 0}),
+        serde_json::json!({"rounds": "1"}),
+    ] {
+        let e = likes::triggers::handle_warm_event(&t.stack.app, &bad, None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), "invalid_rounds", "{bad}");
+    }
+    t.stop().await;
+}
+
 /// Lambda's deadline is Unix ms; `cargo lambda watch` passes a duration
 /// (600000) there, which must not read as "out of time".
 #[test]

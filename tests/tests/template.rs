@@ -379,6 +379,7 @@ fn tracing_alarms_and_dashboard_are_in_the_template() {
     for (alarm, function) in [
         ("ReconcileFunctionErrorsAlarm", "ReconcileFunction"),
         ("ReshardFunctionErrorsAlarm", "ReshardFunction"),
+        ("WarmFunctionErrorsAlarm", "WarmFunction"),
         ("AggregateFunctionErrorsAlarm", "AggregateFunction"),
         ("ViewAggregateFunctionErrorsAlarm", "ViewAggregateFunction"),
         // Called by clients, but a crash or timeout loses their views.
@@ -765,6 +766,9 @@ fn key_kinds() -> Vec<(&'static str, Vec<String>)> {
         ("run", vec![RECONCILE_RUN_KEY.to_owned()]),
         ("chunk", vec![reconcile_chunk_key("17-ab", "seg3", 4)]),
         ("count", vec![reconcile_count_key("17-ab", &r)]),
+        ("warm", vec![top::warm_key(&r)]),
+        ("list", vec![top::trending_list_key("views", "1h")]),
+        ("warmset", vec![top::WARM_SET_KEY.to_owned()]),
         (
             "checkpoint",
             vec![aggregate_checkpoint_key(
@@ -1041,7 +1045,9 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
     let allowed = |function: &str, action: &str, in_tx: bool| {
         granted_kinds(&kinds, &statements, function, action, in_tx)
     };
-    let reads_like = ["base", "idem", "settings", "shard", "shard0"];
+    let reads_like = [
+        "base", "idem", "list", "settings", "shard", "shard0", "warm", "warmset",
+    ];
     let reads_sum = ["base", "settings", "shard", "shard0"];
     let reads_recon = [
         "base", "chunk", "count", "ledger", "run", "settings", "shard", "shard0",
@@ -1066,8 +1072,16 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
         ("ReadFunction", "DeleteItem", true, none.to_vec()),
         ("ReadFunction", "ConditionCheckItem", true, none.to_vec()),
         // GetItem: the checkpoints of GET /trending's live sketches too.
-        ("ReadFunction", "GetItem", false, vec!["base", "checkpoint", "settings", "shard", "shard0"]),
-        ("ReadFunction", "BatchGetItem", false, reads_sum.to_vec()),
+        // GetItem and BatchGetItem: the cache warmer's items too.
+        ("ReadFunction", "GetItem", false, vec!["base", "checkpoint", "list", "settings", "shard", "shard0", "warm", "warmset"]),
+        ("ReadFunction", "BatchGetItem", false, vec!["base", "list", "settings", "shard", "shard0", "warm", "warmset"]),
+        // Warm: sums as the read function's, and its own items put.
+        ("WarmFunction", "PutItem", false, vec!["list", "settings", "warm", "warmset"]),
+        ("WarmFunction", "UpdateItem", false, none.to_vec()),
+        ("WarmFunction", "UpdateItem", true, none.to_vec()),
+        ("WarmFunction", "DeleteItem", true, none.to_vec()),
+        ("WarmFunction", "GetItem", false, vec!["base", "checkpoint", "list", "settings", "shard", "shard0", "warm", "warmset"]),
+        ("WarmFunction", "BatchGetItem", false, vec!["base", "list", "settings", "shard", "shard0", "warm", "warmset"]),
         // Reshard: settings puts; folds, reopenings and stray emptying
         // (base and shard updates checked against the settings) inside
         // transactions; it deletes nothing.
@@ -1814,6 +1828,7 @@ fn the_views_table_is_made_kept_and_written_as_it_should() {
                 "ReconcileFunction",
                 "ReshardFunction",
                 "ViewAggregateFunction",
+                "WarmFunction",
             ]
             .map(str::to_owned)
         )

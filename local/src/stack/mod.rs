@@ -303,9 +303,20 @@ impl Stack {
         // when LOCAL_RECONCILE_SECS asks for it (`make reconcile` runs it by
         // hand).
         let reconcile_period = seconds(&lookup_opts, "LOCAL_RECONCILE_SECS", Duration::ZERO)?;
+        // The cache warmer runs on `make serve` (each run lasts until its
+        // deadline nears, as in Lambda), and in a test stack only when
+        // LOCAL_WARM_SECS asks: its reads and writes would blur what the
+        // other tests and the benchmarks count.
+        let warm_default = if opts.playground { 60.0 } else { 0.0 };
+        let warm_period = seconds(
+            &lookup_opts,
+            "LOCAL_WARM_SECS",
+            Duration::from_secs_f64(warm_default),
+        )?;
         for schedule in &template.schedules {
             let period = match schedule.code_uri.rsplit('/').next() {
                 Some("reconcile") => reconcile_period,
+                Some("warm") => warm_period,
                 _ => period,
             };
             if !period.is_zero() {

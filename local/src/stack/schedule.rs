@@ -1,5 +1,5 @@
 //! The schedules of `template.yaml`, run locally: what EventBridge does in
-//! AWS for the reshard and reconcile functions. Apart from the start-up
+//! AWS for the reshard, reconcile and warm functions. Apart from the start-up
 //! because a schedule is a loop that lives as long as the stack, not a step
 //! of starting it.
 
@@ -24,17 +24,16 @@ pub(super) fn spawn_schedule(
     let name: &'static str = match schedule.code_uri.rsplit('/').next() {
         Some("reshard") => "reshard",
         Some("reconcile") => "reconcile",
+        Some("warm") => "warm",
         _ => "",
     };
-    let reconcile = match name {
-        "reshard" => false,
-        "reconcile" => true,
-        _ => anyhow::bail!(
+    if name.is_empty() {
+        anyhow::bail!(
             "no local handler for the schedule of {} (CodeUri {})",
             schedule.function,
             schedule.code_uri
-        ),
-    };
+        );
+    }
     let input: serde_json::Value = match &schedule.input {
         Some(text) => serde_json::from_str(text)
             .with_context(|| format!("the Input of a schedule of {}", schedule.function))?,
@@ -55,10 +54,17 @@ pub(super) fn spawn_schedule(
             }
             let deadline = Instant::now() + SCHEDULED_TIMEOUT;
             let run = async {
-                if reconcile {
-                    likes::triggers::handle_reconcile_event(&app, &input, Some(deadline)).await
-                } else {
-                    likes::triggers::handle_reshard_event(&app, input.clone(), Some(deadline)).await
+                match name {
+                    "reconcile" => {
+                        likes::triggers::handle_reconcile_event(&app, &input, Some(deadline)).await
+                    }
+                    "warm" => {
+                        likes::triggers::handle_warm_event(&app, &input, Some(deadline)).await
+                    }
+                    _ => {
+                        likes::triggers::handle_reshard_event(&app, input.clone(), Some(deadline))
+                            .await
+                    }
                 }
             };
             tokio::select! {

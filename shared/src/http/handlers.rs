@@ -8,8 +8,7 @@ use crate::app::Views;
 use crate::error::Error;
 use crate::keys::{Action, ReelId, UserId};
 use crate::reshard::Begin;
-use crate::service::WritePath;
-use crate::service::WriteRequest;
+use crate::service::{WritePath, WriteRequest};
 use crate::store::Settings;
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, Response};
@@ -34,6 +33,11 @@ struct WriteMetrics {
     path: Option<&'static str>,
 }
 
+/// Counts served from the cache warmer's figures since the start.
+fn warm_hits(app: &App) -> u64 {
+    app.service.warm_hits() + app.views.reader.as_ref().map_or(0, |r| r.warm_hits())
+}
+
 /// Shard items read by this instance's store so far.
 fn shard_reads(app: &App) -> u64 {
     let s = app.service.store().stats();
@@ -49,6 +53,7 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     let (hits_before, misses_before) = app.service.cache_stats();
     let (conflicts_before, throttles_before) = app.service.retry_stats();
     let shards_before = shard_reads(app);
+    let warm_before = warm_hits(app);
     let view_retries_before = app.views.producer.as_ref().map_or(0, |p| p.retries());
     let mut writes = WriteMetrics::default();
     let method = req.method().clone();
@@ -166,6 +171,10 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
         m.count("CacheHits", hits.saturating_sub(hits_before))
             .count("CacheMisses", misses.saturating_sub(misses_before))
             .count("ShardsRead", shard_reads(app).saturating_sub(shards_before));
+    }
+    // Only when some were: not a field on every log line.
+    if let warm @ 1.. = warm_hits(app).saturating_sub(warm_before) {
+        m.count("WarmHits", warm);
     }
     app.config.metrics.flush(request_id.as_deref());
     if status >= 500 {

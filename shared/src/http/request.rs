@@ -323,7 +323,7 @@ fn batch_reel_ids(req: &Request) -> Result<Vec<ReelId>, Error> {
 }
 
 /// Reels a trending list holds at most.
-pub const MAX_TRENDING: u32 = 100;
+pub const MAX_TRENDING: u32 = crate::trending::MAX_LIST as u32;
 
 /// `GET /trending`'s query: `metric` (`likes`, `views`), `window` (`1h`,
 /// `24h`: the windows its sketches are kept for; a longer one is refused,

@@ -23,3 +23,28 @@ pub const SKETCH_AT_ATTR: &str = "ck";
 /// How long a `top#` item is kept (seconds): a day's window and a day to
 /// spare; readers bound what they read by the hour in the key.
 pub const TOP_TTL_SECS: i64 = 2 * 86_400;
+
+/// `warm#{reel_id}` (counters table): a trending reel's totals as the
+/// cache warmer last summed them ([`crate::store::WarmStore`]).
+pub fn warm_key(reel: &crate::keys::ReelId) -> String {
+    format!("warm#{}", reel.as_str())
+}
+
+/// `trending#{metric}#{window}` (counters table): a list as the cache
+/// warmer last ranked it, for every instance to serve.
+pub fn trending_list_key(metric: &str, window: &str) -> String {
+    format!("trending#{metric}#{window}")
+}
+
+/// `trending#warm` (counters table): the reels the cache warmer keeps
+/// `warm#` items of, and when it last wrote them.
+pub const WARM_SET_KEY: &str = "trending#warm";
+
+/// The attribute of a warm item, a list or the warm set: its content
+/// (JSON).
+pub const WARM_DATA_ATTR: &str = "data";
+
+/// How long a warm item, a list or the warm set is kept (seconds):
+/// readers judge them by the clock inside, never by the TTL; this only
+/// clears the ones of reels that stopped trending.
+pub const WARM_TTL_SECS: i64 = 3_600;

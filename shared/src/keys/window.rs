@@ -195,7 +195,7 @@ pub fn pruned_attrs(now_ms: i64) -> Vec<String> {
 }
 
 /// What count items say over each window.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WindowCounts {
     /// The last hour's net change.
     pub hour: i64,

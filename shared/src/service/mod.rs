@@ -225,6 +225,12 @@ pub struct LikeService<S> {
     cache_max_reels: u64,
     /// The readiness probe's last result ([`LikeService::ready`]).
     health: health::Health,
+    /// See [`Config::cache_ttl`]: how long a warm figure may be cached.
+    cache_ttl: Duration,
+    /// The cache warmer's set as last read ([`crate::store::WarmStore`]).
+    warm: crate::store::SetCache,
+    /// Counts served from warm figures instead of a sum (metrics).
+    warm_hits: AtomicU64,
 }
 
 impl<S: CounterStore> LikeService<S> {
@@ -257,6 +263,9 @@ impl<S: CounterStore> LikeService<S> {
             reels: reels::Reels::any(),
             cache_max_reels: config.cache_max_reels,
             health: health::Health::default(),
+            cache_ttl: config.cache_ttl,
+            warm: crate::store::SetCache::default(),
+            warm_hits: AtomicU64::new(0),
         }
     }
 

@@ -194,7 +194,7 @@ impl<S: CounterStore> LikeService<S> {
                 // The load may be joined by callers that come much later
                 // (a slow read under faults): what it answers is guarded
                 // by `serve`, not trusted for being new.
-                c.try_get_with(reel.clone(), self.sum_now(reel))
+                c.try_get_with(reel.clone(), self.warm_or_sum(reel))
                     .await
                     .map_err(unshare)
             }
@@ -203,6 +203,66 @@ impl<S: CounterStore> LikeService<S> {
                 self.sum_now(reel).await
             }
         }
+    }
+
+    /// A miss's value: the reel's warm figures if the cache warmer keeps
+    /// them and they are young enough to cache, else its shards summed now.
+    async fn warm_or_sum(&self, reel: &ReelId) -> Result<Cached, Error> {
+        // Boxed: the count reads' futures nest deep in the handlers'.
+        let warm = Box::pin(self.warm(std::slice::from_ref(reel))).await;
+        match warm.into_iter().next() {
+            Some((_, c)) => Ok(c),
+            None => Box::pin(self.sum_now(reel)).await,
+        }
+    }
+
+    /// Of `reels`, those the cache warmer keeps warm
+    /// ([`crate::store::WarmStore`]) whose figures are young enough to
+    /// cache, as cache entries: each taken as read when the warmer sent
+    /// its read (less the clocks' skew), so it is cached only for what is
+    /// left of `CACHE_TTL_MS` and [`Self::serve`] judges it as any read
+    /// sent then. Without a count cache nothing is warm: every count is
+    /// read when asked. A warm read that fails only costs the sum.
+    async fn warm(&self, reels: &[ReelId]) -> HashMap<ReelId, Cached> {
+        if self.counts.is_none() {
+            return HashMap::new();
+        }
+        let set = self.warm.get(self.store.warm_set()).await;
+        let wanted: Vec<ReelId> = reels.iter().filter(|r| set.contains(*r)).cloned().collect();
+        if wanted.is_empty() {
+            return HashMap::new();
+        }
+        let figures = match self.store.warm_figures(&wanted).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::info!(
+                    error = e.code(),
+                    "warm figures unread: the reels are summed"
+                );
+                return HashMap::new();
+            }
+        };
+        let now_ms = crate::clock::now_ms();
+        let out: HashMap<ReelId, Cached> = figures
+            .into_iter()
+            .filter_map(|(r, f)| {
+                let read_at = f.read_at(now_ms, self.cache_ttl)?;
+                let load = self.loads.fetch_add(1, Ordering::Relaxed);
+                Some((
+                    r,
+                    Cached::read(load, f.likes?.into(), read_at, Instant::now()),
+                ))
+            })
+            .collect();
+        self.warm_hits
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
+    /// Counts served from the cache warmer's figures since this instance
+    /// started, instead of summing shards.
+    pub fn warm_hits(&self) -> u64 {
+        self.warm_hits.load(Ordering::Relaxed)
     }
 
     /// Sums the reel's shards now, bypassing the count cache.
@@ -215,6 +275,31 @@ impl<S: CounterStore> LikeService<S> {
         let sum = sums.get(reel).copied().unwrap_or_default();
         self.observe_rate(reel, &settings, sum, read_at).await;
         Ok(Cached::read(load, sum, read_at, done_at))
+    }
+
+    /// The sums of `reels` read now, bypassing the count cache and the
+    /// warm figures (the cache warmer's own reads, which the rate
+    /// observer sees as any read). A reel whose sum fails is left out.
+    pub async fn sums_now(&self, reels: &[ReelId]) -> Result<HashMap<ReelId, ShardSum>, Error> {
+        let settings = self.settings_many(reels).await?;
+        let plan: Vec<(ReelId, Settings)> = reels
+            .iter()
+            .map(|r| (r.clone(), settings.get(r).copied().unwrap_or_default()))
+            .collect();
+        let read_at = Instant::now();
+        let sums = match self.store.sum_shards(&plan).await {
+            Ok(sums) => sums,
+            Err(e) if e.status() >= 429 && e != Error::Throttled && plan.len() > 1 => {
+                self.sum_each(&plan).await.0
+            }
+            Err(e) => return Err(e),
+        };
+        for (r, s) in &plan {
+            if let Some(sum) = sums.get(r) {
+                self.observe_rate(r, s, *sum, read_at).await;
+            }
+        }
+        Ok(sums)
     }
 
     /// Sums the reel's shards now, and caches the result unless the entry
@@ -257,6 +342,15 @@ impl<S: CounterStore> LikeService<S> {
             .fetch_add(found.len() as u64, Ordering::Relaxed);
         self.cache_misses
             .fetch_add(missing.len() as u64, Ordering::Relaxed);
+        for (r, n) in Box::pin(self.warm(&missing)).await {
+            missing.retain(|m| *m != r);
+            let n = match &self.counts {
+                // As a read's below: an entry that appeared meanwhile wins.
+                Some(c) => c.entry(r.clone()).or_insert(n).await.into_value(),
+                None => n,
+            };
+            found.insert(r, n);
+        }
         if !missing.is_empty() {
             let settings = match self.settings_many(&missing).await {
                 Ok(s) => s,

@@ -207,6 +207,30 @@ pub struct ShardSum {
     pub windows_at_ms: i64,
 }
 
+impl From<super::WarmLikes> for ShardSum {
+    fn from(l: super::WarmLikes) -> Self {
+        ShardSum {
+            n: l.n,
+            w: l.w,
+            last_write_ms: l.last_write_ms,
+            windows: l.windows,
+            windows_at_ms: l.windows_at_ms,
+        }
+    }
+}
+
+impl From<ShardSum> for super::WarmLikes {
+    fn from(s: ShardSum) -> Self {
+        super::WarmLikes {
+            n: s.n,
+            w: s.w,
+            last_write_ms: s.last_write_ms,
+            windows: s.windows,
+            windows_at_ms: s.windows_at_ms,
+        }
+    }
+}
+
 /// One shard item's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShardValue {
@@ -414,4 +438,24 @@ pub trait CounterStore: Send + Sync + 'static {
 
     /// Succeeds when both tables can be reached.
     fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// The cache warmer's set (`trending#warm`): which reels have warm
+    /// figures ([`crate::store::WarmStore`]). None by default: a store
+    /// without a warmer.
+    fn warm_set(
+        &self,
+    ) -> impl Future<Output = Result<Option<crate::store::WarmSet>, Error>> + Send {
+        async { Ok(None) }
+    }
+
+    /// The warm figures of those of `reels` that have them (eventually
+    /// consistent: each says when it was summed).
+    fn warm_figures(
+        &self,
+        reels: &[ReelId],
+    ) -> impl Future<Output = Result<HashMap<ReelId, crate::store::WarmFigures>, Error>> + Send
+    {
+        let _ = reels;
+        async { Ok(HashMap::new()) }
+    }
 }

@@ -20,6 +20,8 @@
 //! * `views`: [`LogStore`], the views log (Kinesis; `kinesis` implements
 //!   it), and [`ViewStore`], the views table (checkpoints, seen event ids,
 //!   view items, seals and folds).
+//! * `warm`: [`WarmStore`], the cache warmer's items (its figures, its
+//!   set, the lists it ranked).
 //! * [`dynamodb`] (the `dynamodb` feature, on by default): `DynamoStore`,
 //!   the one implementation of the four counter traits, a file per trait
 //!   impl, and `DynamoViews`, of [`ViewStore`]; [`kinesis`]: `KinesisLog`,
@@ -38,6 +40,7 @@ mod counter;
 mod reconcile;
 mod resize;
 mod views;
+mod warm;
 
 pub use aggregate::{AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd};
 pub use counter::{
@@ -54,3 +57,4 @@ pub use views::{
     ViewChunkWrite, ViewFold, ViewFoldFamily, ViewFoldItem, ViewFoldResult, ViewItem,
     ViewItemWrite, ViewStore,
 };
+pub use warm::{SetCache, StoredList, WarmFigures, WarmLikes, WarmSet, WarmStore, WarmViews};

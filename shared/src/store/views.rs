@@ -298,6 +298,23 @@ pub type HourSketches = (Vec<Vec<u8>>, Vec<String>);
 
 /// The views table.
 pub trait ViewStore: Send + Sync {
+    /// The cache warmer's set (see [`super::CounterStore::warm_set`]).
+    fn warm_set(
+        &self,
+    ) -> impl Future<Output = Result<Option<crate::store::WarmSet>, Error>> + Send {
+        async { Ok(None) }
+    }
+
+    /// A reel's warm figures, if it has them (see
+    /// [`super::CounterStore::warm_figures`]).
+    fn warm_figures(
+        &self,
+        reel: &crate::keys::ReelId,
+    ) -> impl Future<Output = Result<Option<crate::store::WarmFigures>, Error>> + Send {
+        let _ = reel;
+        async { Ok(None) }
+    }
+
     /// The checkpoint of the Kinesis shard behind `key`: its padded
     /// sequence number (`None` if nothing was applied yet) and its
     /// trending sketch.

@@ -63,6 +63,9 @@ impl Metric {
 /// How long an instance serves a list before it ranks again.
 pub const LIST_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Reels a list holds at most (`limit` asks for up to this many).
+pub const MAX_LIST: usize = 100;
+
 /// Candidates ranked at most: each is one exact read (cached per
 /// instance as the counts are).
 pub const MAX_CANDIDATES: usize = 300;
@@ -70,9 +73,9 @@ pub const MAX_CANDIDATES: usize = 300;
 /// A list, as ranked.
 #[derive(Clone, Debug)]
 pub struct Ranked {
-    /// The reels and their exact counts over the window, highest first
-    /// (ties by reel id), at most [`crate::http::MAX_TRENDING`].
-    pub reels: Vec<(crate::keys::ReelId, i64)>,
+    /// The reels, highest count over the window first (ties by reel id),
+    /// at most [`MAX_LIST`].
+    pub reels: Vec<Entry>,
     /// The clock (Unix ms) it was ranked at.
     pub as_of_ms: i64,
     /// The merged sketch's maximum error: a reel whose count in the
@@ -80,8 +83,22 @@ pub struct Ranked {
     pub max_error: u64,
     /// Candidates read.
     pub candidates: usize,
-    /// When it was ranked (its age).
-    pub ranked_at: std::time::Instant,
+    /// Ranked by the cache warmer and read from its list item, rather
+    /// than by this instance.
+    pub warmed: bool,
+}
+
+/// A reel of a list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The reel.
+    pub reel: crate::keys::ReelId,
+    /// Its exact count over the window, as ranked.
+    pub count: i64,
+    /// Its net likes, all time (`None`: could not be read).
+    pub likes: Option<i64>,
+    /// Its views, all time (`None`: views not configured, or not read).
+    pub views: Option<u64>,
 }
 
 /// `counts` ranked: highest first, ties by reel id, reels that gained

@@ -50,6 +50,27 @@ pub struct ViewReader<S> {
     clock: super::Clock,
     /// Reads of the table since this reader was built (cache misses).
     reads: std::sync::atomic::AtomicU64,
+    /// How long a sum is cached: a warm one, for what is left of it.
+    ttl: Duration,
+    /// The cache warmer's set as last read ([`crate::store::WarmStore`]).
+    warm: crate::store::SetCache,
+    /// Figures served from the warmer's items instead of a read.
+    warm_hits: std::sync::atomic::AtomicU64,
+}
+
+/// A sum expires `ttl` after it was read (a warm one: after the warmer's
+/// read was sent).
+struct SinceRead(Duration);
+
+impl moka::Expiry<ReelId, Arc<ViewCounts>> for SinceRead {
+    fn expire_after_create(
+        &self,
+        _: &ReelId,
+        value: &Arc<ViewCounts>,
+        _: Instant,
+    ) -> Option<Duration> {
+        Some(self.0.saturating_sub(value.read_at.elapsed()))
+    }
 }
 
 impl<S: ViewStore> ViewReader<S> {
@@ -60,12 +81,15 @@ impl<S: ViewStore> ViewReader<S> {
             store,
             cache: (!ttl.is_zero()).then(|| {
                 moka::future::Cache::builder()
-                    .time_to_live(ttl)
+                    .expire_after(SinceRead(ttl))
                     .max_capacity(capacity)
                     .build()
             }),
             clock,
             reads: std::sync::atomic::AtomicU64::new(0),
+            ttl,
+            warm: crate::store::SetCache::default(),
+            warm_hits: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -95,14 +119,52 @@ impl<S: ViewStore> ViewReader<S> {
     pub async fn counts(&self, reel: &ReelId) -> Result<Arc<ViewCounts>, Error> {
         match &self.cache {
             Some(c) => c
-                .try_get_with(reel.clone(), self.read(reel))
+                .try_get_with(reel.clone(), Box::pin(self.warm_or_read(reel)))
                 .await
                 .map_err(|e| (*e).clone()),
-            None => self.read(reel).await,
+            None => self.read_now(reel).await,
         }
     }
 
-    async fn read(&self, reel: &ReelId) -> Result<Arc<ViewCounts>, Error> {
+    /// Figures served from the cache warmer's items since this reader was
+    /// built.
+    pub fn warm_hits(&self) -> u64 {
+        self.warm_hits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A miss's figures: the cache warmer's, if it keeps the reel warm and
+    /// they are young enough to cache (as for like counts:
+    /// [`crate::store::WarmStore`]), else read now. A warm read that fails
+    /// only costs the read.
+    async fn warm_or_read(&self, reel: &ReelId) -> Result<Arc<ViewCounts>, Error> {
+        if self.warm.get(self.store.warm_set()).await.contains(reel) {
+            match self.store.warm_figures(reel).await {
+                Ok(Some(f)) => {
+                    let read_at = f.read_at(crate::clock::now_ms(), self.ttl);
+                    if let (Some(read_at), Some(v)) = (read_at, f.views) {
+                        self.warm_hits
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return Ok(Arc::new(ViewCounts {
+                            views: v.views,
+                            unique_viewers: v.unique_viewers,
+                            views_7d: v.views_7d,
+                            unique_viewers_7d: v.unique_viewers_7d,
+                            windows: v.windows,
+                            as_of_ms: v.as_of_ms,
+                            read_at,
+                        }));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::info!(error = e.code(), "warm figures unread: the reel is read"),
+            }
+        }
+        self.read_now(reel).await
+    }
+
+    /// The figures of `reel` read now, bypassing the cache and the warm
+    /// figures (the cache warmer's own reads).
+    pub async fn read_now(&self, reel: &ReelId) -> Result<Arc<ViewCounts>, Error> {
         self.reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let now = (self.clock)();

@@ -916,9 +916,9 @@ fn every_action_granted_is_one_its_function_performs() {
             .unwrap();
     let statements = dynamodb_statements();
     let functions: BTreeSet<&str> = statements.iter().map(|s| s.function.as_str()).collect();
-    // Like, Read, Reshard, Reconcile, Aggregate and ViewAggregate (the
-    // view function touches no table: it puts onto ViewsStream).
-    assert_eq!(functions.len(), 6, "{functions:?}");
+    // Like, Read, Reshard, Reconcile, Aggregate, ViewAggregate and Warm
+    // (the view function touches no table: it puts onto ViewsStream).
+    assert_eq!(functions.len(), 7, "{functions:?}");
     let mut all_commands = BTreeSet::new();
     let mut wrong = Vec::new();
     for function in functions {
@@ -1016,7 +1016,10 @@ const KEYS_OUTSIDE_TX: &[(&str, &str, &[&str])] = &[
     ("load_run", "GetItem", &["run"]),
     ("ping", "GetItem", &["settings"]),
     ("put_chunk", "PutItem", &["chunk"]),
+    ("put_list", "PutItem", &["list"]),
     ("put_settings", "PutItem", &["settings"]),
+    ("put_warm", "PutItem", &["warm"]),
+    ("put_warm_set", "PutItem", &["warmset"]),
     ("record_unchanged", "GetItem", &["idem"]),
     (
         "reel_view",
@@ -1037,6 +1040,9 @@ const KEYS_OUTSIDE_TX: &[(&str, &str, &[&str])] = &[
     ("shard", "GetItem", &["base", "shard", "shard0"]),
     ("sum_shards", "BatchGetItem", &["base", "shard", "shard0"]),
     ("sum_shards", "GetItem", &["base", "shard", "shard0"]),
+    ("trending_list", "GetItem", &["list"]),
+    ("warm_figures", "BatchGetItem", &["warm"]),
+    ("warm_set", "GetItem", &["warmset"]),
 ];
 
 /// The other direction of [`every_action_granted_is_one_its_function_performs`]:

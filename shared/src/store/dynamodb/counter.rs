@@ -371,6 +371,17 @@ impl CounterStore for DynamoStore {
             .map_or(units, |u| u.max(0) as u64))
     }
 
+    async fn warm_set(&self) -> Result<Option<crate::store::WarmSet>, Error> {
+        self.warm().read_set().await
+    }
+
+    async fn warm_figures(
+        &self,
+        reels: &[ReelId],
+    ) -> Result<HashMap<ReelId, crate::store::WarmFigures>, Error> {
+        self.warm().read_figures(reels).await
+    }
+
     async fn ping(&self) -> Result<(), Error> {
         // Data-plane reads, not DescribeTable: control-plane calls are
         // rate-limited per account and shared with deployments, and an

@@ -27,6 +27,8 @@
 //!   follow).
 //! * `views`: [`DynamoViews`], the views table's store (`ViewStore`);
 //!   `compact`: its seal items and folds (`crate::views::compact`).
+//! * `warm`: the cache warmer's items (`WarmStore`, and the warm reads
+//!   both stores' count reads make).
 //! * `error`: the one translation of SDK errors into [`Error`], and the
 //!   reading of cancelled transactions' reasons. The detail is logged
 //!   there and never leaves this module.
@@ -44,6 +46,7 @@ mod spread;
 mod tls;
 mod top;
 mod views;
+mod warm;
 mod windows;
 mod writers;
 

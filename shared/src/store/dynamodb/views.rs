@@ -30,6 +30,9 @@ const BATCH_GET_MAX: usize = 100;
 pub struct DynamoViews {
     client: Client,
     views_table: String,
+    /// The counters table and the retries, where the cache warmer's items
+    /// are (`None`: no warm figures are read).
+    warm: Option<(String, crate::retry::Backoff)>,
 }
 
 impl DynamoViews {
@@ -39,7 +42,27 @@ impl DynamoViews {
         DynamoViews {
             client,
             views_table: table.into(),
+            warm: None,
         }
+    }
+
+    /// The same, reading the cache warmer's items from `store`'s counters
+    /// table ([`crate::store::WarmStore`]).
+    pub fn with_warm(self, store: &super::DynamoStore) -> Self {
+        DynamoViews {
+            warm: Some((store.counters_table.clone(), store.backoff)),
+            ..self
+        }
+    }
+
+    fn warm(&self) -> Option<super::warm::Warm<'_>> {
+        self.warm
+            .as_ref()
+            .map(|(counters_table, backoff)| super::warm::Warm {
+                client: &self.client,
+                counters_table,
+                backoff,
+            })
     }
 
     fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
@@ -119,6 +142,26 @@ fn unpack_ids(bytes: &[u8]) -> Vec<u64> {
 }
 
 impl ViewStore for DynamoViews {
+    async fn warm_set(&self) -> Result<Option<crate::store::WarmSet>, Error> {
+        match self.warm() {
+            Some(w) => w.read_set().await,
+            None => Ok(None),
+        }
+    }
+
+    async fn warm_figures(
+        &self,
+        reel: &crate::keys::ReelId,
+    ) -> Result<Option<crate::store::WarmFigures>, Error> {
+        match self.warm() {
+            Some(w) => Ok(w
+                .read_figures(std::slice::from_ref(reel))
+                .await?
+                .remove(reel)),
+            None => Ok(None),
+        }
+    }
+
     async fn view_checkpoint(&self, key: &str) -> Result<Checkpoint, Error> {
         let out = self
             .client

@@ -1,0 +1,144 @@
+//! Ranking a list now ([`crate::trending`]): the writers' hourly sketches
+//! name the candidates, each is read exactly, and the list is ranked by
+//! that count. What an instance does when no warmer's list is fresh, and
+//! what the warmer does for every instance.
+
+use crate::App;
+use crate::app::Views;
+use crate::config::Counting;
+use crate::error::Error;
+use crate::keys::ReelId;
+use crate::keys::window::Window;
+use crate::store::{AggregateStore, HourSketches};
+use crate::trending::{self, Entry, MAX_CANDIDATES, Metric, Ranked};
+use futures::{StreamExt, TryStreamExt};
+use std::collections::HashMap;
+
+/// Views reads in flight at once while ranking.
+pub(crate) const READS_IN_FLIGHT: usize = 10;
+
+/// The lists this deployment ranks: views in both counting modes (when
+/// it reads views at all), likes in stream mode only (transactional mode
+/// runs no aggregator to keep their sketches).
+pub fn lists(app: &App) -> Vec<(Metric, Window)> {
+    let mut metrics = Vec::new();
+    if app.config.counting == Counting::Stream {
+        metrics.push(Metric::Likes);
+    }
+    if app.views.reader.is_some() {
+        metrics.push(Metric::Views);
+    }
+    metrics
+        .into_iter()
+        .flat_map(|m| [(m, Window::Hour), (m, Window::Day)])
+        .collect()
+}
+
+/// Ranks `metric` over `window` now; the totals are left unread.
+pub async fn rank(app: &App, metric: Metric, window: Window) -> Result<Ranked, Error> {
+    let reader = app.views.reader.as_ref().ok_or_else(Views::missing)?;
+    let now = crate::clock::now_ms();
+    let hours: Vec<(i64, HourSketches)> = futures::stream::iter(trending::hours(window, now))
+        .map(|hour| async move {
+            Ok::<_, Error>((hour, reader.hour_sketches(metric.name(), hour).await?))
+        })
+        .buffer_unordered(READS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    // The writers still in an hour hold its sketch in their checkpoints;
+    // one that moved on since stored it as ended (and is skipped here).
+    let live: Vec<(i64, String)> = hours
+        .iter()
+        .flat_map(|(h, (_, live))| live.iter().map(move |k| (*h, k.clone())))
+        .collect();
+    let live: Vec<Option<Vec<u8>>> = futures::stream::iter(live)
+        .map(|(hour, key)| async move {
+            let sketch = match metric {
+                Metric::Likes => app.aggregate.store().checkpoint(&key).await?.sketch,
+                Metric::Views => reader.live_sketch(&key).await?,
+            };
+            Ok::<_, Error>(sketch.filter(|s| s.hour == hour).map(|s| s.bytes))
+        })
+        .buffer_unordered(READS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let ended = hours.iter().flat_map(|(_, (ended, _))| ended);
+    let (names, max_error) =
+        trending::sketch::candidates(ended.chain(live.iter().flatten()).map(Vec::as_slice));
+    let candidates: Vec<ReelId> = names
+        .iter()
+        .filter_map(|n| ReelId::parse(n).ok())
+        .take(MAX_CANDIDATES)
+        .collect();
+    let counts: Vec<(ReelId, i64)> = match metric {
+        Metric::Likes => {
+            let c = app.service.counts(&candidates).await?;
+            c.into_iter()
+                .map(|(r, c)| (r, c.windows.get(window)))
+                .collect()
+        }
+        Metric::Views => {
+            futures::stream::iter(candidates.iter().cloned())
+                .map(|r| async move {
+                    let v = reader.counts(&r).await?;
+                    Ok::<_, Error>((r, v.windows.get(window)))
+                })
+                .buffer_unordered(READS_IN_FLIGHT)
+                .try_collect()
+                .await?
+        }
+    };
+    Ok(Ranked {
+        reels: trending::rank(counts, trending::MAX_LIST)
+            .into_iter()
+            .map(|(reel, count)| Entry {
+                reel,
+                count,
+                likes: None,
+                views: None,
+            })
+            .collect(),
+        as_of_ms: now,
+        max_error,
+        candidates: candidates.len(),
+        warmed: false,
+    })
+}
+
+/// Fills in each listed reel's totals from `likes` and `views`.
+pub fn with_totals(
+    mut ranked: Ranked,
+    likes: &HashMap<ReelId, i64>,
+    views: &HashMap<ReelId, u64>,
+) -> Ranked {
+    for e in &mut ranked.reels {
+        e.likes = likes.get(&e.reel).copied();
+        e.views = views.get(&e.reel).copied();
+    }
+    ranked
+}
+
+/// Fills in each listed reel's totals from this instance's cached reads
+/// (a reel whose read fails is left without).
+pub async fn totals(app: &App, ranked: Ranked) -> Ranked {
+    let reels: Vec<ReelId> = ranked.reels.iter().map(|e| e.reel.clone()).collect();
+    let likes: HashMap<ReelId, i64> = match app.service.counts(&reels).await {
+        Ok(c) => c.into_iter().map(|(r, c)| (r, c.count)).collect(),
+        Err(e) => {
+            tracing::info!(error = e.code(), "a list's like totals unread");
+            HashMap::new()
+        }
+    };
+    let views: HashMap<ReelId, u64> = match &app.views.reader {
+        Some(reader) => {
+            futures::stream::iter(reels)
+                .map(|r| async move { reader.counts(&r).await.ok().map(|v| (r, v.views)) })
+                .buffer_unordered(READS_IN_FLIGHT)
+                .filter_map(|x| async move { x })
+                .collect()
+                .await
+        }
+        None => HashMap::new(),
+    };
+    with_totals(ranked, &likes, &views)
+}
