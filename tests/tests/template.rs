@@ -106,8 +106,12 @@ fn every_sample_event_is_a_route_of_the_template() {
         }
         if ev.get("requestContext").is_none() {
             // Not an HTTP event: a scheduled invocation (EventBridge's own
-            // event, or a schedule's Input, for the reconcile function).
-            let scheduled = ev["detail-type"] == "Scheduled Event"
+            // event, or a schedule's Input, for the reconcile function), or
+            // the warm function's own (`rounds`: a bounded run of it).
+            let warm = ev.get("rounds").is_some()
+                && t.schedules.iter().any(|s| s.code_uri.ends_with("/warm"));
+            let scheduled = warm
+                || ev["detail-type"] == "Scheduled Event"
                 || t.schedules.iter().any(|s| {
                     s.input.as_deref().is_some_and(|i| {
                         let input: serde_json::Value = serde_json::from_str(i).unwrap();
