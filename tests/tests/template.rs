@@ -1075,16 +1075,15 @@ fn each_function_may_touch_exactly_the_counters_keys_listed() {
         ("ReadFunction", "UpdateItem", true, vec!["caller"]),
         ("ReadFunction", "DeleteItem", true, none.to_vec()),
         ("ReadFunction", "ConditionCheckItem", true, none.to_vec()),
-        // GetItem: the checkpoints of GET /trending's live sketches too.
         // GetItem and BatchGetItem: the cache warmer's items too.
-        ("ReadFunction", "GetItem", false, vec!["base", "checkpoint", "list", "settings", "shard", "shard0", "warm", "warmset"]),
+        ("ReadFunction", "GetItem", false, vec!["base", "list", "settings", "shard", "shard0", "warm", "warmset"]),
         ("ReadFunction", "BatchGetItem", false, vec!["base", "list", "settings", "shard", "shard0", "warm", "warmset"]),
         // Warm: sums as the read function's, and its own items put.
         ("WarmFunction", "PutItem", false, vec!["list", "settings", "warm", "warmset"]),
         ("WarmFunction", "UpdateItem", false, none.to_vec()),
         ("WarmFunction", "UpdateItem", true, none.to_vec()),
         ("WarmFunction", "DeleteItem", true, none.to_vec()),
-        ("WarmFunction", "GetItem", false, vec!["base", "checkpoint", "list", "settings", "shard", "shard0", "warm", "warmset"]),
+        ("WarmFunction", "GetItem", false, vec!["base", "list", "settings", "shard", "shard0", "warm", "warmset"]),
         ("WarmFunction", "BatchGetItem", false, vec!["base", "list", "settings", "shard", "shard0", "warm", "warmset"]),
         // Reshard: settings puts; folds, reopenings and stray emptying
         // (base and shard updates checked against the settings) inside

@@ -250,3 +250,86 @@ async fn the_warmer_keeps_the_trending_reels_totals_for_every_instance() {
     assert!(shard_reads(&late) > 0);
     t.stop().await;
 }
+
+/// An item's size as DynamoDB counts it, near enough: names and values.
+fn item_bytes(
+    item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+) -> usize {
+    use aws_sdk_dynamodb::types::AttributeValue as V;
+    item.iter()
+        .map(|(k, v)| {
+            k.len()
+                + match v {
+                    V::S(s) => s.len(),
+                    V::N(n) => n.len(),
+                    V::B(b) => b.as_ref().len(),
+                    _ => 8,
+                }
+        })
+        .sum()
+}
+
+/// A writer's sketch is an item of its own, never part of its checkpoint:
+/// DynamoDB charges an update by the whole item's size, and every chunk
+/// updates the checkpoint. Before: the sketch (several KB with many
+/// reels) rode in the checkpoint item, so each chunk paid its KB in write
+/// units whether it wrote the sketch or not; the checkpoint here was
+/// about 4 KB. Another instance finds the stored sketch by the hour the
+/// checkpoint names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_sketch_stays_out_of_its_checkpoint() {
+    let t = TestStack::start(&[
+        ("COUNTING", "stream"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+        ("CACHE_TTL_MS", "0"),
+    ])
+    .await;
+    // Many reels with long ids: a full sketch of several KB.
+    for i in 0..160 {
+        let reel = format!("a-reel-with-a-rather-long-id-{i:04}");
+        assert_eq!(t.like(&format!("u{i}"), &reel).await.status, 200);
+    }
+    common::drained(&t, Duration::from_secs(60)).await;
+    let checkpoints = t.scan_prefix("agg#").await;
+    assert!(!checkpoints.is_empty());
+    for c in &checkpoints {
+        let bytes = item_bytes(c);
+        let names: Vec<&String> = c.keys().collect();
+        assert!(bytes < 300, "a checkpoint of {bytes} bytes: {names:?}");
+        assert!(!c.contains_key("fi"), "the sketch is in the checkpoint");
+    }
+    // The sketch is in the hour's top# item, as big as it is.
+    let views = t.stack.config.writers_table.clone().expect("stream mode");
+    let sketches: Vec<_> = t
+        .scan(&views)
+        .await
+        .into_iter()
+        .filter(|i| {
+            i.get("pk")
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|pk| pk.starts_with("top#likes#"))
+        })
+        .collect();
+    assert_eq!(sketches.len(), checkpoints.len(), "one per writer");
+    assert!(
+        sketches.iter().any(|s| item_bytes(s) > 1_500),
+        "{:?}",
+        sketches.iter().map(item_bytes).collect::<Vec<_>>()
+    );
+    // Another instance reads it back by the hour its checkpoint names.
+    use likes::store::AggregateStore;
+    let key = checkpoints[0]["pk"].as_s().unwrap();
+    let hour: i64 = checkpoints[0]["fh"].as_n().unwrap().parse().unwrap();
+    let other = instance(&t);
+    let stored = other
+        .aggregate
+        .store()
+        .stored_sketch(key, hour)
+        .await
+        .unwrap()
+        .expect("the stored sketch");
+    assert_eq!(stored.hour, hour);
+    let (names, _) = likes::trending::sketch::candidates([stored.bytes.as_slice()]);
+    assert!(!names.is_empty());
+    t.stop().await;
+}

@@ -212,8 +212,15 @@ impl<S: AggregateStore> Aggregator<S> {
     /// number is a fault of ours, never read as "nothing applied".
     async fn checkpoint(&self, key: &str) -> Result<Option<SequenceNumber>, Error> {
         let stored = self.store.checkpoint(key).await?;
-        self.sketches
-            .read(key, stored.seq.as_deref(), stored.sketch.clone());
+        if !self.sketches.holds(key, stored.seq.as_deref()) {
+            // Another instance moved the checkpoint (or this one never
+            // held it): its stored sketch is where the next chunk adds.
+            let sketch = match stored.sketch_hour {
+                Some(hour) => self.store.stored_sketch(key, hour).await?,
+                None => None,
+            };
+            self.sketches.restore(key, stored.seq.as_deref(), sketch);
+        }
         let seq = match stored.seq {
             None => None,
             Some(s) => Some(SequenceNumber::parse(&s).ok_or_else(|| {

@@ -7,18 +7,21 @@ pub fn top_key(metric: &str, hour: i64) -> String {
     format!("top#{metric}#{hour}")
 }
 
-/// The attribute of a sketch: in a checkpoint item (the writer's current
-/// hour's) and in a `top#` item (an ended hour's).
+/// The attribute of a sketch, in a `top#` item.
 pub const SKETCH_ATTR: &str = "fi";
 
-/// The attribute of the hour a checkpoint's sketch is of.
+/// The attribute of the hour a sketch is of: in a `top#` item, and in the
+/// writer's checkpoint (the hour of the sketch it stored last).
 pub const SKETCH_HOUR_ATTR: &str = "fh";
 
-/// The attribute of a `top#` item of the writer's current hour: the key
-/// of its checkpoint item, which holds the hour's live sketch (the
-/// counters table's `agg#…` for likes, the views table's `ck#…` for
-/// views).
-pub const SKETCH_AT_ATTR: &str = "ck";
+/// The writer a `top#` item's sort key names: the hash of its checkpoint
+/// key (`agg#{hash}` for likes, `ck#{hash}` for views).
+pub fn sketch_writer(checkpoint_key: &str) -> &str {
+    checkpoint_key
+        .strip_prefix("agg#")
+        .or_else(|| checkpoint_key.strip_prefix("ck#"))
+        .unwrap_or(checkpoint_key)
+}
 
 /// How long a `top#` item is kept (seconds): a day's window and a day to
 /// spare; readers bound what they read by the hour in the key.

@@ -54,9 +54,9 @@ pub struct Checkpoint {
     /// The last sequence number applied, zero-padded (`None`: nothing
     /// applied yet).
     pub seq: Option<String>,
-    /// The writer's hourly trending sketch as last written
-    /// ([`crate::trending`]).
-    pub sketch: Option<crate::trending::HourSketch>,
+    /// The hour of the writer's trending sketch as last stored
+    /// ([`crate::trending`]): [`AggregateStore::stored_sketch`] reads it.
+    pub sketch_hour: Option<i64>,
 }
 
 /// A reel's net change in a [`ChunkWrite`].
@@ -113,6 +113,17 @@ pub enum ChunkResult {
 pub trait AggregateStore: CounterStore {
     /// The checkpoint of the stream shard behind `key`.
     fn checkpoint(&self, key: &str) -> impl Future<Output = Result<Checkpoint, Error>> + Send;
+
+    /// The trending sketch of `hour` that the writer of checkpoint `key`
+    /// stored last (`None`: none, or a store that keeps none).
+    fn stored_sketch(
+        &self,
+        key: &str,
+        hour: i64,
+    ) -> impl Future<Output = Result<Option<crate::trending::HourSketch>, Error>> + Send {
+        let _ = (key, hour);
+        async { Ok(None) }
+    }
 
     /// How many parts each of `reels` is written to now (absent: one):
     /// the spread registry as this instance last read it. Never an error:

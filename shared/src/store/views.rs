@@ -291,10 +291,8 @@ pub enum ViewFoldResult {
     Retry,
 }
 
-/// An hour's trending sketches as stored: the ended ones, and the
-/// checkpoint keys of the writers still in the hour (whose checkpoints hold
-/// their live ones).
-pub type HourSketches = (Vec<Vec<u8>>, Vec<String>);
+/// An hour's trending sketches as stored, one per writer (serialized).
+pub type HourSketches = Vec<Vec<u8>>;
 
 /// The views table.
 pub trait ViewStore: Send + Sync {
@@ -316,12 +314,24 @@ pub trait ViewStore: Send + Sync {
     }
 
     /// The checkpoint of the Kinesis shard behind `key`: its padded
-    /// sequence number (`None` if nothing was applied yet) and its
-    /// trending sketch.
+    /// sequence number (`None` if nothing was applied yet) and the hour of
+    /// its trending sketch.
     fn view_checkpoint(
         &self,
         key: &str,
     ) -> impl Future<Output = Result<super::Checkpoint, Error>> + Send;
+
+    /// The trending sketch of `hour` that the Kinesis shard behind
+    /// checkpoint `key` stored last (`None`: none, or a store that keeps
+    /// none).
+    fn stored_sketch(
+        &self,
+        key: &str,
+        hour: i64,
+    ) -> impl Future<Output = Result<Option<crate::trending::HourSketch>, Error>> + Send {
+        let _ = (key, hour);
+        async { Ok(None) }
+    }
 
     /// The seen items of partition `key` whose sort keys are above `after`
     /// (strictly), read consistently, in sort-key order.
@@ -415,16 +425,14 @@ pub trait ViewStore: Send + Sync {
     }
 
     /// The trending sketches of `metric`'s writers in `hour`
-    /// ([`crate::trending`]): the ended ones stored for the hour, and the
-    /// checkpoint keys of the writers still in it, whose checkpoints hold
-    /// their live ones.
+    /// ([`crate::trending`]), as each writer stored it last.
     fn hour_sketches(
         &self,
         metric: &str,
         hour: i64,
     ) -> impl Future<Output = Result<HourSketches, Error>> + Send {
         let _ = (metric, hour);
-        std::future::ready(Ok((Vec::new(), Vec::new())))
+        std::future::ready(Ok(Vec::new()))
     }
 
     /// Applies `fold` in one transaction, or nothing of it.

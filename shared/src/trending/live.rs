@@ -1,28 +1,28 @@
 //! What an aggregator instance keeps of each writer's sketch between its
-//! chunks, and when a chunk writes it into the checkpoint.
+//! chunks, and when a chunk writes it.
 //!
-//! Writing the sketch with every chunk would make it exact (the chunk's
-//! transaction holds it), but a sketch of a few KB costs a write unit per
-//! KB each time: at a record a chunk (a quiet stream shard) that is units
-//! per like. So a chunk writes it only when it costs nothing or is due:
-//! while it is small (within [`FREE_BYTES`]), when its hour starts or ends,
-//! or when it was last written [`FLUSH_MS`] ago. In between, this instance
+//! The sketch is an item of its own (`top#{metric}#{hour}`, sort key the
+//! writer), never part of the checkpoint: DynamoDB charges an update by
+//! the whole item's size, so a sketch of a few KB riding in the checkpoint
+//! would cost its KB in write units with every chunk, written or not
+//! (a record a chunk on a quiet stream shard: units per like). A chunk
+//! puts it, in its transaction, only when its hour starts or ends, or when
+//! it was last written [`FLUSH_MS`] ago; the checkpoint keeps only the
+//! hour it is of (`fh`, to find it again). In between, this instance
 //! holds the newer one. If the writer's next batch lands in another
-//! instance, that one starts from the checkpoint's sketch, and what this
-//! instance applied since it last wrote the sketch is missing from it: at
-//! most [`FLUSH_MS`] of one writer's records, from the candidates only
-//! (the ranking reads the exact windowed counts).
+//! instance, that one reads the stored sketch, and what this instance
+//! applied since it last wrote it is missing from it: at most
+//! [`FLUSH_MS`] of one writer's records, from the candidates only (the
+//! ranking reads the exact windowed counts).
 
 use super::sketch::{HourSketch, SketchStep, step};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// A sketch this small rides in the checkpoint item within its first write
-/// unit: written with every chunk.
-pub const FREE_BYTES: usize = 600;
-
-/// The longest a chunk leaves a larger sketch unwritten.
-pub const FLUSH_MS: i64 = 60_000;
+/// The longest a chunk leaves its writer's sketch unwritten: how late a
+/// new candidate may reach the lists, and what bounds the sketch's writes
+/// to one put per writer per 10 s while records flow.
+pub const FLUSH_MS: i64 = 10_000;
 
 /// Writers an instance keeps sketches of before it forgets those of
 /// earlier hours: on Lambda any instance may take any stream shard's
@@ -55,23 +55,26 @@ pub struct SketchWrite {
 pub struct Sketches(Mutex<HashMap<String, Known>>);
 
 impl Sketches {
-    /// The checkpoint of `key` was read: `seq`, with `stored` beside it.
-    /// This instance's own copy stands if it goes with that checkpoint
-    /// (it holds what it applied and did not write); otherwise the stored
-    /// one does.
-    pub fn read(&self, key: &str, seq: Option<&str>, stored: Option<HourSketch>) {
+    /// Whether this instance's own copy of `key`'s sketch goes with the
+    /// checkpoint `seq` just read (it holds what it applied and did not
+    /// write); if not, the stored one must be read and [`Self::restore`]d.
+    pub fn holds(&self, key: &str, seq: Option<&str>) -> bool {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(key).is_some_and(|k| k.seq.as_deref() == seq)
+    }
+
+    /// The checkpoint of `key` was read, `seq`, and this instance did not
+    /// hold its sketch: `stored` (the writer's stored sketch, if any) it is.
+    pub fn restore(&self, key: &str, seq: Option<&str>, stored: Option<HourSketch>) {
         let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let mine = m.get(key).is_some_and(|k| k.seq.as_deref() == seq);
-        if !mine {
-            m.insert(
-                key.to_owned(),
-                Known {
-                    seq: seq.map(str::to_owned),
-                    sketch: stored,
-                    written_ms: 0,
-                },
-            );
-        }
+        m.insert(
+            key.to_owned(),
+            Known {
+                seq: seq.map(str::to_owned),
+                sketch: stored,
+                written_ms: 0,
+            },
+        );
     }
 
     /// What a chunk applying `counts` on top of the checkpoint last read
@@ -87,10 +90,7 @@ impl Sketches {
         let known = m.get(key);
         let step = step(known.and_then(|k| k.sketch.as_ref()), now_ms, counts);
         let written_ms = known.map_or(0, |k| k.written_ms);
-        let write = step.opened
-            || step.finished.is_some()
-            || step.current.bytes.len() <= FREE_BYTES
-            || now_ms - written_ms >= FLUSH_MS;
+        let write = step.opened || step.finished.is_some() || now_ms - written_ms >= FLUSH_MS;
         SketchWrite { step, write }
     }
 
@@ -124,9 +124,10 @@ mod tests {
     const H: i64 = 3_600_000;
 
     #[test]
-    fn a_large_sketch_is_written_at_most_once_a_minute_and_never_lost_here() {
+    fn a_sketch_is_written_at_most_once_per_flush_and_never_lost_here() {
         let s = Sketches::default();
-        s.read("ck", None, None);
+        assert!(!s.holds("ck", None));
+        s.restore("ck", None, None);
         // Long ids and uneven counts: a sketch of several KB.
         let many: Vec<(String, u64)> = (0..300)
             .map(|i| (format!("reel-{i:03}-{}", "x".repeat(40)), 1 + i % 7))
@@ -144,15 +145,16 @@ mod tests {
         s.applied("ck", "2", &second, 5 * H + 1_000);
         // Read again at the checkpoint this instance applied: its copy
         // stands, with the unwritten chunk in it.
-        s.read("ck", Some("2"), Some(first.step.current.clone()));
+        assert!(s.holds("ck", Some("2")));
         let third = s.plan("ck", 5 * H + FLUSH_MS, [("hot", 1_000)]);
-        assert!(third.write, "a minute after the last write");
+        assert!(third.write, "FLUSH_MS after the last write");
         assert_eq!(
             candidates([third.step.current.bytes.as_slice()]).0[0],
             "hot"
         );
         // Another instance moved the checkpoint: the stored sketch stands.
-        s.read("ck", Some("9"), None);
+        assert!(!s.holds("ck", Some("9")));
+        s.restore("ck", Some("9"), None);
         let fresh = s.plan("ck", 5 * H + FLUSH_MS + 1, [("x", 1)]);
         assert!(fresh.step.opened);
     }

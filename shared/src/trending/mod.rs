@@ -6,16 +6,12 @@
 //!
 //! Each writer (a stream shard of the Likes table, a Kinesis shard of the
 //! views) keeps a DataSketches Frequent Items sketch of what it applied in
-//! the current hour, in its checkpoint item, written by a chunk
-//! transaction that moves the checkpoint (no write of its own: the
-//! checkpoint is written by every chunk anyway), though not by every one
-//! ([`live`]: when it is small, new or due, so that a large one costs its
-//! units at most once a minute per writer). When a
-//! writer's first chunk of a new hour lands, the same transaction stores
-//! the ended hour's sketch as an item of that hour (`top#{metric}#{hour}`,
-//! sort key the writer) and marks the writer in the new hour's partition
-//! with where its live sketch is (its checkpoint's key): so one `Query`
-//! per hour finds every writer of it. See [`sketch`].
+//! the current hour, as an item of that hour (`top#{metric}#{hour}`, sort
+//! key the writer): so one `Query` per hour finds every writer's. A chunk
+//! transaction that moves the checkpoint puts it, though not every one
+//! ([`live`]: when the hour starts or ends, or every `FLUSH_MS`), and
+//! never in the checkpoint item itself, which every chunk updates and
+//! DynamoDB charges by its whole size. See [`sketch`].
 //!
 //! # Ranking
 //!

@@ -24,12 +24,12 @@ pub struct HourSketch {
 /// What one chunk does to its writer's sketch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SketchStep {
-    /// The writer's sketch after the chunk (kept in its checkpoint).
+    /// The writer's sketch after the chunk.
     pub current: HourSketch,
-    /// The sketch of an hour that has ended, to be stored on its own.
+    /// The sketch of an hour that has ended: stored as it ends.
     pub finished: Option<HourSketch>,
-    /// The chunk opened `current`'s hour for the writer: readers of that
-    /// hour must learn where its live sketch is.
+    /// The chunk opened `current`'s hour for the writer: its sketch is
+    /// stored at once, so that readers of the hour find the writer.
     pub opened: bool,
 }
 

@@ -338,7 +338,20 @@ impl<S: ViewStore, L: LogStore> Planner for ViewPlanning<'_, S, L> {
             a.store.view_checkpoint(key)
         })
         .await?;
-        a.sketches.read(key, stored.seq.as_deref(), stored.sketch);
+        if !a.sketches.holds(key, stored.seq.as_deref()) {
+            // As the likes' aggregator: the stored sketch, read only by
+            // an instance that does not hold the writer's own.
+            let sketch = match stored.sketch_hour {
+                Some(hour) => {
+                    read_retrying(&a.read_backoff, self.deadline, "GetItem", || {
+                        a.store.stored_sketch(key, hour)
+                    })
+                    .await?
+                }
+                None => None,
+            };
+            a.sketches.restore(key, stored.seq.as_deref(), sketch);
+        }
         let seq = match stored.seq {
             None => None,
             Some(s) => Some(SequenceNumber::parse_kinesis(&s).ok_or_else(|| {

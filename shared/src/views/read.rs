@@ -7,7 +7,6 @@ use crate::error::Error;
 use crate::keys::window::{Window, WindowCounts};
 use crate::keys::{self, ReelId};
 use crate::store::ViewStore;
-use crate::trending::HourSketch;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -98,20 +97,14 @@ impl<S: ViewStore> ViewReader<S> {
         self.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The trending sketches of `metric`'s writers in `hour`: the ended
-    /// ones, and the checkpoint keys of the live ones
-    /// ([`crate::trending`]).
+    /// The trending sketches of `metric`'s writers in `hour`, as each
+    /// stored it last ([`crate::trending`]).
     pub async fn hour_sketches(
         &self,
         metric: &str,
         hour: i64,
     ) -> Result<crate::store::HourSketches, Error> {
         self.store.hour_sketches(metric, hour).await
-    }
-
-    /// A Kinesis shard's live trending sketch, from its checkpoint.
-    pub async fn live_sketch(&self, checkpoint: &str) -> Result<Option<HourSketch>, Error> {
-        Ok(self.store.view_checkpoint(checkpoint).await?.sketch)
     }
 
     /// The figures of `reel`, from the cache while they are fresh; one

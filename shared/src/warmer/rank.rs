@@ -9,7 +9,7 @@ use crate::config::Counting;
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::keys::window::Window;
-use crate::store::{AggregateStore, HourSketches};
+use crate::store::HourSketches;
 use crate::trending::{self, Entry, MAX_CANDIDATES, Metric, Ranked};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
@@ -45,26 +45,12 @@ pub async fn rank(app: &App, metric: Metric, window: Window) -> Result<Ranked, E
         .buffer_unordered(READS_IN_FLIGHT)
         .try_collect()
         .await?;
-    // The writers still in an hour hold its sketch in their checkpoints;
-    // one that moved on since stored it as ended (and is skipped here).
-    let live: Vec<(i64, String)> = hours
-        .iter()
-        .flat_map(|(h, (_, live))| live.iter().map(move |k| (*h, k.clone())))
-        .collect();
-    let live: Vec<Option<Vec<u8>>> = futures::stream::iter(live)
-        .map(|(hour, key)| async move {
-            let sketch = match metric {
-                Metric::Likes => app.aggregate.store().checkpoint(&key).await?.sketch,
-                Metric::Views => reader.live_sketch(&key).await?,
-            };
-            Ok::<_, Error>(sketch.filter(|s| s.hour == hour).map(|s| s.bytes))
-        })
-        .buffer_unordered(READS_IN_FLIGHT)
-        .try_collect()
-        .await?;
-    let ended = hours.iter().flat_map(|(_, (ended, _))| ended);
-    let (names, max_error) =
-        trending::sketch::candidates(ended.chain(live.iter().flatten()).map(Vec::as_slice));
+    let (names, max_error) = trending::sketch::candidates(
+        hours
+            .iter()
+            .flat_map(|(_, sketches)| sketches)
+            .map(Vec::as_slice),
+    );
     let candidates: Vec<ReelId> = names
         .iter()
         .filter_map(|n| ReelId::parse(n).ok())

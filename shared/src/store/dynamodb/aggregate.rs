@@ -23,16 +23,25 @@ impl AggregateStore for DynamoStore {
             .table_name(&self.counters_table)
             .key("pk", AttributeValue::S(key.to_owned()))
             .consistent_read(true)
-            .projection_expression("seq, #fh, #fi")
+            .projection_expression("seq, #fh")
             .expression_attribute_names("#fh", top_keys::SKETCH_HOUR_ATTR)
-            .expression_attribute_names("#fi", top_keys::SKETCH_ATTR)
             .send()
             .await
             .map_err(|e| translate("GetItem", e))?;
         Ok(out.item.map_or_else(Checkpoint::default, |i| Checkpoint {
             seq: i.string("seq").map(str::to_owned),
-            sketch: i.hour_sketch(),
+            sketch_hour: i.int(top_keys::SKETCH_HOUR_ATTR),
         }))
+    }
+
+    async fn stored_sketch(
+        &self,
+        key: &str,
+        hour: i64,
+    ) -> Result<Option<crate::trending::HourSketch>, Error> {
+        let metric = crate::trending::Metric::Likes.name();
+        let writer = top_keys::sketch_writer(key);
+        top::stored(&self.client, self.writers_table()?, metric, writer, hour).await
     }
 
     async fn writer_parts(&self, reels: &[&keys::ReelId]) -> HashMap<keys::ReelId, u32> {
@@ -53,8 +62,7 @@ impl AggregateStore for DynamoStore {
         for put in top::puts(
             self.writers_table()?,
             crate::trending::Metric::Likes.name(),
-            keys::likes_writer(&write.checkpoint_key),
-            &write.checkpoint_key,
+            top_keys::sketch_writer(&write.checkpoint_key),
             write.sketch.as_ref(),
             write.now_ms,
         )? {

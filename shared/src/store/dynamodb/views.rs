@@ -169,16 +169,25 @@ impl ViewStore for DynamoViews {
             .table_name(&self.views_table)
             .set_key(Some(Self::key(key, keys::VIEWS_SINGLE_SORT)))
             .consistent_read(true)
-            .projection_expression("seq, #fh, #fi")
+            .projection_expression("seq, #fh")
             .expression_attribute_names("#fh", keys::top::SKETCH_HOUR_ATTR)
-            .expression_attribute_names("#fi", keys::top::SKETCH_ATTR)
             .send()
             .await
             .map_err(|e| translate("GetItem", e))?;
         Ok(out.item.map_or_else(Checkpoint::default, |i| Checkpoint {
             seq: i.string("seq").map(str::to_owned),
-            sketch: i.hour_sketch(),
+            sketch_hour: i.int(keys::top::SKETCH_HOUR_ATTR),
         }))
+    }
+
+    async fn stored_sketch(
+        &self,
+        key: &str,
+        hour: i64,
+    ) -> Result<Option<crate::trending::HourSketch>, Error> {
+        let metric = crate::trending::Metric::Views.name();
+        let writer = keys::top::sketch_writer(key);
+        top::stored(&self.client, &self.views_table, metric, writer, hour).await
     }
 
     async fn seen_after(&self, key: &str, after: &str) -> Result<Vec<SeenItem>, Error> {
@@ -406,16 +415,10 @@ impl ViewStore for DynamoViews {
                 item.expires_at,
             )?);
         }
-        // The writer is the checkpoint's hash: the same name in both.
-        let writer = write
-            .checkpoint_key
-            .strip_prefix("ck#")
-            .unwrap_or(&write.checkpoint_key);
         for put in top::puts(
             &self.views_table,
             crate::trending::Metric::Views.name(),
-            writer,
-            &write.checkpoint_key,
+            keys::top::sketch_writer(&write.checkpoint_key),
             write.sketch.as_ref(),
             write.now_ms,
         )? {
@@ -490,15 +493,10 @@ impl ViewStore for DynamoViews {
                 false,
             )
             .await?;
-        let (mut ended, mut live) = (Vec::new(), Vec::new());
-        for i in &items {
-            if let Some(b) = i.bytes(keys::top::SKETCH_ATTR) {
-                ended.push(b.to_vec());
-            } else if let Some(k) = i.string(keys::top::SKETCH_AT_ATTR) {
-                live.push(k.to_owned());
-            }
-        }
-        Ok((ended, live))
+        Ok(items
+            .iter()
+            .filter_map(|i| i.bytes(keys::top::SKETCH_ATTR).map(<[u8]>::to_vec))
+            .collect())
     }
 
     async fn fold_views(&self, fold: &ViewFold) -> Result<ViewFoldResult, Error> {
