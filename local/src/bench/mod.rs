@@ -83,6 +83,7 @@ mod report;
 mod scale;
 mod store;
 mod svg;
+mod trending;
 mod units;
 mod variant;
 mod views;
@@ -136,6 +137,10 @@ pub struct BenchOptions {
     /// Records a virtual stream shard of `platform` takes before it rolls
     /// over (`BENCH_PLATFORM_ROLL_RECORDS`): its compression of time.
     pub platform_roll_records: u64,
+    /// Likes a second offered by `trending` (`BENCH_TRENDING_RATE`).
+    pub trending_rate: f64,
+    /// Seconds of the `trending` variant's load (`BENCH_TRENDING_SECONDS`).
+    pub trending_seconds: f64,
     /// Variants to run (`BENCH_VARIANTS`, comma-separated names).
     pub variants: Vec<Variant>,
     /// The region whose prices the bill uses (`BENCH_REGION`: a region of
@@ -216,6 +221,8 @@ impl BenchOptions {
             platform_rate: num("BENCH_PLATFORM_RATE", platform::RATE)?,
             platform_seconds: num("BENCH_PLATFORM_SECONDS", platform::SECONDS)?,
             platform_roll_records: platform::roll_records_env()?,
+            trending_rate: num("BENCH_TRENDING_RATE", trending::RATE)?,
+            trending_seconds: num("BENCH_TRENDING_SECONDS", trending::SECONDS)?,
             variants,
             wru_price: num("BENCH_WRU_PRICE", prices.get(bill::Item::WruMillion))?,
             rru_price: num("BENCH_RRU_PRICE", prices.get(bill::Item::RruMillion))?,
@@ -257,6 +264,8 @@ impl BenchOptions {
                 "BENCH_PLATFORM_ROLL_RECORDS",
                 self.platform_roll_records.to_string(),
             ),
+            ("BENCH_TRENDING_RATE", self.trending_rate.to_string()),
+            ("BENCH_TRENDING_SECONDS", self.trending_seconds.to_string()),
             ("BENCH_VARIANTS", variants.join(",")),
             ("BENCH_WRU_PRICE", self.wru_price.to_string()),
             ("BENCH_RRU_PRICE", self.rru_price.to_string()),
@@ -401,6 +410,7 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     // The costs variant's cells: counts, not timings, so one run only.
     let mut costs: Vec<costs::CostCell> = Vec::new();
     let mut platform: Vec<platform::PlatformResult> = Vec::new();
+    let mut trending: Vec<trending::TrendingResult> = Vec::new();
     for run in 0..opts.runs {
         for &v in &opts.variants {
             if v.is_costs() {
@@ -415,6 +425,12 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
                 let r = platform::run_platform(&opts, run).await?;
                 crate::errln!("  {}", platform::summary_line(&r));
                 platform.push(r);
+                continue;
+            }
+            if v.is_trending() {
+                let r = trending::run_trending(&opts, run).await?;
+                crate::errln!("  {}", trending::summary_line(&r));
+                trending.push(r);
                 continue;
             }
             if v.is_views() {
@@ -466,6 +482,9 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
     if !platform.is_empty() {
         table.push_str(&platform::report::section(&opts, &platform));
     }
+    if !trending.is_empty() {
+        table.push_str(&trending::report::section(&opts, &trending));
+    }
     if let Some(dir) = opts.svg.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -480,6 +499,7 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
         (Variant::Views, serde_json::to_value(&views)?),
         (Variant::Costs, serde_json::to_value(&costs)?),
         (Variant::Platform, serde_json::to_value(&platform)?),
+        (Variant::Trending, serde_json::to_value(&trending)?),
     ];
     if let Some(map) = runs.as_object_mut() {
         for (v, value) in own {
@@ -518,6 +538,8 @@ pub(crate) fn test_options() -> BenchOptions {
         platform_rate: platform::RATE,
         platform_seconds: platform::SECONDS,
         platform_roll_records: platform::ROLL_RECORDS,
+        trending_rate: trending::RATE,
+        trending_seconds: trending::SECONDS,
         variants: Variant::ALL.to_vec(),
         region: "us-east-1".into(),
         wru_price: 0.625,

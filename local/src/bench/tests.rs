@@ -23,6 +23,8 @@ fn settings_name_every_measurement_variable_with_its_value() {
             "BENCH_PLATFORM_RATE",
             "BENCH_PLATFORM_SECONDS",
             "BENCH_PLATFORM_ROLL_RECORDS",
+            "BENCH_TRENDING_RATE",
+            "BENCH_TRENDING_SECONDS",
             "BENCH_VARIANTS",
             "BENCH_WRU_PRICE",
             "BENCH_RRU_PRICE",
@@ -36,7 +38,7 @@ fn settings_name_every_measurement_variable_with_its_value() {
     assert_eq!(get("BENCH_WRU_PRICE"), "0.625");
     assert_eq!(
         get("BENCH_VARIANTS"),
-        "naive,fixed,fixed-nocache,auto,stream,stream-scale,stream-scale-mixed,views,costs,platform"
+        "naive,fixed,fixed-nocache,auto,stream,stream-scale,stream-scale-mixed,views,costs,platform,trending"
     );
     assert_eq!(get("BENCH_VIEWS_VIEWERS"), "200000");
 }

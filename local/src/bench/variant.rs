@@ -53,6 +53,11 @@ pub enum Variant {
     /// it runs; what ageing does to reads, cost, exactness and conflicts
     /// (`platform/`, which runs and reports it on its own).
     Platform,
+    /// What's hot: the trending lists against a known truth (precision and
+    /// recall of the top 100, freshness), what trending and windowing add
+    /// to the writes, and the reads the cache warmer saves (`trending/`,
+    /// which runs and reports it on its own).
+    Trending,
 }
 
 /// `stream-scale`'s stream shards (`LOCAL_STREAM_SHARDS`): a viral reel's
@@ -72,6 +77,11 @@ pub(super) const SCALE_FROM: u32 = 32;
 /// ... and after it: the aggregator's chunks must follow the settings
 /// while the stream shards keep writing.
 pub(super) const SCALE_TO: u32 = 64;
+/// `trending`'s stream shards (`LOCAL_STREAM_SHARDS`) and Kinesis shards
+/// (`LOCAL_VIEWS_SHARDS`): each keeps a sketch of its own, merged for a
+/// list.
+pub(super) const TRENDING_STREAM_SHARDS: u32 = 8;
+pub(super) const TRENDING_KINESIS_SHARDS: u32 = 2;
 /// `views`' stream shards (`LOCAL_VIEWS_SHARDS`).
 pub(super) const VIEWS_SHARDS: u32 = 4;
 /// `platform`'s virtual stream shards (`LOCAL_STREAM_SHARDS`): a table
@@ -83,7 +93,7 @@ pub(super) const PLATFORM_KINESIS_SHARDS: u32 = 8;
 
 impl Variant {
     /// Every variant, in the order `BENCH_VARIANTS` runs them by default.
-    pub const ALL: [Variant; 10] = [
+    pub const ALL: [Variant; 11] = [
         Variant::Naive,
         Variant::Fixed,
         Variant::FixedNocache,
@@ -94,6 +104,7 @@ impl Variant {
         Variant::Views,
         Variant::Costs,
         Variant::Platform,
+        Variant::Trending,
     ];
 
     /// The name in `BENCH_VARIANTS`, the table's columns and the JSON.
@@ -109,6 +120,7 @@ impl Variant {
             Variant::Views => "views",
             Variant::Costs => "costs",
             Variant::Platform => "platform",
+            Variant::Trending => "trending",
         }
     }
 
@@ -135,6 +147,11 @@ impl Variant {
     /// The platform variant, run by `platform/` rather than `measure.rs`.
     pub(super) fn is_platform(self) -> bool {
         self == Variant::Platform
+    }
+
+    /// The trending variant, run by `trending/` rather than `measure.rs`.
+    pub(super) fn is_trending(self) -> bool {
+        self == Variant::Trending
     }
 
     /// Stream mode: likes write their row only; the counts catch up later.
@@ -172,7 +189,8 @@ impl Variant {
             | Variant::Stream
             | Variant::Views
             | Variant::Costs
-            | Variant::Platform => None,
+            | Variant::Platform
+            | Variant::Trending => None,
         }
     }
 
@@ -189,7 +207,8 @@ impl Variant {
             | Variant::Auto
             | Variant::Views
             | Variant::Costs
-            | Variant::Platform => 0,
+            | Variant::Platform
+            | Variant::Trending => 0,
         }
     }
 
@@ -202,6 +221,7 @@ impl Variant {
             // Closed loop: no rate is offered.
             Variant::Views | Variant::Costs => f64::NAN,
             Variant::Platform => opts.platform_rate,
+            Variant::Trending => opts.trending_rate,
             Variant::Naive | Variant::Fixed | Variant::FixedNocache | Variant::Auto => {
                 opts.viral_rate
             }
@@ -226,6 +246,9 @@ impl Variant {
         }
         if self.is_platform() {
             return platform_env(opts);
+        }
+        if self.is_trending() {
+            return trending_env();
         }
         let cap = opts.write_cap;
         let mut faults = format!("seed=1,write_cap={cap}");
@@ -264,7 +287,8 @@ impl Variant {
             | Variant::StreamScaleMixed
             | Variant::Views
             | Variant::Costs
-            | Variant::Platform => ("off", "2000"),
+            | Variant::Platform
+            | Variant::Trending => ("off", "2000"),
         };
         if self.is_stream() {
             env.push(("COUNTING".into(), "stream".into()));
@@ -297,6 +321,37 @@ fn views_env() -> Vec<(String, String)> {
     ];
     // Where kinesis-mock is (an isolated stack does not read the process
     // environment): installed elsewhere, or already running.
+    for k in ["LOCAL_KINESIS_DIR", "LOCAL_KINESIS_ENDPOINT"] {
+        if let Ok(v) = std::env::var(k) {
+            env.push((k.into(), v));
+        }
+    }
+    env
+}
+
+/// The `trending` variant's stack environment: stream mode with
+/// [`TRENDING_STREAM_SHARDS`] stream shards (an instance each: each keeps
+/// its own writer's sketch), the views with [`TRENDING_KINESIS_SHARDS`],
+/// the fault proxy counting (no faults; DynamoDB's own cap of 1,000 write
+/// units per key a second), the default count cache,
+/// and the warmer left to the run (which runs it as its schedule would,
+/// and alone when it measures the reads).
+fn trending_env() -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        ("FAULTS", "seed=1,write_cap=1000".to_owned()),
+        ("COUNTING", "stream".to_owned()),
+        ("LOCAL_STREAM_SHARDS", TRENDING_STREAM_SHARDS.to_string()),
+        ("LOCAL_STREAM_INSTANCES", "per-shard".to_owned()),
+        ("LOCAL_VIEWS", "on".to_owned()),
+        ("LOCAL_VIEWS_SHARDS", TRENDING_KINESIS_SHARDS.to_string()),
+        ("LOCAL_SCHEDULE_SECS", "1".to_owned()),
+        ("LOCAL_WARM_SECS", "0".to_owned()),
+        ("AUTO_RESHARD", "off".to_owned()),
+        ("CALLER_READ_UNITS_PER_MIN", "0".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
     for k in ["LOCAL_KINESIS_DIR", "LOCAL_KINESIS_ENDPOINT"] {
         if let Ok(v) = std::env::var(k) {
             env.push((k.into(), v));
@@ -509,7 +564,8 @@ mod tests {
                 "stream-scale-mixed",
                 "views",
                 "costs",
-                "platform"
+                "platform",
+                "trending",
             ]
         );
     }

@@ -2,8 +2,9 @@
 //! 24 hours (issue 37): the writers' hourly sketches name the candidates,
 //! each is read exactly ([`crate::keys::window`]), and the list is ranked
 //! by that count ([`crate::trending`]). The cache warmer's list while it
-//! is fresh ([`crate::warmer`]), else ranked here; either way served for
-//! [`crate::trending::LIST_TTL`] per instance, the same to every caller.
+//! is fresh ([`crate::warmer`]), read again every
+//! [`crate::trending::WARMED_LIST_TTL`], else ranked here once per
+//! [`crate::trending::LIST_TTL`]; the same to every caller.
 
 use crate::App;
 use crate::config::Counting;

@@ -56,8 +56,14 @@ impl Metric {
     }
 }
 
-/// How long an instance serves a list before it ranks again.
+/// How long an instance serves a list it ranked itself before it ranks
+/// again, and how often the cache warmer ranks every list.
 pub const LIST_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long an instance serves the cache warmer's list before it reads
+/// the list again: one small item, so read often, and the list's age
+/// stays near the warmer's own.
+pub const WARMED_LIST_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Reels a list holds at most (`limit` asks for up to this many).
 pub const MAX_LIST: usize = 100;
@@ -115,16 +121,35 @@ pub fn hours(window: crate::keys::window::Window, now_ms: i64) -> std::ops::Rang
     sketch::hour_of(window.from_ms(now_ms))..=sketch::hour_of(now_ms)
 }
 
-/// The lists an instance ranked lately, by metric and window.
+/// The lists an instance ranked or read lately, by metric and window.
 pub struct Lists(
     moka::future::Cache<(Metric, crate::keys::window::Window), std::sync::Arc<Ranked>>,
 );
+
+/// A list is kept [`LIST_TTL`] if this instance ranked it,
+/// [`WARMED_LIST_TTL`] if it is the warmer's.
+struct ListExpiry;
+
+impl moka::Expiry<(Metric, crate::keys::window::Window), std::sync::Arc<Ranked>> for ListExpiry {
+    fn expire_after_create(
+        &self,
+        _: &(Metric, crate::keys::window::Window),
+        value: &std::sync::Arc<Ranked>,
+        _: std::time::Instant,
+    ) -> Option<std::time::Duration> {
+        Some(if value.warmed {
+            WARMED_LIST_TTL
+        } else {
+            LIST_TTL
+        })
+    }
+}
 
 impl Default for Lists {
     fn default() -> Self {
         Lists(
             moka::future::Cache::builder()
-                .time_to_live(LIST_TTL)
+                .expire_after(ListExpiry)
                 .max_capacity(8)
                 .build(),
         )

@@ -23,8 +23,8 @@ mod probe;
 pub(super) mod report;
 #[cfg(test)]
 mod tests;
-mod traffic;
-mod zipf;
+pub(super) mod traffic;
+pub(super) mod zipf;
 
 use super::BenchOptions;
 use super::variant::{PLATFORM_KINESIS_SHARDS, PLATFORM_STREAM_SHARDS, Variant};

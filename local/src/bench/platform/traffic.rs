@@ -14,18 +14,18 @@ use std::time::{Duration, Instant};
 
 /// Reels one view request carries (drawn; a reel drawn twice is one
 /// entry), and the views of each: 1 to [`MAX_VIEWS`].
-pub(super) const ENTRIES: u32 = 4;
-pub(super) const MAX_VIEWS: u32 = 4;
+pub(in crate::bench) const ENTRIES: u32 = 4;
+pub(in crate::bench) const MAX_VIEWS: u32 = 4;
 /// Likes a second on the freshness reel, and how often its count is read.
-pub(super) const FRESH_RATE: f64 = 10.0;
-pub(super) const FRESH_POLL: Duration = Duration::from_millis(50);
+pub(in crate::bench) const FRESH_RATE: f64 = 10.0;
+pub(in crate::bench) const FRESH_POLL: Duration = Duration::from_millis(50);
 /// Likes and view requests a second on the cold reel.
-pub(super) const COLD_RATE: f64 = 1.0;
+pub(in crate::bench) const COLD_RATE: f64 = 1.0;
 /// Viewers the view requests draw from.
 const VIEWERS: u32 = 50_000;
 
 /// The HTTP side.
-pub(super) struct Client {
+pub(in crate::bench) struct Client {
     pub http: reqwest::Client,
     pub base: String,
 }
@@ -75,7 +75,7 @@ impl Client {
 
 /// A like as its client saw it.
 #[derive(Clone, Debug)]
-pub(super) struct Like {
+pub(in crate::bench) struct Like {
     pub reel: String,
     pub user: String,
     pub ok: bool,
@@ -83,7 +83,7 @@ pub(super) struct Like {
 
 /// A view request as its client saw it.
 #[derive(Clone, Debug)]
-pub(super) struct ViewRequest {
+pub(in crate::bench) struct ViewRequest {
     pub user: String,
     pub key: String,
     pub entries: Vec<(String, u32)>,
@@ -92,7 +92,7 @@ pub(super) struct ViewRequest {
 
 /// What the traffic did.
 #[derive(Default)]
-pub(super) struct Sent {
+pub(in crate::bench) struct Sent {
     pub likes: Vec<Like>,
     pub views: Vec<ViewRequest>,
     /// The freshness reel's likes, as the freshness arithmetic takes them.
@@ -115,7 +115,7 @@ impl Sent {
 }
 
 /// One view request's entries: [`ENTRIES`] draws merged by reel.
-pub(super) fn view_entries(zipf: &Zipf, rng: &mut fastrand::Rng) -> Vec<(String, u32)> {
+pub(in crate::bench) fn view_entries(zipf: &Zipf, rng: &mut fastrand::Rng) -> Vec<(String, u32)> {
     let mut by: BTreeMap<Reel, u32> = BTreeMap::new();
     for _ in 0..ENTRIES {
         *by.entry(zipf.draw(rng)).or_default() += rng.u32(1..=MAX_VIEWS);
@@ -126,7 +126,7 @@ pub(super) fn view_entries(zipf: &Zipf, rng: &mut fastrand::Rng) -> Vec<(String,
 /// Drives the traffic from `t0` for `seconds`: likes at `rate`, view
 /// requests at half of it, the cold and freshness trickles; answers what
 /// was sent. `seed` and `prefix` keep runs apart.
-pub(super) async fn drive(
+pub(in crate::bench) async fn drive(
     client: Arc<Client>,
     zipf: Arc<Zipf>,
     rate: f64,
@@ -262,7 +262,7 @@ async fn poll(client: Arc<Client>, watching: Arc<AtomicBool>, t0: Instant) -> Ve
 /// Sends every refused like and view request again (the views with their
 /// keys), 16 at a time, up to 50 attempts each, marking those taken;
 /// answers how many never were.
-pub(super) async fn settle(client: &Client, sent: &mut Sent) -> usize {
+pub(in crate::bench) async fn settle(client: &Client, sent: &mut Sent) -> usize {
     let mut unsettled = 0;
     for chunk in sent.likes.chunks_mut(16) {
         let done = futures::future::join_all(chunk.iter().filter(|l| !l.ok).map(|l| async {

@@ -4,16 +4,16 @@
 //! and a uniform draw, so that a seed gives the same reels every time.
 
 /// The Zipf exponent.
-pub(super) const S: f64 = 1.1;
+pub(in crate::bench) const S: f64 = 1.1;
 /// The reels of the Zipf universe (not all of them are touched by a run).
-pub(super) const REELS: u32 = 100_000;
+pub(in crate::bench) const REELS: u32 = 100_000;
 /// The viral reel's share of the likes and the views, on top of the
 /// universe (whose rank 1 takes about 1 ÷ 11 of the rest).
-pub(super) const VIRAL_SHARE: f64 = 0.2;
+pub(in crate::bench) const VIRAL_SHARE: f64 = 0.2;
 
 /// A reel drawn: the viral one, or rank `r` (1 the most popular).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(super) enum Reel {
+pub(in crate::bench) enum Reel {
     Viral,
     Rank(u32),
 }
@@ -29,7 +29,7 @@ impl Reel {
 }
 
 /// The draw: the cumulative probabilities of ranks 1..=n.
-pub(super) struct Zipf {
+pub(in crate::bench) struct Zipf {
     cdf: Vec<f64>,
     viral_share: f64,
 }
