@@ -64,9 +64,10 @@ pub(super) const PROBE_EVERY: Duration = Duration::from_secs(5);
 /// How often a probe polls the list, and how long it waits at most.
 pub(super) const PROBE_POLL: Duration = Duration::from_millis(250);
 pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(90);
-/// After the load: likes of a reel of their own (`tail`) over
+/// After the load: likes and views of a reel of their own (`tail`) over
 /// [`TAIL_SECONDS`], while the last probes wait, so that every stream
-/// shard applies a chunk after its writer's last sketch put is due
+/// shard and Kinesis shard applies a chunk after its writer's last sketch
+/// put is due
 /// (`trending::live::FLUSH_MS`), as a flowing stream would: the sketches
 /// stored hold the whole load.
 pub(super) const TAIL_LIKES: usize = 64;
@@ -242,11 +243,12 @@ async fn measure(opts: &BenchOptions, run: u32, stack: &Stack) -> Result<Trendin
     {
         *likes.entry(reel.clone()).or_default() += n as i64;
     }
-    let views: HashMap<String, i64> = sent
+    let mut views: HashMap<String, i64> = sent
         .views_by_reel()
         .into_iter()
         .map(|(r, n)| (r, n as i64))
         .collect();
+    *views.entry(tail.0.clone()).or_default() += tail.1 as i64;
     let (likes_taken, views_taken) = (
         likes.values().sum::<i64>() as u64,
         views.values().sum::<i64>() as u64,

@@ -81,14 +81,20 @@ async fn probe(client: Arc<Client>, reel: String, after: Duration) -> Probe {
     }
 }
 
-/// The tail's likes: (reel, taken).
+/// The tail's likes and views, one of each per user: (reel, taken).
 pub(super) async fn tail(client: &Client, prefix: &str) -> Result<(String, usize)> {
     let reel = format!("{prefix}tail");
     let gap = Duration::from_secs_f64(TAIL_SECONDS / TAIL_LIKES as f64);
     let mut taken = 0;
     for u in 0..TAIL_LIKES {
+        // A like and a view each, from users of their own: both streams
+        // flow, each record on a shard of its user's key.
+        let user = format!("{reel}-u{u}");
+        let view = [(reel.clone(), 1)];
         for _ in 0..50 {
-            if client.like(&reel, &format!("{reel}-u{u}")).await {
+            if client.like(&reel, &user).await
+                && client.views(&user, &format!("{user}-k"), &view).await
+            {
                 taken += 1;
                 break;
             }
@@ -97,7 +103,7 @@ pub(super) async fn tail(client: &Client, prefix: &str) -> Result<(String, usize
         tokio::time::sleep(gap).await;
     }
     if taken < TAIL_LIKES {
-        return Err(anyhow!("trending: tail likes refused"));
+        return Err(anyhow!("trending: tail likes or views refused"));
     }
     Ok((reel, taken))
 }
