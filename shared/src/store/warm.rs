@@ -65,7 +65,7 @@ pub struct WarmLikes {
     pub windows_at_ms: i64,
 }
 
-/// A reel's view figures (see [`crate::views::ViewCounts`]).
+/// A reel's view figures (see [`crate::views::read::ViewCounts`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WarmViews {
     /// Views, all time.
@@ -84,7 +84,7 @@ pub struct WarmViews {
 
 impl WarmFigures {
     /// When, on this instance, the warmer's read was sent at the latest
-    /// (its age as the clocks say, plus [`SKEW_MS`]); `None` when that
+    /// (its age as the clocks say, plus `SKEW_MS`); `None` when that
     /// leaves nothing of `ttl` to cache it for (or `ttl` is 0: no cache,
     /// every count read now).
     pub fn read_at(&self, now_ms: i64, ttl: Duration) -> Option<Instant> {
