@@ -31,11 +31,7 @@ pub(super) struct Row {
 }
 
 /// `lo–hi` of `get` over `rs` with `prec` decimals (one value if equal).
-pub(super) fn range(
-    rs: &[PlatformResult],
-    get: impl Fn(&PlatformResult) -> f64,
-    prec: usize,
-) -> String {
+pub(in crate::bench) fn range<R>(rs: &[R], get: impl Fn(&R) -> f64, prec: usize) -> String {
     let vals: Vec<f64> = rs.iter().map(get).collect();
     if vals.is_empty() || vals.iter().any(|v| !v.is_finite()) {
         return "—".to_owned();

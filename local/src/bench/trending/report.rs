@@ -5,6 +5,7 @@
 
 use super::{PROBE_EVERY, PROBE_LIKES, PROBE_POLL, READ_REELS, TOP, TrendingResult};
 use crate::bench::BenchOptions;
+use crate::bench::platform::report::range;
 use crate::bench::platform::zipf::{REELS, S, VIRAL_SHARE};
 use crate::bench::variant::{
     TRENDING_KINESIS_SHARDS as KINESIS_SHARDS, TRENDING_STREAM_SHARDS as STREAM_SHARDS,
@@ -18,21 +19,6 @@ pub(in crate::bench) const TRENDING_HEADING: &str =
 pub(super) const ACCURACY_TARGET: f64 = 0.99;
 /// Write units trending and windowing add per like and per view, at most.
 pub(super) const EXTRA_WU_TARGET: f64 = 0.1;
-
-/// `lo–hi` of `get` over `rs` with `prec` decimals (one value if equal).
-fn range(rs: &[TrendingResult], get: impl Fn(&TrendingResult) -> f64, prec: usize) -> String {
-    let vals: Vec<f64> = rs.iter().map(get).collect();
-    if vals.is_empty() || vals.iter().any(|v| !v.is_finite()) {
-        return "—".to_owned();
-    }
-    let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if (hi - lo).abs() < 0.5 * 10f64.powi(-(prec as i32)) {
-        format!("{lo:.prec$}")
-    } else {
-        format!("{lo:.prec$}–{hi:.prec$}")
-    }
-}
 
 /// One row: figure, value, target, verdict (`None`: a figure to read).
 pub(super) fn rows(rs: &[TrendingResult]) -> Vec<(String, String, String, Option<bool>)> {
