@@ -179,7 +179,7 @@ async function showViews() {
 
 // The top 10 of the last hour by likes and by views, as the API ranks
 // them (the cache warmer's list, or the instance's), each with its totals;
-// the reel on the page in bold. Likes are ranked in stream mode only.
+// the reel on the page in bold.
 async function showTrending() {
   for (const metric of ["likes", "views"]) {
     const a = await call("GET", `/trending?metric=${metric}&window=1h&limit=10`);

@@ -257,8 +257,9 @@ async fn admin_events_need_iam_authorization_and_the_schedule_runs() {
 
 /// The warm function's sample event (`events/warm.json`, as `make
 /// sam-local` invokes it): one round, then its summary. In transactional
-/// mode with nothing viewed, the round ranks and writes the two (empty)
-/// views lists and the (empty) warm set. A malformed `rounds` is refused
+/// mode with nothing liked or viewed, the round ranks and writes the four
+/// (empty) lists, likes and views over an hour and a day, and the (empty)
+/// warm set. A malformed `rounds` is refused
 /// before anything runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_warm_sample_event_runs_one_round() {
@@ -273,10 +274,10 @@ async fn the_warm_sample_event_runs_one_round() {
     .unwrap();
     assert_eq!(
         (&out["rounds"], &out["lists"], &out["errors"]),
-        (&1.into(), &2.into(), &0.into()),
+        (&1.into(), &4.into(), &0.into()),
         "{out}"
     );
-    assert_eq!(t.scan_prefix("trending#").await.len(), 3);
+    assert_eq!(t.scan_prefix("trending#").await.len(), 5);
     for bad in [
         serde_json::json!({"rounds": 0}),
         serde_json::json!({"rounds": "1"}),

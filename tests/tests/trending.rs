@@ -333,3 +333,72 @@ async fn a_writers_sketch_stays_out_of_its_checkpoint() {
     assert!(!names.is_empty());
     t.stop().await;
 }
+
+/// Transactional mode runs no stream aggregator: each like function
+/// instance keeps a sketch of the likes it committed and puts it as a
+/// writer of its own (`fn#…`): with the hour's first like, then with a
+/// like at most every `FLUSH_MS`. The list ranks by the exact windowed
+/// counts the like transactions keep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_mode_ranks_likes_from_the_like_instances_sketches() {
+    let t = TestStack::start(&[
+        ("COUNTING", "transactional"),
+        ("LOCAL_VIEWS", "on"),
+        ("CACHE_TTL_MS", "0"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+    ])
+    .await;
+    // The first like of the hour is put at once: "cold" is named before
+    // any other reel is liked.
+    assert_eq!(t.like("fan-0", "cold").await.status, 200);
+    for (reel, likes) in [("hot", 6), ("warm", 3)] {
+        for u in 0..likes {
+            assert_eq!(t.like(&format!("fan-{u}"), reel).await.status, 200);
+        }
+    }
+    assert_eq!(t.unlike("fan-0", "warm").await.status, 200);
+    let top = "/trending?metric=likes&window=1h&limit=3";
+    let first = reels(&until(&t, top, |b| !reels(b).is_empty()).await);
+    assert_eq!(
+        first,
+        [("cold".to_owned(), 1)],
+        "only the hour's first like is put before FLUSH_MS"
+    );
+    // A like FLUSH_MS later puts what the instance held meanwhile.
+    tokio::time::sleep(Duration::from_millis(
+        likes::trending::live::FLUSH_MS as u64 + 100,
+    ))
+    .await;
+    assert_eq!(t.like("fan-9", "tail").await.status, 200);
+    let body = until(&t, top, |b| {
+        reels(b)
+            == [
+                ("hot".to_owned(), 6),
+                ("warm".to_owned(), 2),
+                ("cold".to_owned(), 1),
+            ]
+    })
+    .await;
+    assert_eq!(body["ranked_by"], "instance");
+    // One writer, the like function instance, under a key of its own.
+    let views = t
+        .stack
+        .config
+        .writers_table
+        .clone()
+        .expect("the views table");
+    let writers: Vec<String> = t
+        .scan(&views)
+        .await
+        .into_iter()
+        .filter(|i| {
+            i.get("pk")
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|pk| pk.starts_with("top#likes#"))
+        })
+        .map(|i| i["sk"].as_s().unwrap().clone())
+        .collect();
+    assert_eq!(writers.len(), 1, "{writers:?}");
+    assert!(writers[0].starts_with("fn#"), "{writers:?}");
+    t.stop().await;
+}

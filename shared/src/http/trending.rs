@@ -7,7 +7,6 @@
 //! [`crate::trending::LIST_TTL`]; the same to every caller.
 
 use crate::App;
-use crate::config::Counting;
 use crate::error::Error;
 use crate::keys::window::Window;
 use crate::store::WarmStore;
@@ -24,14 +23,6 @@ pub(super) async fn list(
     window: Window,
     limit: u32,
 ) -> Result<(StatusCode, Value), Error> {
-    if metric == Metric::Likes && app.config.counting != Counting::Stream {
-        // Transactional mode runs no aggregator to keep the sketches: a
-        // valid request this deployment cannot answer (409, not 400).
-        return Err(Error::Conflict {
-            code: "trending_unavailable",
-            message: "likes are ranked in stream counting mode only; views in both".into(),
-        });
-    }
     let ranked = app
         .trending
         .get((metric, window), Box::pin(served(app, metric, window)))

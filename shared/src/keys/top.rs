@@ -23,6 +23,13 @@ pub fn sketch_writer(checkpoint_key: &str) -> &str {
         .unwrap_or(checkpoint_key)
 }
 
+/// The writer a like function instance's `top#likes#` items name
+/// (transactional mode, [`crate::trending::instance`]): `fn#` and a
+/// random number drawn at its cold start.
+pub fn instance_writer(id: u64) -> String {
+    format!("fn#{id:016x}")
+}
+
 /// How long a `top#` item is kept (seconds): a day's window and a day to
 /// spare; readers bound what they read by the hour in the key.
 pub const TOP_TTL_SECS: i64 = 2 * 86_400;

@@ -38,6 +38,8 @@
 //! * `erase`: every like of one user removed (an operator's erasure).
 //! * `limits`: what one caller may make this instance write.
 //! * `budget`: what one caller's count reads may cost, across instances.
+//! * `sketch`: transactional mode's trending sketch of the likes this
+//!   instance committed.
 //! * `reels`: which ids are reels (a deployment's own check plugs in
 //!   there).
 //! * `observer`: the write-rate and contention observations that start a
@@ -72,6 +74,7 @@ mod observer;
 mod read;
 mod reels;
 mod served;
+mod sketch;
 mod write;
 
 /// A summed count and when its shards were read.
@@ -231,6 +234,9 @@ pub struct LikeService<S> {
     warm: crate::store::SetCache,
     /// Counts served from warm figures instead of a sum (metrics).
     warm_hits: AtomicU64,
+    /// Transactional mode: the likes this instance committed, as a
+    /// trending writer of its own (`None` in stream mode).
+    sketch: Option<crate::trending::InstanceSketch>,
 }
 
 impl<S: CounterStore> LikeService<S> {
@@ -266,6 +272,11 @@ impl<S: CounterStore> LikeService<S> {
             cache_ttl: config.cache_ttl,
             warm: crate::store::SetCache::default(),
             warm_hits: AtomicU64::new(0),
+            sketch: (config.counting == Counting::Transactional).then(|| {
+                crate::trending::InstanceSketch::new(crate::keys::top::instance_writer(
+                    fastrand::u64(..),
+                ))
+            }),
         }
     }
 

@@ -439,6 +439,18 @@ pub trait CounterStore: Send + Sync + 'static {
     /// Succeeds when both tables can be reached.
     fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send;
 
+    /// Puts a like function instance's trending sketches (transactional
+    /// mode, [`crate::trending::instance`]). Nothing by default: a store
+    /// without trending.
+    fn put_sketches(
+        &self,
+        flush: &crate::trending::Flush,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        let _ = (flush, now_ms);
+        async { Ok(()) }
+    }
+
     /// The cache warmer's set (`trending#warm`): which reels have warm
     /// figures ([`crate::store::WarmStore`]). None by default: a store
     /// without a warmer.

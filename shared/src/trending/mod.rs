@@ -5,7 +5,8 @@
 //! # Candidates
 //!
 //! Each writer (a stream shard of the Likes table, a Kinesis shard of the
-//! views) keeps a DataSketches Frequent Items sketch of what it applied in
+//! views, and in transactional mode a like function instance:
+//! [`instance`]) keeps a DataSketches Frequent Items sketch of what it applied in
 //! the current hour, as an item of that hour (`top#{metric}#{hour}`, sort
 //! key the writer): so one `Query` per hour finds every writer's. A chunk
 //! transaction that moves the checkpoint puts it, though not every one
@@ -24,9 +25,11 @@
 //! against `GET /reels/{reel_id}/stats`, and a baseline would need a
 //! second, longer window of every candidate.
 
+pub mod instance;
 pub mod live;
 pub mod sketch;
 
+pub use instance::{Flush, InstanceSketch};
 pub use live::{SketchWrite, Sketches};
 pub use sketch::HourSketch;
 

@@ -80,6 +80,41 @@ fn step_in<'a>(
     }
 }
 
+/// An hour's sketch kept open in memory, added to like by like (a like
+/// function instance's, in transactional mode: [`super::instance`]), and
+/// serialized only when it is put.
+#[derive(Debug)]
+pub struct Tally {
+    /// The hour it covers.
+    pub hour: i64,
+    sketch: FrequentItemsSketch<String>,
+}
+
+impl Tally {
+    /// An empty sketch of `hour`.
+    pub fn new(hour: i64) -> Self {
+        Tally {
+            hour,
+            sketch: new(WRITER_MAP_SIZE),
+        }
+    }
+
+    /// `n` more of `item`.
+    pub fn add(&mut self, item: &str, n: u64) {
+        if n > 0 {
+            self.sketch.update_with_count(item.to_owned(), n);
+        }
+    }
+
+    /// The sketch as it is put.
+    pub fn snapshot(&self) -> HourSketch {
+        HourSketch {
+            hour: self.hour,
+            bytes: self.sketch.serialize(),
+        }
+    }
+}
+
 fn new(size: usize) -> FrequentItemsSketch<String> {
     FrequentItemsSketch::new(size).expect("a power of two within the sketch's range")
 }

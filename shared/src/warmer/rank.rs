@@ -5,7 +5,6 @@
 
 use crate::App;
 use crate::app::Views;
-use crate::config::Counting;
 use crate::error::Error;
 use crate::keys::ReelId;
 use crate::keys::window::Window;
@@ -17,18 +16,13 @@ use std::collections::HashMap;
 /// Views reads in flight at once while ranking.
 pub(crate) const READS_IN_FLIGHT: usize = 10;
 
-/// The lists this deployment ranks: views in both counting modes (when
-/// it reads views at all), likes in stream mode only (transactional mode
-/// runs no aggregator to keep their sketches).
+/// The lists this deployment ranks: likes and views, over an hour and a
+/// day, when it reads views at all (the sketches are in the views table).
 pub fn lists(app: &App) -> Vec<(Metric, Window)> {
-    let mut metrics = Vec::new();
-    if app.config.counting == Counting::Stream {
-        metrics.push(Metric::Likes);
+    if app.views.reader.is_none() {
+        return Vec::new();
     }
-    if app.views.reader.is_some() {
-        metrics.push(Metric::Views);
-    }
-    metrics
+    [Metric::Likes, Metric::Views]
         .into_iter()
         .flat_map(|m| [(m, Window::Hour), (m, Window::Day)])
         .collect()

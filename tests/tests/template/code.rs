@@ -479,6 +479,8 @@ fn store_methods() -> BTreeMap<String, (usize, BTreeSet<Performed>)> {
             ("views_table", "ViewsTable"),
             // WRITERS_TABLE: the template points it at the views table.
             ("writers_table", "ViewsTable"),
+            // The same table in either mode (trending sketches).
+            ("sketch_table", "ViewsTable"),
         ] {
             if words(text).iter().any(|(_, w)| *w == field) {
                 out.push(table.to_owned());

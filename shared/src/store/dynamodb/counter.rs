@@ -371,6 +371,17 @@ impl CounterStore for DynamoStore {
             .map_or(units, |u| u.max(0) as u64))
     }
 
+    async fn put_sketches(&self, flush: &crate::trending::Flush, now_ms: i64) -> Result<(), Error> {
+        super::top::put_instance_sketches(
+            &self.client,
+            self.sketch_table.as_deref(),
+            crate::trending::Metric::Likes.name(),
+            flush,
+            now_ms,
+        )
+        .await
+    }
+
     async fn warm_set(&self) -> Result<Option<crate::store::WarmSet>, Error> {
         self.warm().read_set().await
     }

@@ -81,6 +81,10 @@ pub struct DynamoStore {
     /// Stream mode: `WRITERS_TABLE` (`None` in transactional mode, where
     /// no writer items are written or read).
     writers_table: Option<String>,
+    /// `WRITERS_TABLE` in either mode: where a like function instance puts
+    /// its trending sketch in transactional mode
+    /// ([`crate::trending::instance`]).
+    sketch_table: Option<String>,
     /// How long a writer item must have been quiet before a reader folds
     /// it (see `writers.rs`).
     fold_quiet_ms: i64,
@@ -151,6 +155,7 @@ impl DynamoStore {
                 crate::config::Counting::Stream => config.writers_table.clone(),
                 crate::config::Counting::Transactional => None,
             },
+            sketch_table: config.writers_table.clone(),
             fold_quiet_ms: writers::fold_quiet_ms(config),
             window: config.reconcile.recent_window(),
             folding: writers::InFlight::default(),

@@ -55,22 +55,6 @@ pub(super) fn puts(
     let Some(s) = written(s) else {
         return Ok(Vec::new());
     };
-    let expires = AttributeValue::N((now_ms / 1000 + top::TOP_TTL_SECS).to_string());
-    let item = |sketch: &HourSketch| {
-        Put::builder()
-            .table_name(table)
-            .item("pk", AttributeValue::S(top::top_key(metric, sketch.hour)))
-            .item("sk", AttributeValue::S(writer.to_owned()))
-            .item("expires_at", expires.clone())
-            .item(
-                top::SKETCH_HOUR_ATTR,
-                AttributeValue::N(sketch.hour.to_string()),
-            )
-            .item(
-                top::SKETCH_ATTR,
-                AttributeValue::B(Blob::new(sketch.bytes.clone())),
-            )
-    };
     s.step
         .finished
         .iter()
@@ -78,7 +62,7 @@ pub(super) fn puts(
         .map(|sketch| {
             Ok(TransactWriteItem::builder()
                 .put(
-                    item(sketch)
+                    sketch_put(table, metric, writer, sketch, now_ms)
                         .build()
                         .map_err(|e| request_build_failed("Put", &e))?,
                 )
@@ -87,6 +71,61 @@ pub(super) fn puts(
         .collect()
 }
 
+/// The put of `writer`'s `sketch` of `metric` into `table`, kept
+/// [`top::TOP_TTL_SECS`] from `now_ms`.
+fn sketch_put(
+    table: &str,
+    metric: &str,
+    writer: &str,
+    sketch: &HourSketch,
+    now_ms: i64,
+) -> aws_sdk_dynamodb::types::builders::PutBuilder {
+    Put::builder()
+        .table_name(table)
+        .item("pk", AttributeValue::S(top::top_key(metric, sketch.hour)))
+        .item("sk", AttributeValue::S(writer.to_owned()))
+        .item(
+            "expires_at",
+            AttributeValue::N((now_ms / 1000 + top::TOP_TTL_SECS).to_string()),
+        )
+        .item(
+            top::SKETCH_HOUR_ATTR,
+            AttributeValue::N(sketch.hour.to_string()),
+        )
+        .item(
+            top::SKETCH_ATTR,
+            AttributeValue::B(Blob::new(sketch.bytes.clone())),
+        )
+}
+
+/// A like function instance's sketches of `metric` (transactional mode,
+/// [`crate::trending::instance`]), each one `PutItem` into `table` (the
+/// views table; none: nothing is put) of its own: no transaction, since
+/// nothing else is written with them, and no batch write (a batch's
+/// unprocessed items would need their own retry loop for one or two
+/// items).
+pub(super) async fn put_instance_sketches(
+    client: &Client,
+    table: Option<&str>,
+    metric: &str,
+    flush: &crate::trending::Flush,
+    now_ms: i64,
+) -> Result<(), Error> {
+    let Some(table) = table else {
+        return Ok(());
+    };
+    for sketch in &flush.sketches {
+        let put = sketch_put(table, metric, &flush.writer, sketch, now_ms);
+        client
+            .put_item()
+            .table_name(table)
+            .set_item(put.get_item().clone())
+            .send()
+            .await
+            .map_err(|e| translate("PutItem", e))?;
+    }
+    Ok(())
+}
 /// `writer`'s stored sketch of `metric` for `hour`, from `table` (the
 /// views table), read consistently: it was put by the chunk that moved
 /// the checkpoint last.
