@@ -101,6 +101,8 @@ pub struct Accuracy {
 pub struct TrendingResult {
     pub variant: Variant,
     pub run: u32,
+    /// The counting mode (`COUNTING`) it ran in.
+    pub counting: &'static str,
     /// Likes and views taken (the truth's totals).
     pub likes: u64,
     pub views: u64,
@@ -130,10 +132,15 @@ pub struct TrendingResult {
     pub ru_list_warm: f64,
 }
 
-pub(super) async fn run_trending(opts: &BenchOptions, run: u32) -> Result<TrendingResult> {
+pub(super) async fn run_trending(
+    opts: &BenchOptions,
+    run: u32,
+    counting: likes::Counting,
+) -> Result<TrendingResult> {
     let mut so = StackOptions::isolated(opts.template.clone());
     so.views = true;
     so.env.extend(Variant::Trending.stack_env(opts));
+    so.env.insert("COUNTING".into(), counting.as_str().into());
     let stack = Stack::start(so).await.context("starting the stack")?;
     let result = measure(opts, run, &stack).await;
     stack.shutdown().await;
@@ -296,9 +303,17 @@ async fn measure(opts: &BenchOptions, run: u32, stack: &Stack) -> Result<Trendin
         .config
         .writers_table
         .clone()
-        .context("stream mode names WRITERS_TABLE")?;
-    let items = super::store::scan_all(stack, &views_table).await?;
-    let extra = extra_units(&views_table, &loads, &items);
+        .context("the template names WRITERS_TABLE")?;
+    let counters_table = stack.config.counters_table.clone();
+    let extra = extra_units(
+        &views_table,
+        &loads,
+        &super::store::scan_all(stack, &views_table).await?,
+    ) + extra_units(
+        &counters_table,
+        &loads,
+        &super::store::scan_all(stack, &counters_table).await?,
+    );
 
     // Reads of the trending reels, without and with the warmer's figures.
     let top: Vec<ReelId> = ranked_likes
@@ -344,6 +359,7 @@ async fn measure(opts: &BenchOptions, run: u32, stack: &Stack) -> Result<Trendin
     Ok(TrendingResult {
         variant: Variant::Trending,
         run,
+        counting: stack.config.counting.as_str(),
         likes: likes_taken,
         views: views_taken,
         reels,
@@ -434,7 +450,8 @@ pub(super) fn accuracy(ranked: &likes::trending::Ranked, truth: &HashMap<String,
 /// One line for the log.
 pub(super) fn summary_line(r: &TrendingResult) -> String {
     format!(
-        "{} likes, {} views over {} reels; likes top {}: precision {:.3} recall {:.3} (error {}), views: {:.3} {:.3} (error {}); freshness p50 {:.0} ms p99 {:.0} ms ({}/{} probes); extra WU/like {:.4}, /view {:.4}; RU per trending read {:.2} summed, {:.2} warm ({} warm hits)",
+        "{}: {} likes, {} views over {} reels; likes top {}: precision {:.3} recall {:.3} (error {}), views: {:.3} {:.3} (error {}); freshness p50 {:.0} ms p99 {:.0} ms ({}/{} probes); extra WU/like {:.4}, /view {:.4}; RU per trending read {:.2} summed, {:.2} warm ({} warm hits)",
+        r.counting,
         r.likes,
         r.views,
         r.reels,

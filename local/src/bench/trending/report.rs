@@ -182,16 +182,41 @@ pub(super) fn rows(rs: &[TrendingResult]) -> Vec<(String, String, String, Option
     ]
 }
 
-/// The section: what ran, then the rows.
-pub(in crate::bench) fn section(opts: &BenchOptions, rs: &[TrendingResult]) -> String {
+/// The section: what ran, then the rows, for each counting mode run.
+pub(in crate::bench) fn section(opts: &BenchOptions, all: &[TrendingResult]) -> String {
     let mut out = format!("\n{TRENDING_HEADING}\n\n");
+    for counting in ["stream", "transactional"] {
+        let rs: Vec<TrendingResult> = all
+            .iter()
+            .filter(|r| r.counting == counting)
+            .cloned()
+            .collect();
+        if !rs.is_empty() {
+            out.push_str(&mode_section(opts, counting, &rs));
+        }
+    }
+    out
+}
+
+/// What runs in `counting` mode, and the rows of its runs.
+fn mode_section(opts: &BenchOptions, counting: &str, rs: &[TrendingResult]) -> String {
+    let (mut out, through) = match counting {
+        "stream" => (
+            "### Stream mode\n\n".to_owned(),
+            format!("stream mode with {STREAM_SHARDS} stream shards (an instance each)"),
+        ),
+        _ => (
+            "### Transactional mode\n\n".to_owned(),
+            "transactional mode (likes counted by their transactions, their window buckets on the shard items; the likes' sketches the like function instance's own, put with a like at most every 10 s: one instance here, as the local stack runs one per function, where Lambda runs many, each putting its own)".to_owned(),
+        ),
+    };
     let (likes, views, reels) = (
         range(rs, |r| r.likes as f64, 0),
         range(rs, |r| r.views as f64, 0),
         range(rs, |r| r.reels as f64, 0),
     );
     out.push_str(&format!(
-        "`trending` variant, {} runs: the platform's traffic (Zipf s = {S} over {REELS} reels, a viral reel taking {:.0} % on top) at {} likes/s and half as many view requests, for {} s, through stream mode with {STREAM_SHARDS} stream shards (an instance each) and {KINESIS_SHARDS} Kinesis shards, the cache warmer running beside it; {likes} likes and {views} views taken over {reels} reels. The window is the last hour, which holds a run whole. Every {} s a probe reel takes {PROBE_LIKES} likes at once, and `GET /trending` is polled every {} ms until it lists the probe with all of them. After the load, a tail of likes and views past the sketches' flush time and the streams drained, a fresh instance ranks each list, compared with the true top {TOP} (ties by id, as the API breaks them); precision and recall are over the reels above the merged sketch's stated error (\"no false negatives\" holds there), and over all 100 as well. The extra write units are the sketches' puts (every `top#` write the fault proxy counted) and the window buckets' share of the items that carry them (each writer or view partition's item writes, as counted, times the units its items' buckets add by DynamoDB's 1 KB rule, from their final sizes, twice: transactional). The reads: the likes list's first {READ_REELS} reels, each read (likes, then views) on a fresh instance, before and after one round of the warmer; the read units are the fault proxy's.\n\n",
+        "`trending` variant, {} runs in {counting} mode: the platform's traffic (Zipf s = {S} over {REELS} reels, a viral reel taking {:.0} % on top) at {} likes/s and half as many view requests, for {} s, through {through} and {KINESIS_SHARDS} Kinesis shards, the cache warmer running beside it; {likes} likes and {views} views taken over {reels} reels. The window is the last hour, which holds a run whole. Every {} s a probe reel takes {PROBE_LIKES} likes at once, and `GET /trending` is polled every {} ms until it lists the probe with all of them. After the load, a tail of likes and views past the sketches' flush time and the streams drained, a fresh instance ranks each list, compared with the true top {TOP} (ties by id, as the API breaks them); precision and recall are over the reels above the merged sketch's stated error (\"no false negatives\" holds there), and over all 100 as well. The extra write units are the sketches' puts (every `top#` write the fault proxy counted) and the window buckets' share of the items that carry them (each writer or view partition's item writes, as counted, times the units its items' buckets add by DynamoDB's 1 KB rule, from their final sizes, twice: transactional). The reads: the likes list's first {READ_REELS} reels, each read (likes, then views) on a fresh instance, before and after one round of the warmer; the read units are the fault proxy's.\n\n",
         rs.len(),
         VIRAL_SHARE * 100.0,
         opts.trending_rate,

@@ -72,4 +72,18 @@ fn the_extra_units_are_the_sketch_puts_and_the_buckets_share() {
     // Half the partition's items add a unit: 10 writes × 0.5 × 2.
     assert_eq!(e.window_likes, 10.0);
     assert_eq!(e.window_views, 0.0);
+    // Transactional mode: the buckets ride on the shard items.
+    let mut shard = Item::new();
+    shard.insert("pk".into(), V::S("007#reel#r#likes".into()));
+    shard.insert("x".into(), V::S("y".repeat(1_000)));
+    shard.insert("ch499068".into(), V::N("3".repeat(40)));
+    let e = extra_units(
+        "C",
+        &[load("007#reel#r#likes", 40.0, 10)].map(|mut l| {
+            l.partition = l.partition.replace("V/", "C/");
+            l
+        }),
+        &[shard],
+    );
+    assert_eq!(e.window_likes, 20.0, "10 writes × 1 unit × 2");
 }

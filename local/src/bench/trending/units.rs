@@ -46,9 +46,17 @@ fn units(bytes: usize) -> f64 {
     (bytes.max(1) as f64 / 1024.0).ceil()
 }
 
-/// The sketches' write units (every `top#` partition's, as the proxy
-/// counted them), and the window buckets' share of the writer and view
-/// items' (each partition's item writes times the units its items'
+/// Whether `pk` is a partition whose items carry like buckets: a writer
+/// partition (stream mode, views table) or a shard item (transactional
+/// mode, counters table: `{NNN}#reel#{id}#likes`).
+fn carries_likes(pk: &str) -> bool {
+    pk.starts_with("l#")
+        || (pk.ends_with("#likes") && pk.get(..9).is_some_and(|p| p.ends_with("#reel#")))
+}
+
+/// The sketches' write units (every `top#` partition's of `table`, as the
+/// proxy counted them), and the window buckets' share of the items that
+/// carry them (each partition's item writes times the units its items'
 /// buckets add, on average, twice: they are written in transactions).
 pub(super) fn extra_units(table: &str, loads: &[faultproxy::KeyLoad], items: &[Item]) -> Extra {
     let mut by_pk: BTreeMap<&str, Vec<&Item>> = BTreeMap::new();
@@ -66,7 +74,7 @@ pub(super) fn extra_units(table: &str, loads: &[faultproxy::KeyLoad], items: &[I
             e.sketch_likes += l.write_units;
         } else if pk.starts_with("top#views#") {
             e.sketch_views += l.write_units;
-        } else if pk.starts_with("l#") || pk.starts_with("v#") {
+        } else if carries_likes(pk) || pk.starts_with("v#") {
             let its = by_pk.get(pk).map_or(&[][..], Vec::as_slice);
             if its.is_empty() {
                 continue;
@@ -80,7 +88,7 @@ pub(super) fn extra_units(table: &str, loads: &[faultproxy::KeyLoad], items: &[I
                 .sum::<f64>()
                 / its.len() as f64;
             let added = 2.0 * per_item * l.items_written as f64;
-            if pk.starts_with("l#") {
+            if carries_likes(pk) {
                 e.window_likes += added;
             } else {
                 e.window_views += added;
@@ -88,4 +96,16 @@ pub(super) fn extra_units(table: &str, loads: &[faultproxy::KeyLoad], items: &[I
         }
     }
     e
+}
+
+impl std::ops::Add for Extra {
+    type Output = Extra;
+    fn add(self, o: Extra) -> Extra {
+        Extra {
+            sketch_likes: self.sketch_likes + o.sketch_likes,
+            sketch_views: self.sketch_views + o.sketch_views,
+            window_likes: self.window_likes + o.window_likes,
+            window_views: self.window_views + o.window_views,
+        }
+    }
 }
