@@ -402,3 +402,47 @@ async fn transactional_mode_ranks_likes_from_the_like_instances_sketches() {
     assert!(writers[0].starts_with("fn#"), "{writers:?}");
     t.stop().await;
 }
+
+/// A 24-hour list merges 25 hours of sketches; the hours that ended a
+/// while ago change only by late puts, so an instance keeps their merge
+/// (`trending::ENDED_HOUR_TTL`) and ranks again reading about one hour's
+/// sketches instead of 25. Before, every ranking queried every hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ranking_reads_only_the_hours_that_still_change() {
+    let t = TestStack::start(&[
+        // A fault that never fires: the proxy, to count the queries.
+        ("FAULTS", "Scan.latency=0.01,max_latency_ms=1"),
+        ("LOCAL_VIEWS", "on"),
+        ("LOCAL_SCHEDULE_SECS", "0"),
+    ])
+    .await;
+    let proxy = t.stack.proxy.clone().expect("a proxy");
+    let queries = || proxy.stats().requests.get("Query").copied().unwrap_or(0);
+    // The stack's own instance: its store goes through the proxy.
+    let app = &t.stack.app;
+    use likes::keys::window::Window;
+    use likes::trending::Metric;
+    let before = queries();
+    likes::warmer::rank::rank(app, Metric::Views, Window::Day)
+        .await
+        .unwrap();
+    let first = queries() - before;
+    assert!(
+        (25..=26).contains(&first),
+        "{first} queries, 25 hours: {:?}",
+        proxy.stats().requests
+    );
+    let before = queries();
+    likes::warmer::rank::rank(app, Metric::Views, Window::Day)
+        .await
+        .unwrap();
+    let again = queries() - before;
+    assert!(again <= 2, "{again} queries ranking again");
+    // Another metric's hours are its own.
+    let before = queries();
+    likes::warmer::rank::rank(app, Metric::Likes, Window::Hour)
+        .await
+        .unwrap();
+    assert!(queries() - before >= 1);
+    t.stop().await;
+}

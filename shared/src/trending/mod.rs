@@ -124,10 +124,23 @@ pub fn hours(window: crate::keys::window::Window, now_ms: i64) -> std::ops::Rang
     sketch::hour_of(window.from_ms(now_ms))..=sketch::hour_of(now_ms)
 }
 
-/// The lists an instance ranked or read lately, by metric and window.
-pub struct Lists(
-    moka::future::Cache<(Metric, crate::keys::window::Window), std::sync::Arc<Ranked>>,
-);
+/// How long an instance keeps an ended hour's merged sketches: an ended
+/// hour changes only by its writers' late puts (a writer's final sketch
+/// of it, put with its first chunk or like of the next hour), so a 24-hour
+/// list reads about one hour's sketches per ranking instead of 25.
+pub const ENDED_HOUR_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How long after an hour ends its sketches are still read afresh with
+/// every ranking, before its merge is kept for [`ENDED_HOUR_TTL`]: busy
+/// writers put their final sketch of it within seconds.
+pub const ENDED_HOUR_SETTLE_MS: i64 = 60_000;
+
+/// The lists an instance ranked or read lately, by metric and window, and
+/// the merged sketches of the ended hours they were ranked from.
+pub struct Lists {
+    lists: moka::future::Cache<(Metric, crate::keys::window::Window), std::sync::Arc<Ranked>>,
+    hours: moka::future::Cache<(Metric, i64), std::sync::Arc<Vec<u8>>>,
+}
 
 /// A list is kept [`LIST_TTL`] if this instance ranked it,
 /// [`WARMED_LIST_TTL`] if it is the warmer's.
@@ -150,12 +163,17 @@ impl moka::Expiry<(Metric, crate::keys::window::Window), std::sync::Arc<Ranked>>
 
 impl Default for Lists {
     fn default() -> Self {
-        Lists(
-            moka::future::Cache::builder()
+        Lists {
+            lists: moka::future::Cache::builder()
                 .expire_after(ListExpiry)
                 .max_capacity(8)
                 .build(),
-        )
+            // Two metrics, a day's hours each and a few to spare.
+            hours: moka::future::Cache::builder()
+                .time_to_live(ENDED_HOUR_TTL)
+                .max_capacity(64)
+                .build(),
+        }
     }
 }
 
@@ -167,8 +185,25 @@ impl Lists {
         key: (Metric, crate::keys::window::Window),
         rank: impl std::future::Future<Output = Result<Ranked, crate::error::Error>>,
     ) -> Result<std::sync::Arc<Ranked>, crate::error::Error> {
-        self.0
+        self.lists
             .try_get_with(key, async { rank.await.map(std::sync::Arc::new) })
+            .await
+            .map_err(|e| (*e).clone())
+    }
+
+    /// The merged sketches of `metric`'s `hour`, read by `read` unless
+    /// kept. Only for an hour that ended [`ENDED_HOUR_SETTLE_MS`] ago
+    /// (the caller's to judge): the current hour changes with every put.
+    pub async fn ended_hour(
+        &self,
+        metric: Metric,
+        hour: i64,
+        read: impl std::future::Future<Output = Result<Vec<u8>, crate::error::Error>>,
+    ) -> Result<std::sync::Arc<Vec<u8>>, crate::error::Error> {
+        self.hours
+            .try_get_with((metric, hour), async {
+                read.await.map(std::sync::Arc::new)
+            })
             .await
             .map_err(|e| (*e).clone())
     }

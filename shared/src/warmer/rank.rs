@@ -12,6 +12,7 @@ use crate::store::HourSketches;
 use crate::trending::{self, Entry, MAX_CANDIDATES, Metric, Ranked};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Views reads in flight at once while ranking.
 pub(crate) const READS_IN_FLIGHT: usize = 10;
@@ -32,19 +33,27 @@ pub fn lists(app: &App) -> Vec<(Metric, Window)> {
 pub async fn rank(app: &App, metric: Metric, window: Window) -> Result<Ranked, Error> {
     let reader = app.views.reader.as_ref().ok_or_else(Views::missing)?;
     let now = crate::clock::now_ms();
-    let hours: Vec<(i64, HourSketches)> = futures::stream::iter(trending::hours(window, now))
+    // Each hour's sketches merged; an hour that ended a while ago from
+    // this instance's copy (`trending::ENDED_HOUR_TTL`).
+    let settled = trending::sketch::hour_of(now - trending::ENDED_HOUR_SETTLE_MS);
+    let hours: Vec<Arc<Vec<u8>>> = futures::stream::iter(trending::hours(window, now))
         .map(|hour| async move {
-            Ok::<_, Error>((hour, reader.hour_sketches(metric.name(), hour).await?))
+            let read = async move {
+                let sketches: HourSketches = reader.hour_sketches(metric.name(), hour).await?;
+                Ok(trending::sketch::merge_hour(
+                    sketches.iter().map(Vec::as_slice),
+                ))
+            };
+            if hour < settled {
+                app.trending.ended_hour(metric, hour, read).await
+            } else {
+                read.await.map(Arc::new)
+            }
         })
         .buffer_unordered(READS_IN_FLIGHT)
         .try_collect()
         .await?;
-    let (names, max_error) = trending::sketch::candidates(
-        hours
-            .iter()
-            .flat_map(|(_, sketches)| sketches)
-            .map(Vec::as_slice),
-    );
+    let (names, max_error) = trending::sketch::candidates(hours.iter().map(|h| h.as_slice()));
     let candidates: Vec<ReelId> = names
         .iter()
         .filter_map(|n| ReelId::parse(n).ok())
