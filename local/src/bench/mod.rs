@@ -428,13 +428,7 @@ pub async fn run(opts: BenchOptions) -> Result<String> {
                 continue;
             }
             if v.is_trending() {
-                // Both counting modes: their likes' sketches come from
-                // different writers (aggregators, like function instances).
-                for counting in [likes::Counting::Stream, likes::Counting::Transactional] {
-                    let r = trending::run_trending(&opts, run, counting).await?;
-                    crate::errln!("  {}", trending::summary_line(&r));
-                    trending.push(r);
-                }
+                trending.extend(trending::run_both_modes(&opts, run).await?);
                 continue;
             }
             if v.is_views() {

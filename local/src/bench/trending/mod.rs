@@ -132,7 +132,20 @@ pub struct TrendingResult {
     pub ru_list_warm: f64,
 }
 
-pub(super) async fn run_trending(
+/// One run in each counting mode: their likes' sketches come from
+/// different writers (stream shards' aggregators, like function
+/// instances).
+pub(super) async fn run_both_modes(opts: &BenchOptions, run: u32) -> Result<Vec<TrendingResult>> {
+    let mut out = Vec::new();
+    for counting in [likes::Counting::Stream, likes::Counting::Transactional] {
+        let r = run_trending(opts, run, counting).await?;
+        crate::errln!("  {}", summary_line(&r));
+        out.push(r);
+    }
+    Ok(out)
+}
+
+async fn run_trending(
     opts: &BenchOptions,
     run: u32,
     counting: likes::Counting,
