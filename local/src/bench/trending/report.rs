@@ -202,11 +202,11 @@ pub(in crate::bench) fn section(opts: &BenchOptions, all: &[TrendingResult]) -> 
 fn mode_section(opts: &BenchOptions, counting: &str, rs: &[TrendingResult]) -> String {
     let (mut out, through) = match counting {
         "stream" => (
-            "### Stream mode\n\n".to_owned(),
+            "\n### Stream mode\n\n".to_owned(),
             format!("stream mode with {STREAM_SHARDS} stream shards (an instance each)"),
         ),
         _ => (
-            "### Transactional mode\n\n".to_owned(),
+            "\n### Transactional mode\n\n".to_owned(),
             "transactional mode (likes counted by their transactions, their window buckets on the shard items; the likes' sketches the like function instance's own, put with a like at most every 10 s: one instance here, as the local stack runs one per function, where Lambda runs many, each putting its own)".to_owned(),
         ),
     };
