@@ -30,6 +30,21 @@ async fn until(t: &TestStack, path: &str, ok: impl Fn(&Value) -> bool) -> Value 
     }
 }
 
+/// Waits, if the hour ends within `secs`, until the next one has begun: a
+/// test that counts a sketch's puts or an hour's reads must not straddle
+/// an hour's turn (a new hour puts and reads one more).
+async fn clear_of_hour_turn(secs: u64) {
+    let hour_ms = 3_600_000;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let left = hour_ms - now_ms.rem_euclid(hour_ms);
+    if left < secs as i64 * 1_000 {
+        tokio::time::sleep(Duration::from_millis(left as u64 + 1_000)).await;
+    }
+}
+
 /// The list as (reel, count) pairs.
 fn reels(body: &Value) -> Vec<(String, i64)> {
     body["reels"]
@@ -348,6 +363,7 @@ async fn transactional_mode_ranks_likes_from_the_like_instances_sketches() {
         ("LOCAL_SCHEDULE_SECS", "0"),
     ])
     .await;
+    clear_of_hour_turn(60).await;
     // The first like of the hour is put at once: "cold" is named before
     // any other reel is liked.
     assert_eq!(t.like("fan-0", "cold").await.status, 200);
@@ -422,6 +438,7 @@ async fn a_ranking_reads_only_the_hours_that_still_change() {
     let app = &t.stack.app;
     use likes::keys::window::Window;
     use likes::trending::Metric;
+    clear_of_hour_turn(20).await;
     let before = queries();
     likes::warmer::rank::rank(app, Metric::Views, Window::Day)
         .await

@@ -239,6 +239,23 @@ pub struct LikeService<S> {
     sketch: Option<crate::trending::InstanceSketch>,
 }
 
+/// Transactional mode's sketch of the likes this instance commits, put in
+/// `WRITERS_TABLE` (the views table), where rankings read the likes'
+/// sketches. Without it (a deployment that left it out), nothing is put,
+/// and that is said once here rather than with every like.
+fn own_sketch(config: &Config) -> Option<crate::trending::InstanceSketch> {
+    if config.counting != Counting::Transactional {
+        return None;
+    }
+    if config.writers_table.is_none() {
+        tracing::warn!("WRITERS_TABLE is not set: likes are not ranked (GET /trending)");
+        return None;
+    }
+    Some(crate::trending::InstanceSketch::new(
+        crate::keys::top::instance_writer(fastrand::u64(..)),
+    ))
+}
+
 impl<S: CounterStore> LikeService<S> {
     /// A service over `store` with empty caches; built once per cold start.
     pub fn new(store: S, config: &Config) -> Self {
@@ -272,11 +289,7 @@ impl<S: CounterStore> LikeService<S> {
             cache_ttl: config.cache_ttl,
             warm: crate::store::SetCache::default(),
             warm_hits: AtomicU64::new(0),
-            sketch: (config.counting == Counting::Transactional).then(|| {
-                crate::trending::InstanceSketch::new(crate::keys::top::instance_writer(
-                    fastrand::u64(..),
-                ))
-            }),
+            sketch: own_sketch(config),
         }
     }
 

@@ -51,10 +51,8 @@ impl<S: CounterStore> LikeService<S> {
             }
         };
         let committed_at = Instant::now();
-        if changed && req.action == Action::Like {
-            self.sketch_like(&req.reel).await;
-        }
         let keyed = tries.tx.record.is_some();
+        self.sketch_like(&req, path, keyed).await;
         let count = self
             .count_after_write(&req, path, keyed, &tries, committed_at)
             .await?;

@@ -21,7 +21,12 @@
 
 use super::live::FLUSH_MS;
 use super::sketch::{HourSketch, Tally, hour_of};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
+
+/// Ended hours an instance keeps unput sketches of at most (their puts
+/// failed): a day's lists and an hour to spare, as the items are read.
+const KEPT_HOURS: i64 = 25;
 
 /// One like function instance's sketch of the likes it committed.
 #[derive(Debug)]
@@ -35,12 +40,12 @@ pub struct InstanceSketch {
 struct State {
     /// The current hour's sketch.
     open: Option<Tally>,
-    /// An ended hour's sketch with likes not yet put.
-    ended: Option<HourSketch>,
+    /// Ended hours' sketches with likes not yet put, by hour.
+    ended: BTreeMap<i64, HourSketch>,
     /// Whether `open` holds likes not yet put.
     pending: bool,
-    /// When `open` was last put (Unix ms; 0: not in its hour, or the put
-    /// failed).
+    /// When `open` was last put, or its put tried (Unix ms; 0: not yet in
+    /// its hour).
     written_ms: i64,
 }
 
@@ -77,8 +82,9 @@ impl InstanceSketch {
             Some(t) if t.hour >= hour => t,
             Some(t) => {
                 if s.pending {
-                    s.ended = Some(t.snapshot());
+                    s.ended.insert(t.hour, t.snapshot());
                 }
+                s.ended.retain(|h, _| *h >= hour - KEPT_HOURS);
                 s.written_ms = 0;
                 Tally::new(hour)
             }
@@ -91,7 +97,7 @@ impl InstanceSketch {
             s.pending = true;
             return None;
         }
-        let mut sketches: Vec<HourSketch> = s.ended.take().into_iter().collect();
+        let mut sketches: Vec<HourSketch> = std::mem::take(&mut s.ended).into_values().collect();
         sketches.push(s.open.as_ref().map(Tally::snapshot)?);
         s.pending = false;
         s.written_ms = now_ms;
@@ -112,8 +118,9 @@ impl InstanceSketch {
         for sketch in flush.sketches {
             if Some(sketch.hour) == open_hour {
                 s.pending = true;
-            } else if s.ended.is_none() {
-                s.ended = Some(sketch);
+            } else {
+                // An ended hour's final sketch: nothing newer of it exists.
+                s.ended.entry(sketch.hour).or_insert(sketch);
             }
         }
     }
@@ -194,5 +201,32 @@ mod tests {
             [5, 6]
         );
         assert!(named(&next)[0].contains(&"d".to_owned()));
+    }
+
+    #[test]
+    fn every_ended_hour_whose_put_failed_is_kept_until_put() {
+        let s = InstanceSketch::new("fn#1".into());
+        let first = s.add("a", 5 * H).unwrap();
+        s.failed(first);
+        // The next like is two hours later: hour 5 is still to put.
+        let turn = s.add("b", 7 * H).unwrap();
+        assert_eq!(
+            turn.sketches.iter().map(|k| k.hour).collect::<Vec<_>>(),
+            [5, 7]
+        );
+        s.failed(turn);
+        // Its put failed too, and the hour turns again: 5, 7 and 8.
+        let again = s.add("c", 8 * H).unwrap();
+        assert_eq!(
+            again.sketches.iter().map(|k| k.hour).collect::<Vec<_>>(),
+            [5, 7, 8]
+        );
+        // Past a day, an unput hour is given up (no list reads it).
+        s.failed(again);
+        let late = s.add("d", 40 * H).unwrap();
+        assert_eq!(
+            late.sketches.iter().map(|k| k.hour).collect::<Vec<_>>(),
+            [40]
+        );
     }
 }

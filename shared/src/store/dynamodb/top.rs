@@ -114,16 +114,21 @@ pub(super) async fn put_instance_sketches(
     let Some(table) = table else {
         return Ok(());
     };
-    for sketch in &flush.sketches {
+    // At once: an ended hour's and the current one's (the caller bounds
+    // how long it waits for both).
+    futures::future::try_join_all(flush.sketches.iter().map(|sketch| {
         let put = sketch_put(table, metric, &flush.writer, sketch, now_ms);
-        client
-            .put_item()
-            .table_name(table)
-            .set_item(put.get_item().clone())
-            .send()
-            .await
-            .map_err(|e| translate("PutItem", e))?;
-    }
+        async move {
+            client
+                .put_item()
+                .table_name(table)
+                .set_item(put.get_item().clone())
+                .send()
+                .await
+                .map_err(|e| translate("PutItem", e))
+        }
+    }))
+    .await?;
     Ok(())
 }
 /// `writer`'s stored sketch of `metric` for `hour`, from `table` (the

@@ -484,7 +484,8 @@ impl ViewStore for DynamoViews {
         metric: &str,
         hour: i64,
     ) -> Result<crate::store::HourSketches, Error> {
-        // Writers are hex digests: every sort key is at or after "0".
+        // Writers are hex digests or `fn#…` (a like function instance's):
+        // every sort key is at or after "0".
         let items = self
             .query_all(
                 &keys::top::top_key(metric, hour),
