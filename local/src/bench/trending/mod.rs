@@ -72,6 +72,11 @@ pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(90);
 /// stored hold the whole load.
 pub(super) const TAIL_LIKES: usize = 64;
 pub(super) const TAIL_SECONDS: f64 = 15.0;
+/// The longest one request of the variant may take.
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest the tail may take: past it, a stack that refuses its likes
+/// or views fails the run now, not after every retry of every one.
+pub(super) const TAIL_DEADLINE: Duration = Duration::from_secs(120);
 /// The reels whose reads are measured with and without the warmer: the
 /// likes list's first.
 pub(super) const READ_REELS: usize = 20;
@@ -178,8 +183,11 @@ async fn measure(opts: &BenchOptions, run: u32, stack: &Stack) -> Result<Trendin
         .clone()
         .ok_or_else(|| anyhow!("trending: the stack has no proxy"))?;
     let client = Arc::new(Client {
+        // A request that never answers (an emulator stuck) fails the run
+        // within minutes instead of holding it for ever.
         http: reqwest::Client::builder()
             .pool_max_idle_per_host(64)
+            .timeout(REQUEST_TIMEOUT)
             .build()?,
         base: stack.base_url.clone(),
     });

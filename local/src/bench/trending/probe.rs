@@ -3,7 +3,9 @@
 //! stream flowing after the load, and the drain.
 
 use super::super::platform::traffic::Client;
-use super::{PROBE_EVERY, PROBE_LIKES, PROBE_POLL, PROBE_TIMEOUT, TAIL_LIKES, TAIL_SECONDS};
+use super::{
+    PROBE_EVERY, PROBE_LIKES, PROBE_POLL, PROBE_TIMEOUT, TAIL_DEADLINE, TAIL_LIKES, TAIL_SECONDS,
+};
 use crate::stack::Stack;
 use anyhow::{Result, anyhow};
 use std::sync::Arc;
@@ -86,7 +88,14 @@ pub(super) async fn tail(client: &Client, prefix: &str) -> Result<(String, usize
     let reel = format!("{prefix}tail");
     let gap = Duration::from_secs_f64(TAIL_SECONDS / TAIL_LIKES as f64);
     let mut taken = 0;
+    let started = Instant::now();
     for u in 0..TAIL_LIKES {
+        if started.elapsed() > TAIL_DEADLINE {
+            return Err(anyhow!(
+                "trending: the tail took over {} s ({taken} of {TAIL_LIKES} taken): the stack refuses likes or views",
+                TAIL_DEADLINE.as_secs()
+            ));
+        }
         // A like and a view each, from users of their own: both streams
         // flow, each record on a shard of its user's key.
         let user = format!("{reel}-u{u}");
