@@ -267,6 +267,22 @@ async fn the_warmer_keeps_the_trending_reels_totals_for_every_instance() {
 }
 
 /// An item's size as DynamoDB counts it, near enough: names and values.
+/// The likes' trending sketch items (`top#likes#…`) in the views table.
+async fn likes_sketch_items(
+    t: &TestStack,
+) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    let views = t.stack.config.writers_table.clone().expect("WRITERS_TABLE");
+    t.scan(&views)
+        .await
+        .into_iter()
+        .filter(|i| {
+            i.get("pk")
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|pk| pk.starts_with("top#likes#"))
+        })
+        .collect()
+}
+
 fn item_bytes(
     item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
 ) -> usize {
@@ -314,17 +330,7 @@ async fn a_writers_sketch_stays_out_of_its_checkpoint() {
         assert!(!c.contains_key("fi"), "the sketch is in the checkpoint");
     }
     // The sketch is in the hour's top# item, as big as it is.
-    let views = t.stack.config.writers_table.clone().expect("stream mode");
-    let sketches: Vec<_> = t
-        .scan(&views)
-        .await
-        .into_iter()
-        .filter(|i| {
-            i.get("pk")
-                .and_then(|v| v.as_s().ok())
-                .is_some_and(|pk| pk.starts_with("top#likes#"))
-        })
-        .collect();
+    let sketches = likes_sketch_items(&t).await;
     assert_eq!(sketches.len(), checkpoints.len(), "one per writer");
     assert!(
         sketches.iter().any(|s| item_bytes(s) > 1_500),
@@ -397,21 +403,9 @@ async fn transactional_mode_ranks_likes_from_the_like_instances_sketches() {
     .await;
     assert_eq!(body["ranked_by"], "instance");
     // One writer, the like function instance, under a key of its own.
-    let views = t
-        .stack
-        .config
-        .writers_table
-        .clone()
-        .expect("the views table");
-    let writers: Vec<String> = t
-        .scan(&views)
+    let writers: Vec<String> = likes_sketch_items(&t)
         .await
         .into_iter()
-        .filter(|i| {
-            i.get("pk")
-                .and_then(|v| v.as_s().ok())
-                .is_some_and(|pk| pk.starts_with("top#likes#"))
-        })
         .map(|i| i["sk"].as_s().unwrap().clone())
         .collect();
     assert_eq!(writers.len(), 1, "{writers:?}");
