@@ -49,32 +49,17 @@ pub fn step<'a>(
     counts: impl IntoIterator<Item = (&'a str, u64)>,
 ) -> SketchStep {
     let now = hour_of(now_ms);
-    let (hour, sketch, finished, opened) = match prev {
+    let (mut tally, finished, opened) = match prev {
         // The same hour, or a clock behind the stored one: add to it.
-        Some(p) if p.hour >= now => (p.hour, decode(&p.bytes, WRITER_MAP_SIZE), None, false),
-        Some(p) => (now, new(WRITER_MAP_SIZE), Some(p.clone()), true),
-        None => (now, new(WRITER_MAP_SIZE), None, true),
+        Some(p) if p.hour >= now => (Tally::resume(p), None, false),
+        Some(p) => (Tally::new(now), Some(p.clone()), true),
+        None => (Tally::new(now), None, true),
     };
-    step_in(hour, sketch, counts, finished, opened)
-}
-
-fn step_in<'a>(
-    hour: i64,
-    mut sketch: FrequentItemsSketch<String>,
-    counts: impl IntoIterator<Item = (&'a str, u64)>,
-    finished: Option<HourSketch>,
-    opened: bool,
-) -> SketchStep {
     for (item, n) in counts {
-        if n > 0 {
-            sketch.update_with_count(item.to_owned(), n);
-        }
+        tally.add(item, n);
     }
     SketchStep {
-        current: HourSketch {
-            hour,
-            bytes: sketch.serialize(),
-        },
+        current: tally.snapshot(),
         finished,
         opened,
     }
@@ -96,6 +81,14 @@ impl Tally {
         Tally {
             hour,
             sketch: new(WRITER_MAP_SIZE),
+        }
+    }
+
+    /// `stored`, to add to (started over if it cannot be read).
+    pub fn resume(stored: &HourSketch) -> Self {
+        Tally {
+            hour: stored.hour,
+            sketch: decode(&stored.bytes, WRITER_MAP_SIZE),
         }
     }
 
@@ -127,12 +120,7 @@ fn decode(bytes: &[u8], size: usize) -> FrequentItemsSketch<String> {
 /// frequent first (by upper bound), with the merged sketch's maximum error
 /// (an item whose true count is above it is among them).
 pub fn candidates<'a>(sketches: impl IntoIterator<Item = &'a [u8]>) -> (Vec<String>, u64) {
-    let mut merged = new(MERGED_MAP_SIZE);
-    for bytes in sketches {
-        if let Ok(s) = FrequentItemsSketch::<String>::deserialize(bytes) {
-            merged.merge(&s);
-        }
-    }
+    let merged = merged(sketches);
     let rows = merged.frequent_items(ErrorType::NoFalseNegatives);
     (
         rows.into_iter().map(|r| r.item().clone()).collect(),
@@ -144,13 +132,19 @@ pub fn candidates<'a>(sketches: impl IntoIterator<Item = &'a [u8]>) -> (Vec<Stri
 /// serialized: what [`candidates`] takes in their place once the hour has
 /// ended, since merging is associative (its error is carried in it).
 pub fn merge_hour<'a>(sketches: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    merged(sketches).serialize()
+}
+
+/// `sketches` merged into one of map [`MERGED_MAP_SIZE`] (one that
+/// cannot be read is left out).
+fn merged<'a>(sketches: impl IntoIterator<Item = &'a [u8]>) -> FrequentItemsSketch<String> {
     let mut merged = new(MERGED_MAP_SIZE);
     for bytes in sketches {
         if let Ok(s) = FrequentItemsSketch::<String>::deserialize(bytes) {
             merged.merge(&s);
         }
     }
-    merged.serialize()
+    merged
 }
 
 #[cfg(test)]
