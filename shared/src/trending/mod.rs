@@ -124,11 +124,26 @@ pub fn hours(window: crate::keys::window::Window, now_ms: i64) -> std::ops::Rang
     sketch::hour_of(window.from_ms(now_ms))..=sketch::hour_of(now_ms)
 }
 
-/// How long an instance keeps an ended hour's merged sketches: an ended
-/// hour changes only by its writers' late puts (a writer's final sketch
-/// of it, put with its first chunk or like of the next hour), so a 24-hour
-/// list reads about one hour's sketches per ranking instead of 25.
+/// How long an instance keeps an ended hour's merged sketches, at the
+/// least: an ended hour changes only by its writers' late puts (a writer's
+/// final sketch of it, put with its first chunk or like of the next hour),
+/// so a 24-hour list reads about one hour's sketches per ranking instead of
+/// 25. Each hour is kept up to half as long again ([`ended_hour_ttl`]).
 pub const ENDED_HOUR_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How long an instance keeps `hour`'s merged sketches: [`ENDED_HOUR_TTL`]
+/// and a part of half of it that the hour's number picks. An instance's
+/// first ranking reads and keeps a day's hours at once; kept for one
+/// lifetime they would all expire together, and one ranking in every ten
+/// minutes would read all 24 again. Spread over five minutes, a ranking
+/// reads again the few whose time came. Fixed per hour (not drawn), so
+/// what an instance keeps is the same however often it asks.
+pub fn ended_hour_ttl(hour: i64) -> std::time::Duration {
+    let spread = ENDED_HOUR_TTL.as_secs() / 2;
+    // Fibonacci hashing: consecutive hours land far apart in the spread.
+    let mixed = (hour as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    ENDED_HOUR_TTL + std::time::Duration::from_secs(mixed % spread.max(1))
+}
 
 /// How long after an hour ends its sketches are still read afresh with
 /// every ranking, before its merge is kept for [`ENDED_HOUR_TTL`]: busy
@@ -140,6 +155,20 @@ pub const ENDED_HOUR_SETTLE_MS: i64 = 60_000;
 pub struct Lists {
     lists: moka::future::Cache<(Metric, crate::keys::window::Window), std::sync::Arc<Ranked>>,
     hours: moka::future::Cache<(Metric, i64), std::sync::Arc<Vec<u8>>>,
+}
+
+/// An ended hour's merge is kept for [`ended_hour_ttl`].
+struct HourExpiry;
+
+impl moka::Expiry<(Metric, i64), std::sync::Arc<Vec<u8>>> for HourExpiry {
+    fn expire_after_create(
+        &self,
+        key: &(Metric, i64),
+        _: &std::sync::Arc<Vec<u8>>,
+        _: std::time::Instant,
+    ) -> Option<std::time::Duration> {
+        Some(ended_hour_ttl(key.1))
+    }
 }
 
 /// A list is kept [`LIST_TTL`] if this instance ranked it,
@@ -170,7 +199,7 @@ impl Default for Lists {
                 .build(),
             // Two metrics, a day's hours each and a few to spare.
             hours: moka::future::Cache::builder()
-                .time_to_live(ENDED_HOUR_TTL)
+                .expire_after(HourExpiry)
                 .max_capacity(64)
                 .build(),
         }
@@ -206,5 +235,26 @@ impl Lists {
             })
             .await
             .map_err(|e| (*e).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_days_ended_hours_are_kept_for_lifetimes_spread_over_five_minutes() {
+        for day in [0_i64, 1, 493_000 / 24, 20_000] {
+            let ttls: Vec<u64> = (day * 24..day * 24 + 24)
+                .map(|h| ended_hour_ttl(h).as_secs())
+                .collect();
+            assert!(ttls.iter().all(|t| (600..900).contains(t)), "{ttls:?}");
+            let distinct: std::collections::BTreeSet<u64> = ttls.iter().copied().collect();
+            assert!(distinct.len() >= 20, "{ttls:?}");
+            let (lo, hi) = (distinct.first().unwrap(), distinct.last().unwrap());
+            assert!(hi - lo >= 240, "{ttls:?}");
+            // The same hour, the same lifetime.
+            assert_eq!(ended_hour_ttl(day * 24), ended_hour_ttl(day * 24));
+        }
     }
 }

@@ -34,7 +34,7 @@ pub async fn rank(app: &App, metric: Metric, window: Window) -> Result<Ranked, E
     let reader = app.views.reader.as_ref().ok_or_else(Views::missing)?;
     let now = crate::clock::now_ms();
     // Each hour's sketches merged; an hour that ended a while ago from
-    // this instance's copy (`trending::ENDED_HOUR_TTL`).
+    // this instance's copy (`trending::ended_hour_ttl`).
     let settled = trending::sketch::hour_of(now - trending::ENDED_HOUR_SETTLE_MS);
     let hours: Vec<Arc<Vec<u8>>> = futures::stream::iter(trending::hours(window, now))
         .map(|hour| async move {
