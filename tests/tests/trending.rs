@@ -266,7 +266,6 @@ async fn the_warmer_keeps_the_trending_reels_totals_for_every_instance() {
     t.stop().await;
 }
 
-/// An item's size as DynamoDB counts it, near enough: names and values.
 /// The likes' trending sketch items (`top#likes#…`) in the views table.
 async fn likes_sketch_items(
     t: &TestStack,
@@ -283,6 +282,7 @@ async fn likes_sketch_items(
         .collect()
 }
 
+/// An item's size as DynamoDB counts it, near enough: names and values.
 fn item_bytes(
     item: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
 ) -> usize {

@@ -146,7 +146,7 @@ pub fn ended_hour_ttl(hour: i64) -> std::time::Duration {
 }
 
 /// How long after an hour ends its sketches are still read afresh with
-/// every ranking, before its merge is kept for [`ENDED_HOUR_TTL`]: busy
+/// every ranking, before its merge is kept for [`ended_hour_ttl`]: busy
 /// writers put their final sketch of it within seconds.
 pub const ENDED_HOUR_SETTLE_MS: i64 = 60_000;
 

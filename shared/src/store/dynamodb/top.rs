@@ -71,8 +71,8 @@ pub(super) fn puts(
         .collect()
 }
 
-/// The put of `writer`'s `sketch` of `metric` into `table`, kept
-/// [`top::TOP_TTL_SECS`] from `now_ms`.
+/// The put of `writer`'s `sketch` of `metric` into `table`, in a
+/// transaction.
 fn sketch_put(
     table: &str,
     metric: &str,
@@ -82,20 +82,36 @@ fn sketch_put(
 ) -> aws_sdk_dynamodb::types::builders::PutBuilder {
     Put::builder()
         .table_name(table)
-        .item("pk", AttributeValue::S(top::top_key(metric, sketch.hour)))
-        .item("sk", AttributeValue::S(writer.to_owned()))
-        .item(
-            "expires_at",
+        .set_item(Some(sketch_item(metric, writer, sketch, now_ms)))
+}
+
+/// `writer`'s `sketch` of `metric` as an item, kept [`top::TOP_TTL_SECS`]
+/// from `now_ms`.
+fn sketch_item(
+    metric: &str,
+    writer: &str,
+    sketch: &HourSketch,
+    now_ms: i64,
+) -> std::collections::HashMap<String, AttributeValue> {
+    std::collections::HashMap::from([
+        (
+            "pk".to_owned(),
+            AttributeValue::S(top::top_key(metric, sketch.hour)),
+        ),
+        ("sk".to_owned(), AttributeValue::S(writer.to_owned())),
+        (
+            "expires_at".to_owned(),
             AttributeValue::N((now_ms / 1000 + top::TOP_TTL_SECS).to_string()),
-        )
-        .item(
-            top::SKETCH_HOUR_ATTR,
+        ),
+        (
+            top::SKETCH_HOUR_ATTR.to_owned(),
             AttributeValue::N(sketch.hour.to_string()),
-        )
-        .item(
-            top::SKETCH_ATTR,
+        ),
+        (
+            top::SKETCH_ATTR.to_owned(),
             AttributeValue::B(Blob::new(sketch.bytes.clone())),
-        )
+        ),
+    ])
 }
 
 /// A like function instance's sketches of `metric` (transactional mode,
@@ -117,12 +133,12 @@ pub(super) async fn put_instance_sketches(
     // At once: an ended hour's and the current one's (the caller bounds
     // how long it waits for both).
     futures::future::try_join_all(flush.sketches.iter().map(|sketch| {
-        let put = sketch_put(table, metric, &flush.writer, sketch, now_ms);
+        let item = sketch_item(metric, &flush.writer, sketch, now_ms);
         async move {
             client
                 .put_item()
                 .table_name(table)
-                .set_item(put.get_item().clone())
+                .set_item(Some(item))
                 .send()
                 .await
                 .map_err(|e| translate("PutItem", e))
