@@ -35,6 +35,18 @@ use tokio::sync::{Notify, watch};
 /// polls each shard about four times a second).
 pub(super) const POLL: Duration = Duration::from_millis(250);
 
+/// The lane of `lanes` that a row whose partition key is `key` (its
+/// bytes; a string's UTF-8) goes to: FNV-1a, fixed across runs and builds.
+pub fn lane_of_key(lanes: u32, key: &[u8]) -> u32 {
+    if lanes <= 1 {
+        return 0;
+    }
+    let hash = key.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (hash % u64::from(lanes)) as u32
+}
+
 /// How a real shard is cut into virtual shards.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -66,10 +78,7 @@ impl Layout {
             Some(AttributeValue::B(b)) => b.as_ref(),
             _ => return 0,
         };
-        let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-        (hash % u64::from(self.lanes)) as u32
+        lane_of_key(self.lanes, bytes)
     }
 
     /// The id of generation `generation` of lane `lane` of real shard
@@ -168,12 +177,12 @@ impl Lane {
     /// Waits for the lane's next batch: up to `size` records of one virtual
     /// shard, handed over when full, when the oldest waited `window`, when
     /// its shard has closed (the next record is a child's) or the real shard
-    /// ended; never while `paused`. `None`: the lane ended, or `stopped`.
+    /// ended; never while `paused()`. `None`: the lane ended, or `stopped`.
     pub(super) async fn next_batch(
         &self,
         size: usize,
         window: Duration,
-        paused: &AtomicBool,
+        paused: &(dyn Fn() -> bool + Send + Sync),
         stopped: &mut watch::Receiver<bool>,
     ) -> Option<Batch> {
         // Lambda gathers a shard's next batch once its previous one is
@@ -207,9 +216,7 @@ impl Lane {
                             .count();
                         let full = same >= size.max(1);
                         let shard_closed = queue.len() > same && !full;
-                        if !paused.load(Ordering::Relaxed)
-                            && (full || waited || shard_closed || closed)
-                        {
+                        if !paused() && (full || waited || shard_closed || closed) {
                             let records = queue.drain(..same).map(|q| q.record).collect();
                             return Some(Batch {
                                 generation,
@@ -368,7 +375,12 @@ mod tests {
         let paused = AtomicBool::new(true);
         let held = tokio::time::timeout(
             Duration::from_millis(600),
-            lane.next_batch(10, Duration::ZERO, &paused, &mut stopped),
+            lane.next_batch(
+                10,
+                Duration::ZERO,
+                &|| paused.load(Ordering::Relaxed),
+                &mut stopped,
+            ),
         )
         .await;
         assert!(held.is_err(), "paused: nothing handed over");
@@ -382,7 +394,12 @@ mod tests {
         // The parent closed at its third record: handed over at once,
         // although the batch is not full and the window not over.
         let first = lane
-            .next_batch(10, Duration::from_secs(60), &paused, &mut stopped)
+            .next_batch(
+                10,
+                Duration::from_secs(60),
+                &|| paused.load(Ordering::Relaxed),
+                &mut stopped,
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -391,7 +408,12 @@ mod tests {
         );
         r.close();
         let second = lane
-            .next_batch(10, Duration::from_secs(60), &paused, &mut stopped)
+            .next_batch(
+                10,
+                Duration::from_secs(60),
+                &|| paused.load(Ordering::Relaxed),
+                &mut stopped,
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -399,9 +421,14 @@ mod tests {
             (1, vec!["4".into(), "5".into()])
         );
         assert!(
-            lane.next_batch(10, Duration::ZERO, &paused, &mut stopped)
-                .await
-                .is_none()
+            lane.next_batch(
+                10,
+                Duration::ZERO,
+                &|| paused.load(Ordering::Relaxed),
+                &mut stopped
+            )
+            .await
+            .is_none()
         );
     }
 
@@ -422,7 +449,14 @@ mod tests {
             let mut stopped = stopped.clone();
             async move {
                 let paused = AtomicBool::new(false);
-                let batch = lane.next_batch(100, window, &paused, &mut stopped).await;
+                let batch = lane
+                    .next_batch(
+                        100,
+                        window,
+                        &|| paused.load(Ordering::Relaxed),
+                        &mut stopped,
+                    )
+                    .await;
                 assert!(batch.is_some_and(|b| !b.records.is_empty()));
                 let at = Instant::now();
                 // On the lane's poll clock (the timer fires a little late,

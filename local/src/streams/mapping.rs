@@ -282,10 +282,10 @@ pub(super) async fn run_lane(
 ) {
     let size = delivery.source.def.batch_size.max(1) as usize;
     let window = Duration::from_secs(delivery.source.def.batching_window_secs.into());
-    while let Some(batch) = lane
-        .next_batch(size, window, &delivery.stats.paused, &mut stopped)
-        .await
-    {
+    let stats = delivery.stats.clone();
+    let index = lane.index;
+    let paused = move || stats.paused.load(Ordering::Relaxed) || stats.lane_held(index);
+    while let Some(batch) = lane.next_batch(size, window, &paused, &mut stopped).await {
         let id = layout.shard_id(&real, lane.index, batch.generation);
         let generation = batch.generation;
         let upcoming = |n| lane.upcoming(generation, n);

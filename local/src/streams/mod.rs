@@ -48,7 +48,7 @@ mod mapping;
 mod tests;
 
 pub use faults::SourceFaults;
-pub use lanes::Layout;
+pub use lanes::{Layout, lane_of_key};
 
 use anyhow::{Context, Result};
 use aws_sdk_dynamodbstreams::Client;
@@ -115,9 +115,17 @@ pub struct StreamSourceStats {
     /// While set, records are read but not delivered (an aggregator that
     /// is down or far behind: records in flight).
     pub paused: AtomicBool,
+    /// Lanes (0–63, one bit each) held back as `paused` holds all: one
+    /// stream shard behind the others.
+    pub held_lanes: AtomicU64,
 }
 
 impl StreamSourceStats {
+    /// Whether lane `lane` is held back ([`StreamSource::hold_lane`]).
+    pub fn lane_held(&self, lane: u32) -> bool {
+        lane < 64 && self.held_lanes.load(Ordering::Relaxed) & (1 << lane) != 0
+    }
+
     /// Records the function has not been handed successfully yet.
     pub fn discarded(&self) -> u64 {
         self.discarded.load(Ordering::Relaxed)
@@ -203,6 +211,18 @@ impl StreamSource {
     /// Holds deliveries back (`true`) or lets them go on (`false`).
     pub fn pause(&self, paused: bool) {
         self.stats.paused.store(paused, Ordering::Relaxed);
+    }
+
+    /// Holds lane `lane` (0–63) back (`true`) or lets it go on, the
+    /// others as they are: records of one stream shard in flight while
+    /// the others' are carried.
+    pub fn hold_lane(&self, lane: u32, held: bool) {
+        let bit = 1u64.checked_shl(lane).unwrap_or(0);
+        if held {
+            self.stats.held_lanes.fetch_or(bit, Ordering::Relaxed);
+        } else {
+            self.stats.held_lanes.fetch_and(!bit, Ordering::Relaxed);
+        }
     }
 
     /// Whether every record now in the stream has been handed to the
