@@ -311,6 +311,13 @@ impl Config {
         // as a margin for the stamp's own conditional write.
         self.settings_ttl + self.request_timeout + self.ddb_operation_timeout + self.resize.margin
     }
+
+    /// Stream mode's own-change tails ([`crate::keys::tail`]).
+    pub fn own_tail(&self) -> crate::keys::tail::TailWindow {
+        let ms = |d: Duration| d.as_millis() as i64;
+        let skew = ms(self.reconcile.clock_skew);
+        crate::keys::tail::TailWindow::new(ms(self.cache_ttl), ms(self.stream_visible), skew)
+    }
 }
 
 /// A configuration value that could not be used.

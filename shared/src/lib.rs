@@ -39,7 +39,8 @@
 //!   users, or stream shards) from one source meeting itself.
 //! * [`aggregate`]: stream mode's consumer of the Likes table's stream,
 //!   exactly once with a checkpoint per stream shard; `records` parses
-//!   Lambda's event, `chunk` cuts it into transactions.
+//!   Lambda's event, `chunk` cuts it into transactions, `tails` is what
+//!   an instance knows of its writer items' own-change tails.
 //! * [`views`]: views and unique viewers: `POST /views` into a Kinesis log,
 //!   its consumer on [`aggregate`]'s exactly-once core, HyperLogLog
 //!   sketches, the cached sums.

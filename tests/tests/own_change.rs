@@ -131,3 +131,62 @@ async fn an_own_unlike_on_its_way_does_not_hold_the_count_below_the_shards() {
     );
     t.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlike_whose_like_another_stream_shard_holds_back_answers_the_truth() {
+    // The case the aggregator's clock cannot place: u0 likes z, a second
+    // later u1 likes z; u0's stream shard carries its like *after* u1's
+    // like was made, while u1's stream shard holds u1's back. A fresh
+    // instance takes u1's unlike: its sum holds 1 and was written after
+    // u1's like, so "the count may hold the like" and 1 came off. Before:
+    // `count: 0`, and 0 served, while the truth (u0's like, a second
+    // older than u1's) is 1. Cut at u1's like by the writer items'
+    // own-change tails, the sum says 1 whichever shard has u1's like.
+    let lanes = 2;
+    let env: Vec<(&str, &str)> = ENV
+        .iter()
+        .copied()
+        .chain([("LOCAL_STREAM_SHARDS", "2")])
+        .collect();
+    let lane = |u: &str| likes_local::streams::lane_of_key(lanes, u.as_bytes());
+    let (u0, u1) = (
+        "u0",
+        (1..100)
+            .map(|i| format!("u{i}"))
+            .find(|u| lane(u) != lane("u0"))
+            .unwrap(),
+    );
+    let t = TestStack::start(&env).await;
+    t.stack.streams[0].pause(true);
+    let a = t.like(u0, "z").await;
+    assert_eq!((a.status, a.body["count"].as_i64()), (200, Some(1)));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let b = t.like(&u1, "z").await;
+    assert_eq!((b.status, b.body["count"].as_i64()), (200, Some(2)));
+    // u0's shard carries its like now; u1's holds u1's back.
+    t.stack.streams[0].hold_lane(lane(&u1), true);
+    t.stack.streams[0].pause(false);
+    let started = std::time::Instant::now();
+    while t.shard_sum("z").await != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "u0's like carried"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let fresh = instance(&t);
+    let out = fresh
+        .service
+        .write(request(&u1, "z", Action::Unlike, "held-1"))
+        .await
+        .unwrap();
+    assert_eq!((out.changed, out.count), (true, 1), "the unlike's answer");
+    let z = ReelId::parse("z").unwrap();
+    assert_eq!(fresh.service.count(&z).await.unwrap().count, 1);
+    // u1's shard carries the like and the unlike: still 1.
+    t.stack.streams[0].hold_lane(lane(&u1), false);
+    carry(&t).await;
+    assert_eq!(t.shard_sum("z").await, 1);
+    assert_eq!(fresh.service.count(&z).await.unwrap().count, 1);
+    t.stop().await;
+}

@@ -237,6 +237,7 @@ fn moving(key: &str, expected: Option<&str>, next: &str) -> ChunkWrite {
         now_ms: 1,
         expires_at: 4_000_000_000,
         width_ms: 1_000,
+        tail_width_ms: 1_000,
         prune: Vec::new(),
         window_prune: Vec::new(),
         sketch: None,

@@ -37,8 +37,28 @@ pub struct Chunk {
     /// ([`crate::keys::window`]; every coarser bucket is a whole number of
     /// these).
     pub made: BTreeMap<ReelId, BTreeMap<i64, i64>>,
+    /// Each listed reel's net change by its records' own time (a new
+    /// row's `liked_at`, a removal's stream timestamp; Unix ms): what its
+    /// writer item's own-change tail takes ([`crate::keys::tail`]).
+    pub own: BTreeMap<ReelId, BTreeMap<i64, i64>>,
     /// The latest `ApproximateCreationDateTime` in it (Unix ms).
     pub newest_ms: Option<i64>,
+}
+
+/// Where a chunk's transaction writes each reel, and what own-change tail
+/// it sets there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ItemPlan {
+    /// How many parts each reel is written to now (absent: one): the
+    /// spread registry as last read.
+    pub parts: HashMap<ReelId, u32>,
+    /// The own-change tails' bucket width (ms), part of their name.
+    pub tail_width_ms: i64,
+    /// Each reel's writer item's tail after the chunk, whole
+    /// ([`crate::keys::tail::TailWindow::merged`]): bucket start, net
+    /// change. A reel left out keeps its map as it is (empty before and
+    /// after).
+    pub tails: HashMap<ReelId, BTreeMap<i64, i64>>,
 }
 
 impl Chunk {
@@ -51,7 +71,8 @@ impl Chunk {
     /// Its transaction on the checkpoint item `key` of stream shard
     /// `shard_id`, from `checkpoint` (the value read) to its last record:
     /// each reel's delta on the stream shard's own item of the reel, in
-    /// the part of the reel's `parts` (absent: one) its writer name picks;
+    /// the part of the reel's parts in `items` its writer name picks, with
+    /// the tail `items` gives it;
     /// `now` is the aggregator's clock.
     pub fn write(
         &self,
@@ -60,7 +81,7 @@ impl Chunk {
         checkpoint: Option<&SequenceNumber>,
         window: RecentWindow,
         now: Duration,
-        parts: &HashMap<ReelId, u32>,
+        items: &ItemPlan,
     ) -> ChunkWrite {
         let writer = keys::likes_writer(key);
         let now_ms = now.as_millis() as i64;
@@ -87,10 +108,11 @@ impl Chunk {
             }
             adds.push(ChunkAdd {
                 reel: reel.clone(),
-                part: keys::likes_writer_part(writer, parts.get(reel).copied().unwrap_or(1)),
+                part: keys::likes_writer_part(writer, items.parts.get(reel).copied().unwrap_or(1)),
                 delta,
                 recent,
                 windows: windows.into_iter().filter(|(_, d)| *d != 0).collect(),
+                tail: items.tails.get(reel).cloned(),
             });
         }
         let (prune, window_prune) = if adds.is_empty() {
@@ -117,6 +139,7 @@ impl Chunk {
             width_ms: window.width_ms,
             prune,
             window_prune,
+            tail_width_ms: items.tail_width_ms,
             sketch: None,
         };
         write.token = token(&write);
@@ -161,6 +184,7 @@ fn token(write: &ChunkWrite) -> RequestToken {
         width_ms,
         prune,
         window_prune,
+        tail_width_ms,
         sketch,
     } = write;
     let mut fields: Vec<String> = vec![
@@ -173,6 +197,7 @@ fn token(write: &ChunkWrite) -> RequestToken {
         expires_at.to_string(),
     ];
     fields.push(format!("w{width_ms}"));
+    fields.push(format!("t{tail_width_ms}"));
     fields.extend(prune.iter().map(|p| format!("p{p}")));
     fields.extend(window_prune.iter().map(|p| format!("-{p}")));
     // The sketch, when the chunk writes it (a digest: it is a few KB).
@@ -200,6 +225,7 @@ fn token(write: &ChunkWrite) -> RequestToken {
         delta,
         recent,
         windows,
+        tail,
     } in adds
     {
         fields.extend([
@@ -216,12 +242,16 @@ fn token(write: &ChunkWrite) -> RequestToken {
             fields.push(format!("b{start_ms}:{delta}:{removals}"));
         }
         fields.extend(windows.iter().map(|(name, d)| format!("{name}+{d}")));
+        if let Some(tail) = tail {
+            fields.push("tail".to_owned());
+            fields.extend(tail.iter().map(|(start, d)| format!("{start}={d}")));
+        }
     }
     let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-    // v8: with the trending sketch (v7: the windowed-count buckets; v6:
+    // v9: with the own-change tails; v8: with the trending sketch (v7: the windowed-count buckets; v6:
     // each writer item in its part; v5: part 0 only; v4: shard items with
     // the recent buckets); an older token names another body.
-    RequestToken::for_fields("aggregate/v8", &fields)
+    RequestToken::for_fields("aggregate/v9", &fields)
 }
 
 /// Bytes as hex, for a token's fields.
@@ -270,6 +300,7 @@ pub fn chunks(
                     deltas: BTreeMap::new(),
                     recent: BTreeMap::new(),
                     made: BTreeMap::new(),
+                    own: BTreeMap::new(),
                     newest_ms: None,
                 });
                 let last = out.len() - 1;
@@ -299,6 +330,12 @@ pub fn chunks(
                 .entry(r.clone())
                 .or_default()
                 .entry(made)
+                .or_default() += c.delta;
+            *chunk
+                .own
+                .entry(r.clone())
+                .or_default()
+                .entry(c.key_ms.unwrap_or(fallback_ms))
                 .or_default() += c.delta;
         }
         chunk.newest_ms = chunk.newest_ms.max(c.at_ms);
@@ -392,14 +429,13 @@ mod tests {
                 .enumerate()
                 .collect();
         let out = chunks(&cs, 5, 10, 0);
-        let none = HashMap::new();
         let write = out[0].write(
             "agg#k",
             "s",
             None,
             WINDOW,
             Duration::from_millis(100),
-            &none,
+            &ItemPlan::default(),
         );
         assert_eq!(write.adds.len(), 1);
         assert_eq!(write.adds[0].delta, -1);
@@ -426,7 +462,7 @@ mod tests {
             None,
             WINDOW,
             Duration::from_millis(1_000),
-            &none,
+            &ItemPlan::default(),
         );
         assert!(late.adds[0].recent.is_empty());
         assert_eq!(late.adds[0].delta, -1);
@@ -445,7 +481,7 @@ mod tests {
         let reel = |r: &str| ReelId::parse(r).unwrap();
         // Soon after the records: their buckets are still kept.
         let now = Duration::from_millis(100);
-        let none = HashMap::new();
+        let none = ItemPlan::default();
         let write = |chunk: &Chunk, read: Option<&SequenceNumber>, now| {
             chunk.write(key, "shard-1", read, WINDOW, now, &none)
         };
@@ -483,10 +519,23 @@ mod tests {
         }
         others.push(write(&moved, read.as_ref(), now));
         // Reel a spread over 8 parts: writer `k` writes part 2 of them.
-        let spread = HashMap::from([(reel("a"), 8)]);
+        let spread = ItemPlan {
+            parts: HashMap::from([(reel("a"), 8)]),
+            ..ItemPlan::default()
+        };
         let to_part = chunk.write(key, "shard-1", read.as_ref(), WINDOW, now, &spread);
         assert_eq!((to_part.adds[0].part, to_part.adds[1].part), (2, 0));
         others.push(to_part);
+        // The same records with another own-change tail to set (a prior
+        // map read or remembered otherwise).
+        let tails = ItemPlan {
+            tail_width_ms: 1000,
+            tails: HashMap::from([(reel("a"), BTreeMap::from([(0, 1)]))]),
+            ..ItemPlan::default()
+        };
+        let with_tail = chunk.write(key, "shard-1", read.as_ref(), WINDOW, now, &tails);
+        assert_eq!(with_tail.adds[0].tail, Some(BTreeMap::from([(0, 1)])));
+        others.push(with_tail);
         for (i, other) in others.iter().enumerate() {
             assert_ne!(*other, base, "variant {i}");
             assert_ne!(

@@ -79,17 +79,30 @@
 //! is why a reel whose like and unlike in a chunk cancel out keeps its
 //! place: its removal is recorded.
 //!
+//! # Own-change tails
+//!
+//! Each writer item's update also sets its own-change tail whole: the net
+//! change of its records per short bucket of their own time, over the
+//! last seconds ([`crate::keys::tail`]), so that a reader can cut a sum
+//! before an own unlike's like (`LikeService::serve_own_change`). What the
+//! item holds comes from this instance's own last writes while the
+//! checkpoint is where it left it, and is read otherwise
+//! ([`tails::Tails`]).
+//!
 //! # Rooms
 //!
-//! `records` parses Lambda's event, `chunk` cuts it into transactions; this
-//! file applies them.
+//! `records` parses Lambda's event, `chunk` cuts it into transactions,
+//! `tails` keeps what this instance knows of its writer items' own-change
+//! tails ([`crate::keys::tail`]); this file applies them.
 
 pub mod chunk;
 pub mod core;
 pub mod records;
+pub mod tails;
 
 use crate::config::{Config, RecentWindow};
 use crate::error::Error;
+use crate::keys::tail::TailWindow;
 use crate::keys::{self, ReelId};
 use crate::retry::Backoff;
 use crate::store::{AggregateStore, ChunkResult, ChunkWrite};
@@ -118,6 +131,10 @@ pub struct Aggregator<S> {
     window: RecentWindow,
     /// Each stream shard's trending sketch as this instance holds it.
     sketches: Sketches,
+    /// The writer items' own-change tails (see [`crate::keys::tail`]).
+    tail: TailWindow,
+    /// Each stream shard's tails as this instance knows them.
+    tails: tails::Tails,
 }
 
 /// `out` with its skipped records counted: those the checkpoint covers that
@@ -148,6 +165,8 @@ impl<S: AggregateStore> Aggregator<S> {
             chunk_reels: config.aggregate_chunk_reels,
             window: config.reconcile.recent_window(),
             sketches: Sketches::default(),
+            tail: config.own_tail(),
+            tails: tails::Tails::default(),
         }
     }
 
@@ -221,6 +240,15 @@ impl<S: AggregateStore> Aggregator<S> {
             };
             self.sketches.restore(key, stored.seq.as_deref(), sketch);
         }
+        if !self.tails.holds(key, stored.seq.as_deref()) {
+            // A shard that never applied a chunk has no writer item yet
+            // (they are written with its checkpoint): nothing to read.
+            let since = match stored.seq {
+                Some(_) => crate::clock::now_ms(),
+                None => 0,
+            };
+            self.tails.restart(key, stored.seq.as_deref(), since);
+        }
         let seq = match stored.seq {
             None => None,
             Some(s) => Some(SequenceNumber::parse(&s).ok_or_else(|| {
@@ -241,7 +269,7 @@ impl<S: AggregateStore> Aggregator<S> {
         checkpoint: Option<&SequenceNumber>,
         chunk: &chunk::Chunk,
         now: Duration,
-        parts: &HashMap<ReelId, u32>,
+        items: &chunk::ItemPlan,
     ) -> ChunkWrite {
         // The trending sketch counts the likes the chunk adds (a reel's
         // net gain: an unlike takes nothing off a candidate).
@@ -251,9 +279,56 @@ impl<S: AggregateStore> Aggregator<S> {
             .map(|(r, d)| (r.as_str(), d as u64));
         let sketch = self.sketches.plan(key, now.as_millis() as i64, likes);
         chunk::with_sketch(
-            chunk.write(key, shard_id, checkpoint, self.window, now, parts),
+            chunk.write(key, shard_id, checkpoint, self.window, now, items),
             sketch,
         )
+    }
+
+    /// Where `chunk` writes each reel (`parts`, the spread registry as
+    /// last read) and the own-change tails those writer items hold after
+    /// it, at `now_ms`: from what this instance knows of them, the others
+    /// read.
+    async fn items(
+        &self,
+        key: &str,
+        chunk: &chunk::Chunk,
+        parts: HashMap<ReelId, u32>,
+        now_ms: i64,
+    ) -> Result<chunk::ItemPlan, Error> {
+        let writer = keys::likes_writer(key);
+        let items: Vec<tails::ItemId> = chunk
+            .reels()
+            .map(|(r, _)| {
+                let n = parts.get(r).copied().unwrap_or(1);
+                (r.clone(), keys::likes_writer_part(writer, n))
+            })
+            .collect();
+        let mut known = self.tails.known(key, &items, &self.tail, now_ms);
+        if !known.unknown.is_empty() {
+            let mut read = self
+                .store
+                .writer_tails(key, &known.unknown, &self.tail)
+                .await?;
+            for id in known.unknown.drain(..) {
+                let map = read.remove(&id).unwrap_or_default();
+                known.maps.insert(id, map);
+            }
+        }
+        let mut plan = chunk::ItemPlan {
+            parts,
+            tail_width_ms: self.tail.width_ms,
+            tails: HashMap::new(),
+        };
+        for id in items {
+            let prior = known.maps.remove(&id).unwrap_or_default();
+            let own = chunk.own.get(&id.0).into_iter().flatten();
+            let adds = own.map(|(t, d)| (self.tail.start_of(*t), *d));
+            let next = self.tail.merged(&prior, adds, now_ms);
+            if !(prior.is_empty() && next.is_empty()) {
+                plan.tails.insert(id.0, next);
+            }
+        }
+        Ok(plan)
     }
 }
 
@@ -308,9 +383,11 @@ impl<S: AggregateStore> core::Planner for Planning<'_, S> {
     ) -> Result<ChunkWrite, Error> {
         let reels: Vec<&ReelId> = chunk.reels().map(|(r, _)| r).collect();
         let parts = self.aggregator.store.writer_parts(&reels).await;
+        let now_ms = now.as_millis() as i64;
+        let items = self.aggregator.items(key, chunk, parts, now_ms).await?;
         Ok(self
             .aggregator
-            .plan(key, self.shard_id, checkpoint, chunk, now, &parts))
+            .plan(key, self.shard_id, checkpoint, chunk, now, &items))
     }
 
     async fn apply(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
@@ -318,6 +395,9 @@ impl<S: AggregateStore> core::Planner for Planning<'_, S> {
     }
 
     fn applied(&self, key: &str, write: &ChunkWrite) {
+        let a = self.aggregator;
+        a.tails
+            .applied(key, &write.next, &write.adds, &a.tail, write.now_ms);
         if let Some(s) = &write.sketch {
             self.aggregator
                 .sketches

@@ -5,6 +5,7 @@
 use super::{Count, LikeService};
 use crate::error::Error;
 use crate::keys::ReelId;
+use crate::keys::tail::RecentTail;
 use crate::store::{CounterStore, Settings, ShardSum};
 use futures::StreamExt;
 use moka::Expiry;
@@ -36,6 +37,10 @@ pub(super) struct Cached {
     /// `liked_at` is later is certainly not in the value (see
     /// [`LikeService::serve_own_change`]).
     pub(super) holds_ms: i64,
+    /// Stream mode: the read's own-change tail, by which it can be cut
+    /// at a moment (see [`crate::keys::tail`]); none in transactional
+    /// mode.
+    pub(super) tail: RecentTail,
 }
 
 impl Cached {
@@ -52,6 +57,7 @@ impl Cached {
             adjusted: 0,
             covers: done_at,
             holds_ms: sum.last_write_ms,
+            tail: sum.tail,
         }
     }
 }

@@ -47,6 +47,9 @@ pub(super) struct Pending {
     /// shards last written before it lacks the like as well, so it is not
     /// larger for lacking the unlike.
     liked_at: Option<i64>,
+    /// The unlike's request clock (Unix ms): its stream record is stamped
+    /// no earlier than the second before.
+    at_ms: i64,
 }
 
 /// Own unlikes waiting to show in reads that one record keeps at most;
@@ -79,7 +82,11 @@ fn replaces(r: &Served, c: &Cached) -> bool {
 /// this instance's own unlikes on their way: so a count is never held
 /// below it for `STREAM_VISIBLE_MS` (issue 35: others' likes, or own
 /// changes this instance's value missed, kept out of every count served).
-fn floor(r: &Served, c: &Cached) -> Option<i64> {
+///
+/// That alone may be one low per such unlike: a read whose shards were
+/// written after the like, for other records, may lack the like too. So
+/// the larger of it and what `c` proves when cut ([`cut_floor`]).
+fn floor(r: &Served, c: &Cached, visible_ms: i64) -> Option<i64> {
     if r.pending.is_empty() || r.pending.len() >= MAX_PENDING || c.adjusted != 0 {
         return None;
     }
@@ -89,7 +96,44 @@ fn floor(r: &Served, c: &Cached) -> Option<i64> {
         .iter()
         .filter(|p| read_at < p.visible_at && p.liked_at.is_none_or(|l| l <= c.holds_ms))
         .count() as i64;
-    Some((c.count.count - lacks).max(0))
+    let plain = (c.count.count - lacks).max(0);
+    Some(cut_floor(&r.pending, c, visible_ms).map_or(plain, |n| n.max(plain)))
+}
+
+/// Stream mode: what a plain sum read `c` proves of the reel, cut by its
+/// own-change tail ([`crate::keys::tail`]) before every own unlike in
+/// `pending` it may lack: `c` as of the cut, less the own unlikes whose
+/// like is older than the cut. `None`: nothing to cut, or `c` cannot be
+/// cut there (no tail, or not reaching back so far; a like row's time not
+/// known).
+///
+/// Each such unlike places the cut: at its like's `liked_at` when the
+/// like may not have been carried when `c` was read (younger than
+/// `visible_ms` then), else a second before the unlike (its stream record
+/// is stamped no earlier). So the cut sum holds neither those likes nor
+/// those unlikes, and every like older than the cut: never below the likes
+/// older than the freshness bound, never holding an own like since
+/// unliked, whichever stream shard carries it and whether it has yet.
+fn cut_floor(pending: &[Pending], c: &Cached, visible_ms: i64) -> Option<i64> {
+    if c.adjusted != 0 {
+        return None;
+    }
+    let read_at = c.count.read_at;
+    let mut cut: Option<i64> = None;
+    for p in pending.iter().filter(|p| read_at < p.visible_at) {
+        let liked = p.liked_at?;
+        let carried = liked.saturating_add(visible_ms) <= c.tail.read_ms;
+        let at = if carried { p.at_ms - 1000 } else { liked };
+        cut = Some(cut.map_or(at, |k| k.min(at)));
+    }
+    let cut = cut?;
+    let since = c.tail.since(cut)?;
+    let start = c.tail.start_of(cut);
+    let older = pending
+        .iter()
+        .filter(|p| read_at < p.visible_at && p.liked_at.is_some_and(|l| l < start))
+        .count() as i64;
+    Some((c.count.count - since - older).max(0))
 }
 
 /// The record is kept for as long as a read sent before it covers may
@@ -144,6 +188,7 @@ impl<S: CounterStore> LikeService<S> {
     /// every change `c` holds). `false`: the guard answered the value of
     /// another read that `c` may predate, which may lack a change `c` has.
     pub(super) async fn serve_from(&self, reel: &ReelId, c: Cached) -> (Count, bool) {
+        let visible_ms = self.stream_visible.as_millis() as i64;
         // The common case, a cache hit on the entry last served (or on an
         // older copy of it): nothing to record.
         if let Some(r) = self.served.get(reel).await
@@ -179,7 +224,7 @@ impl<S: CounterStore> LikeService<S> {
                         pending: r.pending,
                         ..take
                     }),
-                    Some(r) => match floor(&r, &c) {
+                    Some(r) => match floor(&r, &c, visible_ms) {
                         Some(n) if n > r.count => Op::Put(Served {
                             count: n,
                             holds_ms: r.holds_ms.max(c.holds_ms),
@@ -242,6 +287,7 @@ impl<S: CounterStore> LikeService<S> {
             at_ms,
             undoes_ms,
         } = change;
+        let visible_ms = self.stream_visible.as_millis() as i64;
         let result = self
             .served
             .entry(reel.clone())
@@ -257,7 +303,7 @@ impl<S: CounterStore> LikeService<S> {
                             } else {
                                 current.adjusted
                             };
-                            let (base, holds_ms) = match floor(&r, &current) {
+                            let (base, holds_ms) = match floor(&r, &current, visible_ms) {
                                 Some(n) if n > r.count => (n, r.holds_ms.max(current.holds_ms)),
                                 _ => (r.count, r.holds_ms),
                             };
@@ -299,13 +345,18 @@ impl<S: CounterStore> LikeService<S> {
                         kept.push(Pending {
                             visible_at,
                             liked_at: undoes_ms,
+                            at_ms,
                         });
                     }
                     pending = Arc::new(kept);
                 }
+                // What the read at hand proves, cut before every own
+                // unlike on its way (this one too), with an own like.
+                let proven = cut_floor(&pending, &current, visible_ms).map(|n| n + delta.max(0));
+                let count = (base + applied_delta(delta, undoes_ms, holds_ms)).max(0);
                 Op::Put(Served {
                     // Never below 0, which no count is.
-                    count: (base + applied_delta(delta, undoes_ms, holds_ms)).max(0),
+                    count: proven.map_or(count, |n| n.max(count)),
                     load: current.load,
                     adjusted: adjusted.saturating_add(1),
                     covers: covers.max(current.covers).max(visible_at),
@@ -339,6 +390,7 @@ impl<S: CounterStore> LikeService<S> {
             adjusted: r.adjusted,
             covers: r.covers,
             holds_ms: r.holds_ms,
+            tail: current.tail,
         }
     }
 }

@@ -6,8 +6,9 @@
 use super::{CounterStore, RetryReason};
 use crate::error::Error;
 use crate::keys::ReelId;
+use crate::keys::tail::TailWindow;
 use crate::token::RequestToken;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 
 /// One chunk of a stream shard's records, as one transaction (stream mode,
@@ -43,10 +44,17 @@ pub struct ChunkWrite {
     /// The windowed-count buckets each writer item written drops
     /// ([`crate::keys::window::pruned_attrs`]).
     pub window_prune: Vec<String>,
+    /// The own-change tails' bucket width (ms), part of their attribute's
+    /// name ([`crate::keys::tail`]).
+    pub tail_width_ms: i64,
     /// The stream shard's trending sketch after the chunk, and whether the
     /// chunk writes it ([`crate::trending::live`]); `None`: untouched.
     pub sketch: Option<crate::trending::SketchWrite>,
 }
+
+/// Writer items' own-change tails by (reel, part): bucket start, net
+/// change ([`crate::keys::tail`]).
+pub type TailMaps = HashMap<(ReelId, u32), BTreeMap<i64, i64>>;
 
 /// A stream shard's checkpoint item, as read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -77,6 +85,9 @@ pub struct ChunkAdd {
     /// (attribute, net change; see [`crate::keys::window`]), the empty
     /// ones left out.
     pub windows: Vec<(String, i64)>,
+    /// The writer item's own-change tail after the chunk, whole (bucket
+    /// start, net change; [`crate::keys::tail`]); `None`: left as it is.
+    pub tail: Option<BTreeMap<i64, i64>>,
 }
 
 /// A reel's changes in one recent-change bucket of a [`ChunkAdd`].
@@ -129,6 +140,20 @@ pub trait AggregateStore: CounterStore {
     /// the spread registry as this instance last read it. Never an error:
     /// a stale answer only leaves a writer busier.
     fn writer_parts(&self, reels: &[&ReelId]) -> impl Future<Output = HashMap<ReelId, u32>> + Send;
+
+    /// The own-change tails ([`crate::keys::tail`]) of checkpoint `key`'s
+    /// writer items of `items` (reel, part), read consistently (absent:
+    /// none): what a chunk builds on when this instance does not know
+    /// them. A store without writer items has none.
+    fn writer_tails(
+        &self,
+        key: &str,
+        items: &[(ReelId, u32)],
+        window: &TailWindow,
+    ) -> impl Future<Output = Result<TailMaps, Error>> + Send {
+        let _ = (key, items, window);
+        async { Ok(HashMap::new()) }
+    }
 
     /// Applies `write` in one transaction (see [`ChunkWrite`]).
     fn apply_chunk(

@@ -205,6 +205,9 @@ pub struct ShardSum {
     pub windows: crate::keys::window::WindowCounts,
     /// That clock (Unix ms).
     pub windows_at_ms: i64,
+    /// Stream mode: the writer items' own-change tails, summed
+    /// ([`crate::keys::tail`]); none in transactional mode.
+    pub tail: crate::keys::tail::RecentTail,
 }
 
 impl From<super::WarmLikes> for ShardSum {
@@ -215,6 +218,7 @@ impl From<super::WarmLikes> for ShardSum {
             last_write_ms: l.last_write_ms,
             windows: l.windows,
             windows_at_ms: l.windows_at_ms,
+            tail: l.tail,
         }
     }
 }
@@ -227,6 +231,7 @@ impl From<ShardSum> for super::WarmLikes {
             last_write_ms: s.last_write_ms,
             windows: s.windows,
             windows_at_ms: s.windows_at_ms,
+            tail: s.tail,
         }
     }
 }

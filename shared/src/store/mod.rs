@@ -42,7 +42,9 @@ mod resize;
 mod views;
 mod warm;
 
-pub use aggregate::{AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd};
+pub use aggregate::{
+    AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd, TailMaps,
+};
 pub use counter::{
     CountItem, CounterStore, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, Phase, ReadItems,
     RetryReason, Settings, ShardSum, ShardValue, TxResult, WriteSample,

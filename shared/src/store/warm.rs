@@ -63,6 +63,9 @@ pub struct WarmLikes {
     pub windows: WindowCounts,
     /// The clock (Unix ms) the windows were read at.
     pub windows_at_ms: i64,
+    /// The own-change tails (stream mode; [`crate::keys::tail`]).
+    #[serde(default)]
+    pub tail: crate::keys::tail::RecentTail,
 }
 
 /// A reel's view figures (see [`crate::views::read::ViewCounts`]).

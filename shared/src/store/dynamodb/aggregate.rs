@@ -7,13 +7,14 @@ use super::top;
 use super::windows;
 use super::{CheckpointMove, DynamoStore};
 use crate::error::Error;
+use crate::keys::tail::TailWindow;
 use crate::keys::{self, top as top_keys};
 use crate::store::{
-    AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd, RetryReason,
+    AggregateStore, Checkpoint, ChunkAdd, ChunkResult, ChunkWrite, RecentAdd, RetryReason, TailMaps,
 };
 use aws_sdk_dynamodb::types::builders::UpdateBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 impl AggregateStore for DynamoStore {
     async fn checkpoint(&self, key: &str) -> Result<Checkpoint, Error> {
@@ -49,6 +50,40 @@ impl AggregateStore for DynamoStore {
             return HashMap::new();
         }
         self.spread_parts(reels).await
+    }
+
+    async fn writer_tails(
+        &self,
+        key: &str,
+        items: &[(keys::ReelId, u32)],
+        window: &TailWindow,
+    ) -> Result<TailMaps, Error> {
+        let table = self.writers_table()?;
+        let sk = keys::likes_writer_sort(keys::likes_writer(key));
+        let mut owner = HashMap::new();
+        let mut out = HashMap::new();
+        for group in items.chunks(100) {
+            let mut batch = Vec::with_capacity(group.len());
+            for (reel, part) in group {
+                let pk = keys::likes_writers_part_key(reel, *part);
+                owner.insert(pk.clone(), (reel.clone(), *part));
+                batch.push(HashMap::from([
+                    ("pk".to_owned(), AttributeValue::S(pk)),
+                    ("sk".to_owned(), AttributeValue::S(sk.clone())),
+                ]));
+            }
+            // Whole items: a writer item is under 1 KB, one read unit
+            // with or without a projection.
+            for item in self.batch_get_keys(table, batch, None).await? {
+                if let Some(id) = item.pk().and_then(|pk| owner.get(pk)) {
+                    out.insert(id.clone(), item.own_tail(window));
+                }
+            }
+        }
+        self.stats
+            .tail_reads
+            .fetch_add(items.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(out)
     }
 
     async fn apply_chunk(&self, write: &ChunkWrite) -> Result<ChunkResult, Error> {
@@ -155,6 +190,7 @@ fn writer_item(
     let update = add_recent_buckets(update, &mut expr, write.width_ms, &add.recent);
     let update = windows::add(update, &mut expr, &add.windows);
     expr.push_str(" SET #u = :at, #s = :seq");
+    let update = set_tail(update, &mut expr, write.tail_width_ms, add.tail.as_ref());
     let update = drop_old_buckets(update, &mut expr, write.width_ms, &write.prune);
     let update = windows::remove(
         update,
@@ -178,6 +214,32 @@ fn writer_item(
                 .map_err(|e| request_build_failed("Update", &e))?,
         )
         .build())
+}
+
+/// The SET of the item's own-change tail, whole (see
+/// [`crate::keys::tail`]), when the chunk gives one.
+fn set_tail(
+    update: UpdateBuilder,
+    expr: &mut String,
+    width_ms: i64,
+    tail: Option<&BTreeMap<i64, i64>>,
+) -> UpdateBuilder {
+    let Some(tail) = tail else {
+        return update;
+    };
+    let window = TailWindow {
+        width_ms,
+        keep_ms: 0,
+        skew_ms: 0,
+    };
+    let map = tail
+        .iter()
+        .map(|(start, d)| (window.entry_key(*start), n(*d)))
+        .collect();
+    expr.push_str(", #t = :t");
+    update
+        .expression_attribute_names("#t", window.attr())
+        .expression_attribute_values(":t", AttributeValue::M(map))
 }
 
 /// A number attribute.

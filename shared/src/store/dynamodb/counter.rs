@@ -116,6 +116,7 @@ impl CounterStore for DynamoStore {
                 sum.n = sum.n.saturating_add(p.n);
                 sum.last_write_ms = sum.last_write_ms.max(p.last_write_ms);
                 sum.windows.merge(&p.windows);
+                sum.tail.merge(&p.tail);
             }
         }
         Ok(sums)

@@ -11,7 +11,7 @@ use crate::error::Error;
 use crate::keys::{self, Action, ReelId};
 use crate::store::{KeyRecord, Ledger, LikeRow, Phase, Settings, ShardValue, WriteSample};
 use aws_sdk_dynamodb::types::AttributeValue;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// A stored item, as the SDK hands it over.
 pub(super) type Item = HashMap<String, AttributeValue>;
@@ -41,6 +41,24 @@ pub(super) trait ItemExt {
     /// value, in name order.
     fn window_buckets(&self) -> Vec<(String, i64)>;
 
+    /// A writer item's own-change tail ([`crate::keys::tail`]) in
+    /// `window`'s width: bucket start, net change. Empty if it has none.
+    fn own_tail(&self, window: &crate::keys::tail::TailWindow) -> BTreeMap<i64, i64> {
+        let written = self.int("updated_at").unwrap_or(0);
+        let Some(AttributeValue::M(map)) = self.attr(&window.attr()) else {
+            return BTreeMap::new();
+        };
+        map.iter()
+            .filter_map(|(k, v)| {
+                let start = window.entry_start(k, written)?;
+                Some((start, v.as_n().ok()?.parse::<i64>().ok()?))
+            })
+            .collect()
+    }
+
+    /// An attribute as stored.
+    fn attr(&self, name: &str) -> Option<&AttributeValue>;
+
     /// A checkpoint's trending sketch ([`crate::keys::top`]).
     fn hour_sketch(&self) -> Option<crate::trending::HourSketch> {
         Some(crate::trending::HourSketch {
@@ -51,6 +69,10 @@ pub(super) trait ItemExt {
 }
 
 impl ItemExt for Item {
+    fn attr(&self, name: &str) -> Option<&AttributeValue> {
+        self.get(name)
+    }
+
     fn string(&self, name: &str) -> Option<&str> {
         self.get(name)?.as_s().ok().map(String::as_str)
     }

@@ -88,6 +88,8 @@ pub struct DynamoStore {
     /// How long a writer item must have been quiet before a reader folds
     /// it (see `writers.rs`).
     fold_quiet_ms: i64,
+    /// Stream mode's own-change tails, as readers sum them.
+    own_tail: crate::keys::tail::TailWindow,
     /// The recent-change buckets' window: a fold keeps those still in it.
     window: crate::config::RecentWindow,
     /// Reels whose writer fold this instance has in flight, shared by
@@ -124,6 +126,9 @@ pub struct StoreStats {
     pub writer_folds: AtomicU64,
     /// Reels this instance spread (or renewed in the spread registry).
     pub writer_spreads: AtomicU64,
+    /// Writer items whose own-change tail the aggregator read because it
+    /// did not know it (one read unit each; `keys::tail`).
+    pub tail_reads: AtomicU64,
 }
 
 impl DynamoStore {
@@ -157,6 +162,7 @@ impl DynamoStore {
             },
             sketch_table: config.writers_table.clone(),
             fold_quiet_ms: writers::fold_quiet_ms(config),
+            own_tail: config.own_tail(),
             window: config.reconcile.recent_window(),
             folding: writers::InFlight::default(),
             spread: spread::Spread::new(config),

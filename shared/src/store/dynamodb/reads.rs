@@ -50,11 +50,24 @@ impl DynamoStore {
         chunk: Vec<String>,
         projection: Option<Projection>,
     ) -> Result<Vec<Item>, Error> {
-        let mut items = Vec::with_capacity(chunk.len());
-        let mut pending: Vec<Item> = chunk
+        let keys: Vec<Item> = chunk
             .into_iter()
             .map(|pk| HashMap::from([("pk".to_owned(), AttributeValue::S(pk))]))
             .collect();
+        self.batch_get_keys(&self.counters_table, keys, projection)
+            .await
+    }
+
+    /// One consistent BatchGetItem of `keys` (at most 100, whole keys) in
+    /// `table`, looping on UnprocessedKeys with bounded backoff.
+    pub(super) async fn batch_get_keys(
+        &self,
+        table: &str,
+        keys: Vec<Item>,
+        projection: Option<Projection>,
+    ) -> Result<Vec<Item>, Error> {
+        let mut items = Vec::with_capacity(keys.len());
+        let mut pending = keys;
         let mut attempt = 0u32;
         while !pending.is_empty() {
             attempt += 1;
@@ -71,16 +84,16 @@ impl DynamoStore {
             let out = self
                 .client
                 .batch_get_item()
-                .request_items(&self.counters_table, ka)
+                .request_items(table, ka)
                 .send()
                 .await
                 .map_err(|e| translate("BatchGetItem", e))?;
             if let Some(mut responses) = out.responses {
-                items.extend(responses.remove(&self.counters_table).unwrap_or_default());
+                items.extend(responses.remove(table).unwrap_or_default());
             }
             pending = out
                 .unprocessed_keys
-                .and_then(|mut u| u.remove(&self.counters_table))
+                .and_then(|mut u| u.remove(table))
                 .map(|ka| ka.keys)
                 .unwrap_or_default();
             if !pending.is_empty() {

@@ -90,12 +90,15 @@ pub(super) struct Writers {
     pub buckets: Vec<(String, String, keys::RecentAttr, i64)>,
     /// The windowed counts they hold.
     pub windows: keys::window::WindowCounts,
+    /// Their own-change tails, summed.
+    pub tail: keys::tail::RecentTail,
 }
 
 impl Writers {
     fn add(&mut self, pk: &str, p: Partition) {
         self.n = self.n.saturating_add(p.n);
         self.windows.merge(&p.windows);
+        self.tail.merge(&p.tail);
         self.last_write_ms = self.last_write_ms.max(p.last_write_ms);
         self.items += p.items;
         self.parts += 1;

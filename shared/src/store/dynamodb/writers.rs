@@ -22,7 +22,8 @@
 //! items quiet for [`fold_quiet_ms`] folds them (at most
 //! [`FOLD_MAX_ITEMS`]) in one `TransactWriteItems`:
 //!
-//! * the base item gets their `n` and their buckets added, `updated_at`
+//! * the base item gets their `n` and their buckets (own-change tails
+//!   included: `keys::tail`) added, `updated_at`
 //!   raised to the latest of theirs (reconciliation judges a reel's quiet
 //!   by it), buckets older than any kept removed, `fv` raised by one and
 //!   `fs` set to the folded items' sort keys and `seq`s, conditioned on
@@ -61,6 +62,7 @@ use super::error::{maintenance_tx_failure, request_build_failed, translate};
 use super::ext::{Item, ItemExt};
 use crate::config::{Config, RecentWindow};
 use crate::error::Error;
+use crate::keys::tail::{RecentTail, TailWindow};
 use crate::keys::{self, window};
 use crate::token::RequestToken;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, TransactWriteItem, Update};
@@ -142,17 +144,22 @@ pub(super) struct Partition {
     pub buckets: Vec<(String, String, keys::RecentAttr, i64)>,
     /// The windowed counts the counted items hold at the read's clock.
     pub windows: window::WindowCounts,
+    /// The counted items' own-change tails, summed at the read's clock.
+    pub tail: RecentTail,
 }
 
 /// Sums a reel's partition `items` (as one `Query` returned them) at
-/// `now_ms`; items quiet for `quiet_ms` are listed for folding.
+/// `now_ms`, their own-change tails in `tail`'s buckets; items quiet for
+/// `quiet_ms` are listed for folding.
 pub(super) fn sum_partition(
     items: Vec<Item>,
     now_ms: i64,
     quiet_ms: i64,
+    tail: &TailWindow,
 ) -> Result<Partition, Error> {
     let mut p = Partition {
         items: items.len(),
+        tail: RecentTail::new(tail, now_ms),
         ..Partition::default()
     };
     let base = items
@@ -197,6 +204,9 @@ pub(super) fn sum_partition(
                 let value = item.int(name).unwrap_or(0);
                 p.windows.add_attr(name, value, now_ms);
             }
+        }
+        for (start, d) in item.own_tail(tail) {
+            p.tail.add(start, d);
         }
         if !is_base && now_ms.saturating_sub(at) >= quiet_ms && !seq.is_empty() {
             p.quiet.push((sk.to_owned(), seq.to_owned(), item.clone()));
@@ -260,7 +270,8 @@ impl DynamoStore {
         self.stats
             .writer_items
             .fetch_add(items.len() as u64, Ordering::Relaxed);
-        let p = sum_partition(items, crate::clock::now_ms(), self.fold_quiet_ms)?;
+        let now_ms = crate::clock::now_ms();
+        let p = sum_partition(items, now_ms, self.fold_quiet_ms, &self.own_tail)?;
         if p.quiet.len() >= FOLD_MIN_ITEMS
             && let Some(_claim) = self.folding.claim(pk)
         {
@@ -297,7 +308,13 @@ impl DynamoStore {
         let table = self.writers_table()?;
         let pk = pk.to_owned();
         let taken = &p.quiet[..p.quiet.len().min(FOLD_MAX_ITEMS)];
-        let plan = FoldPlan::new(p, taken, self.window, crate::clock::now_ms());
+        let plan = FoldPlan::new(
+            p,
+            taken,
+            self.window,
+            &self.own_tail,
+            crate::clock::now_ms(),
+        );
         let mut request = self
             .client
             .transact_write_items()
@@ -337,6 +354,10 @@ struct FoldPlan {
     add: BTreeMap<String, i64>,
     /// The base's buckets older than any kept, to remove.
     remove: Vec<String>,
+    /// The base's own-change tail after the fold (its own and the folded
+    /// items', those still kept), in its window; `None`: none before or
+    /// after.
+    tail: Option<(TailWindow, BTreeMap<i64, i64>)>,
 }
 
 impl FoldPlan {
@@ -344,6 +365,7 @@ impl FoldPlan {
         p: &Partition,
         taken: &[(String, String, Item)],
         recent: RecentWindow,
+        tail: &TailWindow,
         now_ms: i64,
     ) -> Self {
         let kept_from = now_ms - recent.keep_ms;
@@ -354,7 +376,18 @@ impl FoldPlan {
             updated_at: base.and_then(|b| b.int("updated_at")).unwrap_or(0),
             add: BTreeMap::new(),
             remove: Vec::new(),
+            tail: None,
         };
+        // The folded items' tails go into the base's, so that a read cut
+        // in their window still takes their records out (a record missing
+        // from every tail would stay in a cut sum).
+        let prior = base.map(|b| b.own_tail(tail)).unwrap_or_default();
+        let had = base.is_some_and(|b| b.contains_key(&tail.attr()));
+        let folded = taken.iter().flat_map(|(_, _, item)| item.own_tail(tail));
+        let merged = tail.merged(&prior, folded, now_ms);
+        if had || !merged.is_empty() {
+            plan.tail = Some((*tail, merged));
+        }
         for (_, _, item) in taken {
             plan.n = plan.n.saturating_add(item.int("n").unwrap_or(0));
             plan.updated_at = plan.updated_at.max(item.int("updated_at").unwrap_or(0));
@@ -406,6 +439,16 @@ impl FoldPlan {
                 .expression_attribute_values(format!(":b{i}"), num(*v));
         }
         expr.push_str(" SET #u = :u, #fs = :fs");
+        if let Some((window, map)) = &self.tail {
+            let map = map
+                .iter()
+                .map(|(start, d)| (window.entry_key(*start), num(*d)))
+                .collect();
+            expr.push_str(", #t = :t");
+            update = update
+                .expression_attribute_names("#t", window.attr())
+                .expression_attribute_values(":t", AttributeValue::M(map));
+        }
         if !self.remove.is_empty() {
             let names: Vec<String> = (0..self.remove.len()).map(|i| format!("#r{i}")).collect();
             expr.push_str(" REMOVE ");
@@ -468,87 +511,4 @@ fn num(v: i64) -> AttributeValue {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn item(sk: &str, n: i64, seq: &str, at: i64) -> Item {
-        HashMap::from([
-            ("pk".to_owned(), AttributeValue::S("l#r".into())),
-            ("sk".to_owned(), AttributeValue::S(sk.into())),
-            ("n".to_owned(), num(n)),
-            ("seq".to_owned(), AttributeValue::S(seq.into())),
-            ("updated_at".to_owned(), num(at)),
-        ])
-    }
-
-    #[test]
-    fn items_and_base_sum_and_quiet_ones_are_listed() {
-        let mut base = item(keys::LIKES_WRITERS_BASE_SORT, 100, "", 50);
-        base.insert("fv".into(), num(3));
-        let items = vec![
-            item("w#a", 5, "7", 1_000),
-            item("w#b", -2, "9", 9_500),
-            base,
-        ];
-        let p = sum_partition(items, 10_000, 1_000).unwrap();
-        assert_eq!((p.n, p.last_write_ms, p.items), (103, 9_500, 3));
-        // `a` has been quiet 9 s; `b` wrote 0.5 s ago; the base is no writer.
-        let quiet: Vec<&str> = p.quiet.iter().map(|(sk, _, _)| sk.as_str()).collect();
-        assert_eq!(quiet, ["w#a"]);
-    }
-
-    #[test]
-    fn an_item_the_base_already_folded_is_counted_once() {
-        // A read that saw `a` before a fold and the base after it: the base
-        // names `a` at the seq read, so `a` is left out. `b` was recreated
-        // after an older fold of it (another seq): counted.
-        let mut base = item(keys::LIKES_WRITERS_BASE_SORT, 40, "", 50);
-        base.insert(
-            "fs".into(),
-            AttributeValue::M(HashMap::from([
-                ("w#a".to_owned(), AttributeValue::S("7".into())),
-                ("w#b".to_owned(), AttributeValue::S("3".into())),
-            ])),
-        );
-        let items = vec![item("w#a", 5, "7", 1), item("w#b", 2, "9", 1), base];
-        let p = sum_partition(items, 10, 1_000).unwrap();
-        assert_eq!(p.n, 42);
-    }
-
-    #[test]
-    fn a_fold_carries_the_kept_buckets_and_drops_the_base_stale_ones() {
-        let window = RecentWindow {
-            width_ms: 100,
-            keep_ms: 1_000,
-        };
-        let mut a = item("w#a", 5, "7", 9_000);
-        a.insert(keys::recent_delta_attr(100, 9_500), num(2));
-        a.insert(keys::recent_delta_attr(100, 100), num(9));
-        let mut b = item("w#b", 1, "8", 9_200);
-        b.insert(keys::recent_delta_attr(100, 9_500), num(1));
-        let mut base = item(keys::LIKES_WRITERS_BASE_SORT, 10, "", 8_000);
-        base.insert("fv".into(), num(2));
-        base.insert(keys::recent_delta_attr(100, 200), num(4));
-        let p = Partition {
-            base: Some(base),
-            ..Partition::default()
-        };
-        let taken = vec![
-            ("w#a".to_owned(), "7".to_owned(), a),
-            ("w#b".to_owned(), "8".to_owned(), b),
-        ];
-        let plan = FoldPlan::new(&p, &taken, window, 10_000);
-        assert_eq!((plan.version, plan.n, plan.updated_at), (2, 6, 9_200));
-        assert_eq!(
-            plan.add,
-            BTreeMap::from([(keys::recent_delta_attr(100, 9_500), 3)])
-        );
-        assert_eq!(plan.remove, [keys::recent_delta_attr(100, 200)]);
-        // One token per fold: another version or another seq is another.
-        let t = plan.token("l#r", &taken);
-        let mut later = taken.clone();
-        later[1].1 = "9".into();
-        assert_ne!(t, plan.token("l#r", &later));
-        assert_eq!(t, plan.token("l#r", &taken));
-    }
-}
+mod tests;
