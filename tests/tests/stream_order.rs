@@ -238,6 +238,7 @@ fn moving(key: &str, expected: Option<&str>, next: &str) -> ChunkWrite {
         expires_at: 4_000_000_000,
         width_ms: 1_000,
         tail_width_ms: 1_000,
+        tail_keep_ms: 0,
         prune: Vec::new(),
         window_prune: Vec::new(),
         sketch: None,

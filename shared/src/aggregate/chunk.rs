@@ -52,8 +52,11 @@ pub struct ItemPlan {
     /// How many parts each reel is written to now (absent: one): the
     /// spread registry as last read.
     pub parts: HashMap<ReelId, u32>,
-    /// The own-change tails' bucket width (ms), part of their name.
+    /// The own-change tails' bucket width and how long they keep (ms),
+    /// both part of their attribute's name.
     pub tail_width_ms: i64,
+    /// See `tail_width_ms`.
+    pub tail_keep_ms: i64,
     /// Each reel's writer item's tail after the chunk, whole
     /// ([`crate::keys::tail::TailWindow::merged`]): bucket start, net
     /// change. A reel left out keeps its map as it is (empty before and
@@ -140,6 +143,7 @@ impl Chunk {
             prune,
             window_prune,
             tail_width_ms: items.tail_width_ms,
+            tail_keep_ms: items.tail_keep_ms,
             sketch: None,
         };
         write.token = token(&write);
@@ -185,6 +189,7 @@ fn token(write: &ChunkWrite) -> RequestToken {
         prune,
         window_prune,
         tail_width_ms,
+        tail_keep_ms,
         sketch,
     } = write;
     let mut fields: Vec<String> = vec![
@@ -197,7 +202,7 @@ fn token(write: &ChunkWrite) -> RequestToken {
         expires_at.to_string(),
     ];
     fields.push(format!("w{width_ms}"));
-    fields.push(format!("t{tail_width_ms}"));
+    fields.push(format!("t{tail_width_ms}k{tail_keep_ms}"));
     fields.extend(prune.iter().map(|p| format!("p{p}")));
     fields.extend(window_prune.iter().map(|p| format!("-{p}")));
     // The sketch, when the chunk writes it (a digest: it is a few KB).

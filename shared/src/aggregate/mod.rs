@@ -247,7 +247,9 @@ impl<S: AggregateStore> Aggregator<S> {
                 Some(_) => crate::clock::now_ms(),
                 None => 0,
             };
-            self.tails.restart(key, stored.seq.as_deref(), since);
+            let now = crate::clock::now_ms();
+            self.tails
+                .restart(key, stored.seq.as_deref(), since, &self.tail, now);
         }
         let seq = match stored.seq {
             None => None,
@@ -303,6 +305,15 @@ impl<S: AggregateStore> Aggregator<S> {
                 (r.clone(), keys::likes_writer_part(writer, n))
             })
             .collect();
+        let mut plan = chunk::ItemPlan {
+            parts,
+            tail_width_ms: self.tail.width_ms,
+            tail_keep_ms: self.tail.keep_ms,
+            tails: HashMap::new(),
+        };
+        if !self.tail.enabled() {
+            return Ok(plan);
+        }
         let mut known = self.tails.known(key, &items, &self.tail, now_ms);
         if !known.unknown.is_empty() {
             let mut read = self
@@ -314,19 +325,15 @@ impl<S: AggregateStore> Aggregator<S> {
                 known.maps.insert(id, map);
             }
         }
-        let mut plan = chunk::ItemPlan {
-            parts,
-            tail_width_ms: self.tail.width_ms,
-            tails: HashMap::new(),
-        };
+        // Every item written gets its map, empty or not: a reader takes a
+        // recent item without one as written by an aggregator that keeps
+        // none (or another window), and does not cut.
         for id in items {
             let prior = known.maps.remove(&id).unwrap_or_default();
             let own = chunk.own.get(&id.0).into_iter().flatten();
             let adds = own.map(|(t, d)| (self.tail.start_of(*t), *d));
-            let next = self.tail.merged(&prior, adds, now_ms);
-            if !(prior.is_empty() && next.is_empty()) {
-                plan.tails.insert(id.0, next);
-            }
+            plan.tails
+                .insert(id.0, self.tail.merged(&prior, adds, now_ms));
         }
         Ok(plan)
     }

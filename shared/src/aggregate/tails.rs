@@ -67,12 +67,25 @@ impl Tails {
     /// written since this one last did: it knows what it writes from
     /// `since_ms` on (0: the shard has written nothing yet, so every item
     /// is known to hold none).
-    pub fn restart(&self, key: &str, seq: Option<&str>, since_ms: i64) {
+    pub fn restart(
+        &self,
+        key: &str,
+        seq: Option<&str>,
+        since_ms: i64,
+        window: &TailWindow,
+        now_ms: i64,
+    ) {
         let mut m = self.lock();
         if m.len() >= MAX_SHARDS {
-            // Shards roll over every few hours: forget those with nothing
-            // in the window (followed again, they are read as unknown).
-            m.retain(|_, k| !k.items.is_empty());
+            // Shards roll over every few hours, and Lambda hands them to
+            // other instances: forget those with nothing left in the
+            // window (followed again, their items are read as unknown).
+            let from = window.kept_from(now_ms);
+            m.retain(|_, k| {
+                k.items
+                    .values()
+                    .any(|map| map.last_key_value().is_some_and(|(s, _)| *s >= from))
+            });
         }
         m.insert(
             key.to_owned(),
@@ -174,7 +187,7 @@ mod tests {
         // Never seen: everything is read.
         let k = t.known("k", &[id("a")], &w, 100_000);
         assert_eq!(k.unknown, [id("a")]);
-        t.restart("k", Some("5"), 100_000);
+        t.restart("k", Some("5"), 100_000, &w, 100_000);
         assert!(t.holds("k", Some("5")));
         assert!(!t.holds("k", Some("6")));
         assert_eq!(t.known("k", &[id("a")], &w, 110_000).unknown, [id("a")]);

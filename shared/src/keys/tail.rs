@@ -11,9 +11,9 @@
 //!
 //! # On the item
 //!
-//! One map attribute `t{width}` (the width in ms, so a changed width is
-//! never misread): key `(start / width) mod 100000`, value the bucket's
-//! net change. Every aggregator write sets the whole map, the buckets
+//! One map attribute `t{width}k{keep}` (in ms: a reader configured with
+//! another window finds none, and does not cut): key `(start / width) mod
+//! 100000`, value the bucket's net change. Every aggregator write sets the whole map, the buckets
 //! older than [`TailWindow::kept_from`] dropped, so it holds a few entries
 //! (about 18 at the defaults, only those with records). The key is short
 //! and cycles; a reader places it by the item's `updated_at`, which all
@@ -27,9 +27,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Buckets a [`RecentTail`] holds: 64 one-second buckets at the defaults,
-/// where a cut needs about 18.
-pub const TAIL_BUCKETS: usize = 64;
+/// Buckets a [`RecentTail`] holds: 32 one-second buckets at the defaults,
+/// where a cut needs about 18 (160 bytes a cached sum, with its header).
+pub const TAIL_BUCKETS: usize = 32;
 
 /// Entry keys cycle through this many bucket indexes.
 const KEY_CYCLE: i64 = 100_000;
@@ -50,15 +50,30 @@ impl TailWindow {
     /// second, a stream timestamp's rounding) before a read, and the
     /// aggregator's clock may be `skew_ms` ahead of the reader's; a bucket
     /// of margin on each side. Bounded by what a [`RecentTail`] holds.
+    /// `visible_ms` 0: no own change waits for the stream, no tails.
     pub fn new(cache_ttl_ms: i64, visible_ms: i64, skew_ms: i64) -> Self {
         let width_ms = cache_ttl_ms.clamp(100, 1000);
-        let keep_ms =
-            (visible_ms + 1000 + skew_ms + 2 * width_ms).min((TAIL_BUCKETS as i64 - 2) * width_ms);
+        let keep_ms = if visible_ms <= 0 {
+            0
+        } else {
+            (visible_ms + 1000 + skew_ms + 2 * width_ms).min((TAIL_BUCKETS as i64 - 2) * width_ms)
+        };
         TailWindow {
             width_ms,
             keep_ms,
             skew_ms,
         }
+    }
+
+    /// Whether tails are kept at all.
+    pub fn enabled(&self) -> bool {
+        self.keep_ms > 0
+    }
+
+    /// How long after an item's write its tail may still be cut: a reader
+    /// that finds it missing then cannot cut.
+    pub fn lives_ms(&self) -> i64 {
+        self.keep_ms + self.skew_ms + self.width_ms
     }
 
     /// The start of the bucket holding `t_ms`.
@@ -77,9 +92,12 @@ impl TailWindow {
         self.kept_from(read_ms + self.skew_ms) + self.width_ms
     }
 
-    /// The name of the map attribute.
+    /// The name of the map attribute: its width and how long it keeps, so
+    /// that a reader configured otherwise (another `CACHE_TTL_MS`,
+    /// `STREAM_VISIBLE_MS` or clock skew than the aggregator's) finds none
+    /// and does not cut, rather than trust a tail shorter than it needs.
     pub fn attr(&self) -> String {
-        format!("t{}", self.width_ms)
+        format!("t{}k{}", self.width_ms, self.keep_ms)
     }
 
     /// An entry's key in the map.
@@ -127,7 +145,8 @@ impl TailWindow {
 
 /// The tails of the items of one sum, from [`TailWindow::covered_from`]
 /// at the read's clock on. `width_ms == 0`: none (transactional mode, or
-/// a sum that could not carry one): nothing can be cut.
+/// a sum that could not carry one), and `broken`: an item summed may have
+/// records in the window that no tail holds: nothing can be cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "TailWire", into = "TailWire")]
 pub struct RecentTail {
@@ -137,6 +156,8 @@ pub struct RecentTail {
     pub from_ms: i64,
     /// The bucket width (ms); 0: no tail.
     pub width_ms: i64,
+    /// Some item summed may lack its tail (see [`Self::break_off`]).
+    pub broken: bool,
     /// Net change per bucket; the last also holds any later one.
     d: [i32; TAIL_BUCKETS],
 }
@@ -147,6 +168,7 @@ impl Default for RecentTail {
             read_ms: 0,
             from_ms: 0,
             width_ms: 0,
+            broken: false,
             d: [0; TAIL_BUCKETS],
         }
     }
@@ -159,8 +181,22 @@ impl RecentTail {
             read_ms,
             from_ms: window.covered_from(read_ms),
             width_ms: window.width_ms,
+            broken: false,
             d: [0; TAIL_BUCKETS],
         }
+    }
+
+    /// Whether it holds nothing at all (transactional mode).
+    pub fn is_none(&self) -> bool {
+        self.width_ms == 0 && !self.broken
+    }
+
+    /// An item summed may have records in the window without a tail that
+    /// holds them (written by an aggregator that keeps none, or another
+    /// window; a fold that dropped one; a shard item of transactional
+    /// mode): the sum cannot be cut.
+    pub fn break_off(&mut self) {
+        self.broken = true;
     }
 
     /// Adds an item's bucket: older than `from_ms`, no cut needs it.
@@ -173,20 +209,37 @@ impl RecentTail {
         self.d[i] = sum.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
     }
 
-    /// Adds another tail of the same read (another part of the reel).
+    /// Adds another tail (another part of the reel, read a little later
+    /// or earlier): it covers from the later of the two starts.
     pub fn merge(&mut self, other: &RecentTail) {
+        self.broken |= other.broken;
         if other.width_ms == 0 {
             return;
         }
         if self.width_ms == 0 {
+            let broken = self.broken;
             *self = *other;
+            self.broken = broken;
             return;
         }
-        for (i, d) in other.d.iter().enumerate() {
-            if *d != 0 {
-                self.add(other.from_ms + i as i64 * other.width_ms, i64::from(*d));
+        if other.width_ms != self.width_ms {
+            self.broken = true;
+            return;
+        }
+        let mut out = RecentTail {
+            from_ms: self.from_ms.max(other.from_ms),
+            read_ms: self.read_ms.min(other.read_ms),
+            d: [0; TAIL_BUCKETS],
+            ..*self
+        };
+        for t in [&*self, other] {
+            for (i, d) in t.d.iter().enumerate() {
+                if *d != 0 {
+                    out.add(t.from_ms + i as i64 * t.width_ms, i64::from(*d));
+                }
             }
         }
+        *self = out;
     }
 
     /// The start of the bucket holding `t_ms`.
@@ -198,7 +251,7 @@ impl RecentTail {
     /// the sum less this is the sum as of that bucket's start. `None`: the
     /// tail does not reach back that far (or there is none).
     pub fn since(&self, cut_ms: i64) -> Option<i64> {
-        if self.width_ms <= 0 {
+        if self.width_ms <= 0 || self.broken {
             return None;
         }
         let start = self.start_of(cut_ms);
@@ -206,6 +259,10 @@ impl RecentTail {
             return None;
         }
         let i = ((start - self.from_ms) / self.width_ms) as usize;
+        if i >= TAIL_BUCKETS {
+            // The last bucket holds later ones too: past it, not placed.
+            return None;
+        }
         Some(self.d.iter().skip(i).map(|d| i64::from(*d)).sum())
     }
 }
@@ -217,6 +274,8 @@ struct TailWire {
     read_ms: i64,
     from_ms: i64,
     width_ms: i64,
+    #[serde(default)]
+    broken: bool,
     d: Vec<i32>,
 }
 
@@ -226,6 +285,7 @@ impl From<RecentTail> for TailWire {
             read_ms: t.read_ms,
             from_ms: t.from_ms,
             width_ms: t.width_ms,
+            broken: t.broken,
             d: t.d.to_vec(),
         }
     }
@@ -241,6 +301,7 @@ impl From<TailWire> for RecentTail {
             read_ms: w.read_ms,
             from_ms: w.from_ms,
             width_ms: w.width_ms,
+            broken: w.broken,
             d,
         }
     }
@@ -263,7 +324,8 @@ mod tests {
         // of margin.
         assert_eq!(w.covered_from(100_500), 88_000);
         // Bounded by the tail's size.
-        assert_eq!(TailWindow::new(2000, 600_000, 5000).keep_ms, 62_000);
+        assert_eq!(TailWindow::new(2000, 600_000, 5000).keep_ms, 30_000);
+        assert!(!TailWindow::new(2000, 0, 5000).enabled());
     }
 
     #[test]
@@ -276,7 +338,7 @@ mod tests {
         assert_eq!(w.entry_start(&key, start - 5000), Some(start));
         assert_eq!(w.entry_start("x", start), None);
         assert_eq!(w.entry_start("100000", start), None);
-        assert_eq!(w.attr(), "t1000");
+        assert_eq!(w.attr(), "t1000k18000");
     }
 
     #[test]
@@ -297,6 +359,7 @@ mod tests {
         t.add(95_000, 2);
         t.add(99_000, -1);
         t.add(10_000_000, 4); // far ahead: in the last bucket
+        assert_eq!(t.since(10_000_000), None);
         assert_eq!(t.since(95_400), Some(5));
         assert_eq!(t.since(96_000), Some(3));
         assert_eq!(t.since(88_000), Some(6));
@@ -308,5 +371,17 @@ mod tests {
         assert_eq!(t.since(95_000), Some(15));
         let json = serde_json::to_string(&t).unwrap();
         assert_eq!(serde_json::from_str::<RecentTail>(&json).unwrap(), t);
+        // Another part read a little later covers from its own start on.
+        let mut later = RecentTail::new(&w, 101_000);
+        later.add(89_000, 3);
+        later.add(95_000, 1);
+        t.merge(&later);
+        assert_eq!((t.from_ms, t.since(89_000)), (89_000, Some(20)));
+        assert_eq!(t.since(88_000), None);
+        // A part that may lack its tail: nothing is cut.
+        let mut lacking = RecentTail::new(&w, 100_000);
+        lacking.break_off();
+        t.merge(&lacking);
+        assert_eq!(t.since(95_000), None);
     }
 }

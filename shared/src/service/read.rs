@@ -41,6 +41,9 @@ pub(super) struct Cached {
     /// at a moment (see [`crate::keys::tail`]); none in transactional
     /// mode.
     pub(super) tail: RecentTail,
+    /// The read's own value, before the own changes in `count`: what
+    /// `tail` cuts.
+    pub(super) read_n: i64,
 }
 
 impl Cached {
@@ -58,6 +61,7 @@ impl Cached {
             covers: done_at,
             holds_ms: sum.last_write_ms,
             tail: sum.tail,
+            read_n: sum.n,
         }
     }
 }

@@ -100,7 +100,8 @@ fn floor(r: &Served, c: &Cached, visible_ms: i64) -> Option<i64> {
     Some(cut_floor(&r.pending, c, visible_ms).map_or(plain, |n| n.max(plain)))
 }
 
-/// Stream mode: what a plain sum read `c` proves of the reel, cut by its
+/// Stream mode: what the sum read `c` descends from proves of the reel
+/// (its value as read, before any own change applied to it), cut by its
 /// own-change tail ([`crate::keys::tail`]) before every own unlike in
 /// `pending` it may lack: `c` as of the cut, less the own unlikes whose
 /// like is older than the cut. `None`: nothing to cut, or `c` cannot be
@@ -115,9 +116,6 @@ fn floor(r: &Served, c: &Cached, visible_ms: i64) -> Option<i64> {
 /// older than the freshness bound, never holding an own like since
 /// unliked, whichever stream shard carries it and whether it has yet.
 fn cut_floor(pending: &[Pending], c: &Cached, visible_ms: i64) -> Option<i64> {
-    if c.adjusted != 0 {
-        return None;
-    }
     let read_at = c.count.read_at;
     let mut cut: Option<i64> = None;
     for p in pending.iter().filter(|p| read_at < p.visible_at) {
@@ -133,7 +131,9 @@ fn cut_floor(pending: &[Pending], c: &Cached, visible_ms: i64) -> Option<i64> {
         .iter()
         .filter(|p| read_at < p.visible_at && p.liked_at.is_some_and(|l| l < start))
         .count() as i64;
-    Some((c.count.count - since - older).max(0))
+    // The read itself, without the own changes applied to it since: its
+    // tail is the read's.
+    Some((c.read_n - since - older).max(0))
 }
 
 /// The record is kept for as long as a read sent before it covers may
@@ -333,6 +333,24 @@ impl<S: CounterStore> LikeService<S> {
                             Arc::default(),
                         ),
                     };
+                // What the read at hand proves, cut before every own unlike
+                // it may lack (this one too, which must be recorded: past
+                // the bound nothing is cut), with an own like. The list as
+                // it was: the read may predate those now visible.
+                let this = Pending {
+                    visible_at,
+                    liked_at: undoes_ms,
+                    at_ms,
+                };
+                let proven = if delta < 0 {
+                    let mut all = pending.to_vec();
+                    all.push(this);
+                    (all.len() <= MAX_PENDING)
+                        .then(|| cut_floor(&all, &current, visible_ms))
+                        .flatten()
+                } else {
+                    cut_floor(&pending, &current, visible_ms).map(|n| n + 1)
+                };
                 // Without those every read still to come holds, and with
                 // this unlike.
                 if delta < 0 || pending.iter().any(|p| p.visible_at <= now) {
@@ -342,17 +360,10 @@ impl<S: CounterStore> LikeService<S> {
                         .copied()
                         .collect();
                     if delta < 0 && kept.len() < MAX_PENDING {
-                        kept.push(Pending {
-                            visible_at,
-                            liked_at: undoes_ms,
-                            at_ms,
-                        });
+                        kept.push(this);
                     }
                     pending = Arc::new(kept);
                 }
-                // What the read at hand proves, cut before every own
-                // unlike on its way (this one too), with an own like.
-                let proven = cut_floor(&pending, &current, visible_ms).map(|n| n + delta.max(0));
                 let count = (base + applied_delta(delta, undoes_ms, holds_ms)).max(0);
                 Op::Put(Served {
                     // Never below 0, which no count is.
@@ -391,6 +402,7 @@ impl<S: CounterStore> LikeService<S> {
             covers: r.covers,
             holds_ms: r.holds_ms,
             tail: current.tail,
+            read_n: current.read_n,
         }
     }
 }

@@ -47,6 +47,9 @@ pub struct ChunkWrite {
     /// The own-change tails' bucket width (ms), part of their attribute's
     /// name ([`crate::keys::tail`]).
     pub tail_width_ms: i64,
+    /// How long the own-change tails keep a bucket (ms), part of their
+    /// attribute's name too.
+    pub tail_keep_ms: i64,
     /// The stream shard's trending sketch after the chunk, and whether the
     /// chunk writes it ([`crate::trending::live`]); `None`: untouched.
     pub sketch: Option<crate::trending::SketchWrite>,

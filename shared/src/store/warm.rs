@@ -64,7 +64,10 @@ pub struct WarmLikes {
     /// The clock (Unix ms) the windows were read at.
     pub windows_at_ms: i64,
     /// The own-change tails (stream mode; [`crate::keys::tail`]).
-    #[serde(default)]
+    #[serde(
+        default,
+        skip_serializing_if = "crate::keys::tail::RecentTail::is_none"
+    )]
     pub tail: crate::keys::tail::RecentTail,
 }
 

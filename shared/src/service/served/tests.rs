@@ -7,6 +7,7 @@
 use super::super::fake::{self, Fake};
 use super::super::{WritePath, WriteRequest};
 use super::*;
+use crate::keys::tail::RecentTail;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -340,4 +341,77 @@ async fn transactional_an_unlike_after_a_like_answers_without_it() {
     assert_eq!((unliked.changed, unliked.count), (true, 41));
     expire().await;
     assert_eq!(svc.count(&reel).await.unwrap().count, 41);
+}
+
+/// A read of `n` likes at `read_ms` whose items' tails hold `tail`
+/// (bucket start, net change), adjusted by `own` of this instance's own
+/// changes since.
+fn cut_read(n: i64, read_ms: i64, tail: &[(i64, i64)], own: i64) -> Cached {
+    let window = crate::keys::tail::TailWindow::new(2000, 10_000, 5000);
+    let mut t = RecentTail::new(&window, read_ms);
+    for (start, d) in tail {
+        t.add(*start, *d);
+    }
+    let now = Instant::now();
+    Cached {
+        count: Count {
+            count: n + own,
+            read_at: now,
+            done_at: now,
+            windows: Default::default(),
+            windows_at_ms: read_ms,
+        },
+        load: 1,
+        adjusted: u32::from(own != 0),
+        covers: now,
+        holds_ms: read_ms,
+        tail: t,
+        read_n: n,
+    }
+}
+
+fn unlike_of(liked_at: Option<i64>, at_ms: i64) -> Pending {
+    Pending {
+        visible_at: Instant::now() + Duration::from_secs(10),
+        liked_at,
+        at_ms,
+    }
+}
+
+#[test]
+fn a_sum_cut_before_an_own_unlike_holds_neither_it_nor_its_like() {
+    // Read at 100.5 s: 5 likes, of which one in second 99 (another
+    // user's, from a shard that wrote after the like at 99.2 s) and none
+    // of the caller's, whose like at 99.2 s is still on its way.
+    let c = cut_read(5, 100_500, &[(97_000, 1), (99_000, 1)], 0);
+    let young = unlike_of(Some(99_200), 100_400);
+    // Cut at the like's second: the 4 likes before it.
+    assert_eq!(cut_floor(&[young], &c, 10_000), Some(4));
+    // A like older than STREAM_VISIBLE_MS at the read is carried: cut a
+    // second before the unlike, and the like taken off.
+    let old = unlike_of(Some(80_000), 100_400);
+    assert_eq!(cut_floor(&[old], &c, 10_000), Some(3));
+    // Both: cut at the earlier, the old like before it taken off.
+    assert_eq!(cut_floor(&[young, old], &c, 10_000), Some(3));
+    // The read's own value is cut, not own changes applied to it since:
+    // a second own change on the same read still cuts.
+    let adjusted = cut_read(5, 100_500, &[(97_000, 1), (99_000, 1)], -1);
+    assert_eq!(cut_floor(&[young], &adjusted, 10_000), Some(4));
+    // Nothing to place the cut by: no cut.
+    assert_eq!(cut_floor(&[unlike_of(None, 100_400)], &c, 10_000), None);
+    // A read that cannot reach back to the cut: no cut.
+    assert_eq!(
+        cut_floor(&[unlike_of(Some(70_000), 75_000)], &c, 10_000),
+        None
+    );
+    // A tail some item summed may lack: no cut.
+    let mut broken = c;
+    broken.tail.break_off();
+    assert_eq!(cut_floor(&[young], &broken, 10_000), None);
+    // An unlike the read was sent after it is visible: nothing to cut.
+    let seen = Pending {
+        visible_at: Instant::now() - Duration::from_secs(1),
+        ..young
+    };
+    assert_eq!(cut_floor(&[seen], &c, 10_000), None);
 }

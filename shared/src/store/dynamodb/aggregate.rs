@@ -190,7 +190,12 @@ fn writer_item(
     let update = add_recent_buckets(update, &mut expr, write.width_ms, &add.recent);
     let update = windows::add(update, &mut expr, &add.windows);
     expr.push_str(" SET #u = :at, #s = :seq");
-    let update = set_tail(update, &mut expr, write.tail_width_ms, add.tail.as_ref());
+    let update = set_tail(
+        update,
+        &mut expr,
+        (write.tail_width_ms, write.tail_keep_ms),
+        add.tail.as_ref(),
+    );
     let update = drop_old_buckets(update, &mut expr, write.width_ms, &write.prune);
     let update = windows::remove(
         update,
@@ -221,7 +226,7 @@ fn writer_item(
 fn set_tail(
     update: UpdateBuilder,
     expr: &mut String,
-    width_ms: i64,
+    (width_ms, keep_ms): (i64, i64),
     tail: Option<&BTreeMap<i64, i64>>,
 ) -> UpdateBuilder {
     let Some(tail) = tail else {
@@ -229,7 +234,7 @@ fn set_tail(
     };
     let window = TailWindow {
         width_ms,
-        keep_ms: 0,
+        keep_ms,
         skew_ms: 0,
     };
     let map = tail

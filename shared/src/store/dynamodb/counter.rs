@@ -85,6 +85,7 @@ impl CounterStore for DynamoStore {
         for sum in sums.values_mut() {
             sum.windows_at_ms = now_ms;
         }
+        let stream = self.writers_table.is_some();
         let mut add = |reel: &ReelId, item: &Item| {
             let v = ShardValue::try_from(item)?;
             if let Some(sum) = sums.get_mut(reel) {
@@ -92,6 +93,12 @@ impl CounterStore for DynamoStore {
                 sum.w = sum.w.saturating_add(v.w);
                 let at = item.int("updated_at").unwrap_or(0);
                 sum.last_write_ms = sum.last_write_ms.max(at);
+                // Stream mode, a shard item transactional mode wrote lately
+                // (just after a switch): its likes are in no tail.
+                let tail = &self.own_tail;
+                if stream && tail.enabled() && now_ms.saturating_sub(at) < tail.lives_ms() {
+                    sum.tail.break_off();
+                }
                 for (name, _) in item.iter() {
                     if name.starts_with('c') {
                         sum.windows

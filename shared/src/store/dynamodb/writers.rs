@@ -22,8 +22,9 @@
 //! items quiet for [`fold_quiet_ms`] folds them (at most
 //! [`FOLD_MAX_ITEMS`]) in one `TransactWriteItems`:
 //!
-//! * the base item gets their `n` and their buckets (own-change tails
-//!   included: `keys::tail`) added, `updated_at`
+//! * the base item gets their `n` and their buckets added (not their
+//!   own-change tails: a read soon after a fold of items written lately
+//!   does not cut, `keys::tail`), `updated_at`
 //!   raised to the latest of theirs (reconciliation judges a reel's quiet
 //!   by it), buckets older than any kept removed, `fv` raised by one and
 //!   `fs` set to the folded items' sort keys and `seq`s, conditioned on
@@ -208,6 +209,13 @@ pub(super) fn sum_partition(
         for (start, d) in item.own_tail(tail) {
             p.tail.add(start, d);
         }
+        // Written lately without a tail this reader can use (an aggregator
+        // that keeps none or another window; for the base, a fold, which
+        // keeps none): its records in the window are in no tail.
+        let recent = now_ms.saturating_sub(at) < tail.lives_ms();
+        if tail.enabled() && recent && (is_base || !item.contains_key(&tail.attr())) {
+            p.tail.break_off();
+        }
         if !is_base && now_ms.saturating_sub(at) >= quiet_ms && !seq.is_empty() {
             p.quiet.push((sk.to_owned(), seq.to_owned(), item.clone()));
         }
@@ -308,13 +316,7 @@ impl DynamoStore {
         let table = self.writers_table()?;
         let pk = pk.to_owned();
         let taken = &p.quiet[..p.quiet.len().min(FOLD_MAX_ITEMS)];
-        let plan = FoldPlan::new(
-            p,
-            taken,
-            self.window,
-            &self.own_tail,
-            crate::clock::now_ms(),
-        );
+        let plan = FoldPlan::new(p, taken, self.window, crate::clock::now_ms());
         let mut request = self
             .client
             .transact_write_items()
@@ -354,10 +356,6 @@ struct FoldPlan {
     add: BTreeMap<String, i64>,
     /// The base's buckets older than any kept, to remove.
     remove: Vec<String>,
-    /// The base's own-change tail after the fold (its own and the folded
-    /// items', those still kept), in its window; `None`: none before or
-    /// after.
-    tail: Option<(TailWindow, BTreeMap<i64, i64>)>,
 }
 
 impl FoldPlan {
@@ -365,7 +363,6 @@ impl FoldPlan {
         p: &Partition,
         taken: &[(String, String, Item)],
         recent: RecentWindow,
-        tail: &TailWindow,
         now_ms: i64,
     ) -> Self {
         let kept_from = now_ms - recent.keep_ms;
@@ -376,18 +373,7 @@ impl FoldPlan {
             updated_at: base.and_then(|b| b.int("updated_at")).unwrap_or(0),
             add: BTreeMap::new(),
             remove: Vec::new(),
-            tail: None,
         };
-        // The folded items' tails go into the base's, so that a read cut
-        // in their window still takes their records out (a record missing
-        // from every tail would stay in a cut sum).
-        let prior = base.map(|b| b.own_tail(tail)).unwrap_or_default();
-        let had = base.is_some_and(|b| b.contains_key(&tail.attr()));
-        let folded = taken.iter().flat_map(|(_, _, item)| item.own_tail(tail));
-        let merged = tail.merged(&prior, folded, now_ms);
-        if had || !merged.is_empty() {
-            plan.tail = Some((*tail, merged));
-        }
         for (_, _, item) in taken {
             plan.n = plan.n.saturating_add(item.int("n").unwrap_or(0));
             plan.updated_at = plan.updated_at.max(item.int("updated_at").unwrap_or(0));
@@ -439,16 +425,6 @@ impl FoldPlan {
                 .expression_attribute_values(format!(":b{i}"), num(*v));
         }
         expr.push_str(" SET #u = :u, #fs = :fs");
-        if let Some((window, map)) = &self.tail {
-            let map = map
-                .iter()
-                .map(|(start, d)| (window.entry_key(*start), num(*d)))
-                .collect();
-            expr.push_str(", #t = :t");
-            update = update
-                .expression_attribute_names("#t", window.attr())
-                .expression_attribute_values(":t", AttributeValue::M(map));
-        }
         if !self.remove.is_empty() {
             let names: Vec<String> = (0..self.remove.len()).map(|i| format!("#r{i}")).collect();
             expr.push_str(" REMOVE ");

@@ -47,7 +47,7 @@ fn an_item_the_base_already_folded_is_counted_once() {
 }
 
 #[test]
-fn own_change_tails_are_summed_and_a_fold_carries_them_into_the_base() {
+fn own_change_tails_are_summed_and_an_item_without_one_breaks_the_cut() {
     let w = TailWindow::new(2000, 10_000, 5000);
     let tail = |entries: &[(i64, i64)]| {
         AttributeValue::M(
@@ -62,22 +62,19 @@ fn own_change_tails_are_summed_and_a_fold_carries_them_into_the_base() {
     a.insert(w.attr(), tail(&[(98_000, 2), (60_000, 5)]));
     let mut b = item("w#b", 1, "8", 99_500);
     b.insert(w.attr(), tail(&[(99_000, -1)]));
-    let p = sum_partition(vec![a.clone(), b.clone()], 100_000, 1_000_000, &w).unwrap();
+    // Quiet long before the window: no tail needed.
+    let old = item("w#c", 4, "3", 10_000);
+    let p = sum_partition(vec![a.clone(), b.clone(), old], 100_000, 1_000_000, &w).unwrap();
     assert_eq!(p.tail.since(98_000), Some(1));
     assert_eq!(p.tail.since(99_000), Some(-1));
-    let taken = vec![
-        ("w#a".to_owned(), "7".to_owned(), a),
-        ("w#b".to_owned(), "8".to_owned(), b),
-    ];
-    let recent = RecentWindow {
-        width_ms: 100,
-        keep_ms: 1_000,
-    };
-    let plan = FoldPlan::new(&p, &taken, recent, &w, 100_000);
-    assert_eq!(
-        plan.tail,
-        Some((w, BTreeMap::from([(98_000, 2), (99_000, -1)])))
-    );
+    // Written lately by an aggregator keeping no tail (or another
+    // window), or a base a fold wrote lately: not cut.
+    let bare = item("w#d", 1, "9", 99_900);
+    let p = sum_partition(vec![a.clone(), bare], 100_000, 1_000_000, &w).unwrap();
+    assert_eq!(p.tail.since(98_000), None);
+    let base = item(keys::LIKES_WRITERS_BASE_SORT, 3, "", 95_000);
+    let p = sum_partition(vec![a, b, base], 100_000, 1_000_000, &w).unwrap();
+    assert_eq!(p.tail.since(98_000), None);
 }
 
 #[test]
@@ -102,13 +99,7 @@ fn a_fold_carries_the_kept_buckets_and_drops_the_base_stale_ones() {
         ("w#a".to_owned(), "7".to_owned(), a),
         ("w#b".to_owned(), "8".to_owned(), b),
     ];
-    let plan = FoldPlan::new(
-        &p,
-        &taken,
-        window,
-        &TailWindow::new(2000, 10_000, 5000),
-        10_000,
-    );
+    let plan = FoldPlan::new(&p, &taken, window, 10_000);
     assert_eq!((plan.version, plan.n, plan.updated_at), (2, 6, 9_200));
     assert_eq!(
         plan.add,
