@@ -58,7 +58,6 @@ impl AggregateStore for DynamoStore {
         items: &[(keys::ReelId, u32)],
         window: &TailWindow,
     ) -> Result<TailMaps, Error> {
-        let table = self.writers_table()?;
         let sk = keys::likes_writer_sort(keys::likes_writer(key));
         let mut owner = HashMap::new();
         let mut out = HashMap::new();
@@ -74,7 +73,10 @@ impl AggregateStore for DynamoStore {
             }
             // Whole items: a writer item is under 1 KB, one read unit
             // with or without a projection.
-            for item in self.batch_get_keys(table, batch, None).await? {
+            let items = self
+                .batch_get_keys(self.writers_table()?, batch, None)
+                .await?;
+            for item in items {
                 if let Some(id) = item.pk().and_then(|pk| owner.get(pk)) {
                     out.insert(id.clone(), item.own_tail(window));
                 }
