@@ -1070,6 +1070,19 @@ fn every_counters_call_a_function_makes_outside_transactions_is_granted() {
     let statements = dynamodb_statements();
     let kinds = super::key_kinds();
     let functions: BTreeSet<&str> = statements.iter().map(|s| s.function.as_str()).collect();
+    // Whether `function` is granted `action` on `table` outside a
+    // transaction, on any key.
+    let on_table = |function: &str, action: &str, table: &str| {
+        statements.iter().any(|st| {
+            st.function == function
+                && st
+                    .actions
+                    .iter()
+                    .any(|a| *a == format!("dynamodb:{action}"))
+                && st.resources.iter().any(|r| r == table)
+                && st.enclosing.is_none()
+        })
+    };
     let mut missing = Vec::new();
     for function in functions
         .into_iter()
@@ -1085,16 +1098,7 @@ fn every_counters_call_a_function_makes_outside_transactions_is_granted() {
                     // The views table's key kinds are not modelled here:
                     // at least the action must be granted on the table.
                     let action = action.trim_start_matches("dynamodb:");
-                    let any = statements.iter().any(|st| {
-                        st.function == function
-                            && st
-                                .actions
-                                .iter()
-                                .any(|a| *a == format!("dynamodb:{action}"))
-                            && st.resources.iter().any(|r| r == "ViewsTable")
-                            && st.enclosing.is_none()
-                    });
-                    if !any {
+                    if !on_table(function, action, "ViewsTable") {
                         missing.push(format!(
                             "{function} calls {method}: {action} on ViewsTable not granted"
                         ));
@@ -1115,16 +1119,7 @@ fn every_counters_call_a_function_makes_outside_transactions_is_granted() {
                     continue;
                 };
                 if want.is_empty() {
-                    let any = statements.iter().any(|st| {
-                        st.function == function
-                            && st
-                                .actions
-                                .iter()
-                                .any(|a| *a == format!("dynamodb:{action}"))
-                            && st.resources.iter().any(|r| r == "CountersTable")
-                            && st.enclosing.is_none()
-                    });
-                    if !any {
+                    if !on_table(function, action, "CountersTable") {
                         missing.push(format!("{function} calls {method}: {action} not granted"));
                     }
                     continue;
