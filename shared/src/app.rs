@@ -7,6 +7,7 @@
 
 use crate::aggregate::Aggregator;
 use crate::config::Config;
+use crate::known::Known;
 use crate::reconcile::Reconciler;
 use crate::reshard::Resharder;
 use crate::service::LikeService;
@@ -36,6 +37,10 @@ pub struct App {
     pub views: Views,
     /// The trending lists this instance ranked lately.
     pub trending: crate::trending::Lists,
+    /// The reels ever counted, as this instance holds them (`None` without
+    /// `WRITERS_TABLE`): shared by the like and read paths and the views
+    /// aggregator.
+    pub known: Option<Arc<Known<DynamoStore>>>,
 }
 
 /// The views parts a function instance has: each needs its table or its
@@ -74,10 +79,21 @@ impl App {
         let reshard = Resharder::new(store.clone(), &config);
         let reconcile = Reconciler::new(store.clone(), &config);
         let aggregate = Aggregator::new(store.clone(), &config);
-        let service = LikeService::new(store, &config);
+        let known = config.writers_table.as_ref().map(|_| {
+            Arc::new(Known::new(
+                Arc::new(store.clone()),
+                config.cache_ttl,
+                config.reconcile.clock_skew,
+            ))
+        });
+        let mut service = LikeService::new(store, &config);
+        if let Some(k) = &known {
+            service = service.with_known(k.clone());
+        }
         App {
             config,
             service,
+            known,
             reshard,
             reconcile,
             aggregate,
@@ -97,23 +113,29 @@ impl App {
         let producer = log
             .clone()
             .map(|l| Producer::new(l, &self.config, views.viewer));
+        let shared = self.known.clone().map(|k| k as crate::known::SharedKnown);
         let aggregator = match (&table, &log) {
-            (Some(t), Some(l)) => Some(ViewAggregator::new(
-                t.clone(),
-                l.clone(),
-                &self.config,
-                views.clone(),
-            )),
+            (Some(t), Some(l)) => {
+                let a = ViewAggregator::new(t.clone(), l.clone(), &self.config, views.clone());
+                Some(match &shared {
+                    Some(k) => a.with_known(k.clone()),
+                    None => a,
+                })
+            }
             _ => None,
         };
         let setup = Some((views.clone(), log.clone()));
         let reader = table.map(|t| {
-            ViewReader::new(
+            let r = ViewReader::new(
                 t,
                 self.config.cache_ttl,
                 self.config.cache_max_reels,
                 views.clock.clone(),
-            )
+            );
+            match &shared {
+                Some(k) => r.with_known(k.clone()),
+                None => r,
+            }
         });
         App {
             views: Views {

@@ -43,9 +43,12 @@ pub struct Config {
     pub counters_table: String,
     /// `LIKES_TABLE`: one item per (user, reel) like: the source of truth.
     pub likes_table: String,
-    /// `WRITERS_TABLE` (stream mode): the table of the reels' writer items,
-    /// one per stream shard that counted a reel (`crate::aggregate`).
+    /// `WRITERS_TABLE`: the views table, where stream mode's writer items
+    /// and the known reels (`crate::known`) are.
     pub writers_table: Option<String>,
+    /// `KNOWN_BACKFILL_DELAY_MS` (default 1800000): the known reels'
+    /// backfill starts this long after their first fold (`crate::known`).
+    pub known_backfill_delay: Duration,
     /// `CACHE_TTL_MS` (default 2000): how long a summed count is served from
     /// memory before the shards are read again.
     pub cache_ttl: Duration,
@@ -512,6 +515,7 @@ impl Config {
             writers_table: get("WRITERS_TABLE")
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty()),
+            known_backfill_delay: ms("KNOWN_BACKFILL_DELAY_MS", 1_800_000, 0, 86_400_000)?,
             cache_ttl: ms("CACHE_TTL_MS", 2_000, 0, 3_600_000)?,
             settings_ttl: ms("SETTINGS_TTL_MS", 5_000, 0, 3_600_000)?,
             spread_refresh: ms("SPREAD_REFRESH_MS", 60_000, 0, 3_600_000)?,

@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+pub mod known;
 pub mod tail;
 pub mod top;
 pub mod window;

@@ -44,6 +44,10 @@
 //! * [`views`]: views and unique viewers: `POST /views` into a Kinesis log,
 //!   its consumer on [`aggregate`]'s exactly-once core, HyperLogLog
 //!   sketches, the cached sums.
+//! * [`known`]: the reels that have ever had a like or a view counted, as
+//!   every instance holds them (segments of fingerprints, registrations by
+//!   the writers, the scheduled fold and backfill), so that a read of a
+//!   reel never counted reads nothing.
 //! * [`trending`]: what's hot: the writers' hourly heavy-hitter sketches
 //!   and the ranking of their candidates by exact windowed counts; `warm`,
 //!   what the cache warmer stores and when an instance may serve it.
@@ -70,6 +74,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod keys;
+pub mod known;
 pub mod logging;
 pub mod metrics;
 pub mod reconcile;

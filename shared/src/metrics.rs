@@ -52,12 +52,17 @@ pub const NAMES: &[(&str, Unit)] = &[
     ("CacheMisses", Unit::Count),
     ("ShardsRead", Unit::Count),
     ("WarmHits", Unit::Count),
+    ("NeverCounted", Unit::Count),
     // The cache warmer's run.
     ("WarmRounds", Unit::Count),
     ("WarmLists", Unit::Count),
     ("WarmFigures", Unit::Count),
     ("WarmErrors", Unit::Count),
     ("WarmReels", Unit::Count),
+    // The known reels' fold, in the warm run.
+    ("KnownFolded", Unit::Count),
+    ("KnownIncomplete", Unit::Count),
+    ("KnownFoldErrors", Unit::Count),
     // The scheduled resize run.
     ("ReshardRuns", Unit::Count),
     ("ShardedReels", Unit::Count),

@@ -172,6 +172,7 @@ pub async fn handle_warm_event(
             }
         },
     };
+    fold_known(app).await;
     let s = Box::pin(crate::warmer::keep_warm(app, deadline, rounds)).await?;
     app.config
         .metrics
@@ -197,6 +198,45 @@ pub async fn handle_warm_event(
         ));
     }
     serde_json::to_value(s).map_err(|e| Error::internal("serialising the warm summary", e))
+}
+
+/// The known reels' fold ([`crate::known::fold`]), once per warm run. It
+/// never fails the run: what it leaves is folded by the next.
+async fn fold_known(app: &App) {
+    let Some(known) = &app.known else {
+        return;
+    };
+    let fold = crate::known::fold::Fold::new(
+        std::sync::Arc::new(app.service.store().clone()),
+        known.margin_ms(),
+        app.config.known_backfill_delay.as_millis() as i64,
+    );
+    let metrics = app.config.metrics.record("warm");
+    match fold.fold_at(crate::clock::now_ms()).await {
+        Ok(r) => {
+            metrics
+                .count("KnownFolded", r.registrations as u64 + r.backfilled as u64)
+                .count("KnownIncomplete", u64::from(!r.complete));
+            tracing::info!(
+                registrations = r.registrations,
+                added = r.added,
+                segments = r.segments_written,
+                backfilled = r.backfilled,
+                complete = r.complete,
+                lost = r.lost,
+                "known reels folded"
+            );
+        }
+        Err(e) => {
+            metrics
+                .count("KnownFoldErrors", 1)
+                .count("KnownIncomplete", 1);
+            tracing::warn!(
+                error = e.code(),
+                "the known reels' fold failed: the next run folds"
+            );
+        }
+    }
 }
 
 /// One batch of the `aggregate` function (stream mode): Lambda's DynamoDB

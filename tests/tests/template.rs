@@ -1808,6 +1808,24 @@ fn the_views_table_is_made_kept_and_written_as_it_should() {
             );
             continue;
         }
+        // The known reels (shared/src/known): registrations, put by the
+        // writers that count a reel first (likes, views), and the set's
+        // segments and meta item, put by the warm function's fold alone.
+        if st.sid == "KnownReelsRegister" || st.sid == "KnownReelsFold" {
+            let (functions, keys): (&[&str], &str) = if st.sid == "KnownReelsRegister" {
+                (&["LikeFunction", "ViewAggregateFunction"], "x~new#*")
+            } else {
+                (&["WarmFunction"], likes::keys::known::SET_KEY)
+            };
+            assert!(functions.contains(&st.function.as_str()), "{st:?}");
+            assert_eq!(st.actions, ["dynamodb:PutItem"], "{st:?}");
+            assert_eq!(
+                st.leading_keys.as_deref(),
+                Some(&[keys.to_owned()][..]),
+                "{st:?}"
+            );
+            continue;
+        }
         assert_eq!(st.function, "ViewAggregateFunction", "{st:?}");
         // Its writes are transactions, but for a repair's lease (one
         // UpdateItem on the lease items alone) and the writers' seals (one

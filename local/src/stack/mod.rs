@@ -204,6 +204,11 @@ impl Stack {
         let mut config = Config::from_lookup(|k| lookup_opts.lookup(k)).context("configuration")?;
         // The local stack is the one place dev auth is switched on.
         config.auth_mode = AuthMode::Dev;
+        // Every local writer registers its reels from the first: the known
+        // reels' backfill need not wait for older writers to stop.
+        if lookup_opts.lookup("KNOWN_BACKFILL_DELAY_MS").is_none() {
+            config.known_backfill_delay = Duration::ZERO;
+        }
 
         let client = client_for(&config, &dynamo_endpoint, &lookup_opts).await;
         let existing = existing_tables(&client).await;

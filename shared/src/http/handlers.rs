@@ -38,6 +38,14 @@ fn warm_hits(app: &App) -> u64 {
     app.service.warm_hits() + app.views.reader.as_ref().map_or(0, |r| r.warm_hits())
 }
 
+/// Counts (likes or views) answered as never counted, without a read
+/// ([`crate::known`]), since the instance started.
+fn never_counted(app: &App) -> u64 {
+    app.known.as_ref().map_or(0, |k| {
+        k.stats().absent.load(std::sync::atomic::Ordering::Relaxed)
+    })
+}
+
 /// Shard items read by this instance's store so far.
 fn shard_reads(app: &App) -> u64 {
     let s = app.service.store().stats();
@@ -54,6 +62,7 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     let (conflicts_before, throttles_before) = app.service.retry_stats();
     let shards_before = shard_reads(app);
     let warm_before = warm_hits(app);
+    let never_before = never_counted(app);
     let view_retries_before = app.views.producer.as_ref().map_or(0, |p| p.retries());
     let mut writes = WriteMetrics::default();
     let method = req.method().clone();
@@ -175,6 +184,9 @@ pub async fn handle(app: &App, function: Function, req: Request) -> Response<Bod
     // Only when some were: not a field on every log line.
     if let warm @ 1.. = warm_hits(app).saturating_sub(warm_before) {
         m.count("WarmHits", warm);
+    }
+    if let never @ 1.. = never_counted(app).saturating_sub(never_before) {
+        m.count("NeverCounted", never);
     }
     app.config.metrics.flush(request_id.as_deref());
     if status >= 500 {

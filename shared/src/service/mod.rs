@@ -237,6 +237,10 @@ pub struct LikeService<S> {
     /// Transactional mode: the likes this instance committed, as a
     /// trending writer of its own (`None` in stream mode).
     sketch: Option<crate::trending::InstanceSketch>,
+    /// The reels ever counted ([`LikeService::with_known`]): a like
+    /// registers its reel, a read answers a reel never counted without
+    /// reading it.
+    known: Option<crate::known::SharedKnown>,
 }
 
 /// Transactional mode's sketch of the likes this instance commits, put in
@@ -290,7 +294,16 @@ impl<S: CounterStore> LikeService<S> {
             warm: crate::store::SetCache::default(),
             warm_hits: AtomicU64::new(0),
             sketch: own_sketch(config),
+            known: None,
         }
+    }
+
+    /// Registers each liked reel in `known` before its like is written,
+    /// and answers reels `known` says were never counted without reading
+    /// them ([`crate::known`]).
+    pub fn with_known(mut self, known: crate::known::SharedKnown) -> Self {
+        self.known = Some(known);
+        self
     }
 
     /// Likes only reels `check` knows; the others are refused with

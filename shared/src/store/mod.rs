@@ -22,6 +22,8 @@
 //!   view items, seals and folds).
 //! * `warm`: [`WarmStore`], the cache warmer's items (its figures, its
 //!   set, the lists it ranked).
+//! * `known`: [`KnownStore`], the known-reels set's items (its meta item,
+//!   segments and registrations) and the backfill's scan.
 //! * [`dynamodb`] (the `dynamodb` feature, on by default): `DynamoStore`,
 //!   the one implementation of the four counter traits, a file per trait
 //!   impl, and `DynamoViews`, of [`ViewStore`]; [`kinesis`]: `KinesisLog`,
@@ -37,6 +39,7 @@ pub mod kinesis;
 
 mod aggregate;
 mod counter;
+mod known;
 mod reconcile;
 mod resize;
 mod views;
@@ -49,6 +52,7 @@ pub use counter::{
     CountItem, CounterStore, KeyRecord, KeyRecordSpec, LikeRow, LikeTx, Phase, ReadItems,
     RetryReason, Settings, ShardSum, ShardValue, TxResult, WriteSample,
 };
+pub use known::{KnownMeta, KnownScan, KnownScanPage, KnownSegment, KnownStore, ScanCursor};
 pub use reconcile::{
     CorrectResult, Ledger, RecentBucket, ReconcileStore, ReelView, RunCount, ScanPage, ScanTable,
     StoredRun,

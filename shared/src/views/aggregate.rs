@@ -111,6 +111,9 @@ pub struct ViewAggregator<S, L> {
     views_applied: std::sync::atomic::AtomicU64,
     /// Each Kinesis shard's trending sketch as this instance holds it.
     pub(super) sketches: crate::trending::Sketches,
+    /// The reels ever counted: a reel is registered before its first
+    /// views are written ([`crate::known`]).
+    known: Option<crate::known::SharedKnown>,
 }
 
 impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
@@ -130,7 +133,14 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             compaction: Compaction::default(),
             views_applied: Default::default(),
             sketches: Default::default(),
+            known: None,
         }
+    }
+
+    /// Registers each reel in `known` before its views are first written.
+    pub fn with_known(mut self, known: crate::known::SharedKnown) -> Self {
+        self.known = Some(known);
+        self
     }
 
     /// Views this instance's batches counted so far (copies of a record
@@ -172,6 +182,20 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             .collect();
         let key = keys::views_checkpoint_key(&batch.stream_arn, &batch.shard_id);
         let parts = parts(&batch.records);
+        // Before any of the batch's views is written: the reels they count
+        // must be known to every reader by then ([`crate::known`]). Each
+        // reel of the batch, counted or not (a copy, a viewer past its
+        // bound): registering one that stays at zero costs a write once,
+        // and the edge's bounds and the reel check limit how many.
+        if let Some(k) = &self.known {
+            let mut reels: Vec<&keys::ReelId> = parts
+                .iter()
+                .flat_map(|p| p.views.iter().map(|(r, _)| r))
+                .collect();
+            reels.sort();
+            reels.dedup();
+            k.register(&reels).await?;
+        }
         let mut planning = ViewPlanning::new(
             self,
             &batch.shard_id,

@@ -55,6 +55,9 @@ pub struct ViewReader<S> {
     warm: crate::store::SetCache,
     /// Figures served from the warmer's items instead of a read.
     warm_hits: std::sync::atomic::AtomicU64,
+    /// The reels ever counted: one never counted is answered without a
+    /// read ([`crate::known`]).
+    known: Option<crate::known::SharedKnown>,
 }
 
 /// A sum expires `ttl` after it was read (a warm one: after the warmer's
@@ -89,7 +92,35 @@ impl<S: ViewStore> ViewReader<S> {
             ttl,
             warm: crate::store::SetCache::default(),
             warm_hits: std::sync::atomic::AtomicU64::new(0),
+            known: None,
         }
+    }
+
+    /// Answers reels `known` says were never counted with zeros, without
+    /// a read.
+    pub fn with_known(mut self, known: crate::known::SharedKnown) -> Self {
+        self.known = Some(known);
+        self
+    }
+
+    /// Zeros, as of the known-reels set's last refresh, if the set says
+    /// `reel` never had a view counted.
+    async fn never_viewed(&self, reel: &ReelId) -> Option<Arc<ViewCounts>> {
+        let (absent, at) = self
+            .known
+            .as_ref()?
+            .absent(std::slice::from_ref(reel))
+            .await;
+        let read_at = at.filter(|_| absent.contains(reel))?;
+        Some(Arc::new(ViewCounts {
+            views: 0,
+            unique_viewers: 0,
+            views_7d: 0,
+            unique_viewers_7d: 0,
+            windows: Default::default(),
+            as_of_ms: (self.clock)() - read_at.elapsed().as_millis() as i64,
+            read_at,
+        }))
     }
 
     /// Reels read from the table (not from the cache) since it was built.
@@ -115,7 +146,10 @@ impl<S: ViewStore> ViewReader<S> {
                 .try_get_with(reel.clone(), Box::pin(self.warm_or_read(reel)))
                 .await
                 .map_err(|e| (*e).clone()),
-            None => self.read_now(reel).await,
+            None => match self.never_viewed(reel).await {
+                Some(zero) => Ok(zero),
+                None => self.read_now(reel).await,
+            },
         }
     }
 
@@ -130,6 +164,9 @@ impl<S: ViewStore> ViewReader<S> {
     /// [`crate::store::WarmStore`]), else read now. A warm read that fails
     /// only costs the read.
     async fn warm_or_read(&self, reel: &ReelId) -> Result<Arc<ViewCounts>, Error> {
+        if let Some(zero) = self.never_viewed(reel).await {
+            return Ok(zero);
+        }
         if self.warm.get(self.store.warm_set()).await.contains(reel) {
             match self.store.warm_figures(reel).await {
                 Ok(Some(f)) => {

@@ -1038,6 +1038,7 @@ const KEYS_OUTSIDE_TX: &[(&str, &str, &[&str])] = &[
     ("save_run", "PutItem", &["run"]),
     // A scan names no key: the grant is the table's.
     ("scan_page", "Scan", &[]),
+    ("scan_known", "Scan", &[]),
     ("settings", "BatchGetItem", &["settings"]),
     ("shard", "GetItem", &["base", "shard", "shard0"]),
     ("sum_shards", "BatchGetItem", &["base", "shard", "shard0"]),

@@ -29,6 +29,8 @@
 //!   `compact`: its seal items and folds (`crate::views::compact`).
 //! * `warm`: the cache warmer's items (`WarmStore`, and the warm reads
 //!   both stores' count reads make).
+//! * `known`: the known-reels set's items (`KnownStore`) and the
+//!   backfill's keys-only scans.
 //! * `error`: the one translation of SDK errors into [`Error`], and the
 //!   reading of cancelled transactions' reasons. The detail is logged
 //!   there and never leaves this module.
@@ -38,6 +40,7 @@ mod compact;
 mod counter;
 mod error;
 mod ext;
+mod known;
 mod reads;
 mod reconcile;
 mod resize;
