@@ -87,8 +87,10 @@ impl App {
             ))
         });
         let mut service = LikeService::new(store, &config);
+        let mut aggregate = aggregate;
         if let Some(k) = &known {
             service = service.with_known(k.clone());
+            aggregate = aggregate.with_known(k.clone());
         }
         App {
             config,

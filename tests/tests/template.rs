@@ -1813,7 +1813,10 @@ fn the_views_table_is_made_kept_and_written_as_it_should() {
         // segments and meta item, put by the warm function's fold alone.
         if st.sid == "KnownReelsRegister" || st.sid == "KnownReelsFold" {
             let (functions, keys): (&[&str], &str) = if st.sid == "KnownReelsRegister" {
-                (&["LikeFunction", "ViewAggregateFunction"], "x~new#*")
+                (
+                    &["LikeFunction", "AggregateFunction", "ViewAggregateFunction"],
+                    "x~new#*",
+                )
             } else {
                 (&["WarmFunction"], likes::keys::known::SET_KEY)
             };

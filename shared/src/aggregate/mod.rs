@@ -135,6 +135,8 @@ pub struct Aggregator<S> {
     tail: TailWindow,
     /// Each stream shard's tails as this instance knows them.
     tails: tails::Tails,
+    /// The reels ever counted ([`Aggregator::with_known`]).
+    known: Option<crate::known::SharedKnown>,
 }
 
 /// `out` with its skipped records counted: those the checkpoint covers that
@@ -167,7 +169,18 @@ impl<S: AggregateStore> Aggregator<S> {
             sketches: Sketches::default(),
             tail: config.own_tail(),
             tails: tails::Tails::default(),
+            known: None,
         }
+    }
+
+    /// Registers each reel of a batch in `known` before it is counted: a
+    /// like the like function registered is known already (nothing is
+    /// put); one written by a release that did not register, still in the
+    /// stream when this one started, is registered here
+    /// ([`crate::known`]).
+    pub fn with_known(mut self, known: crate::known::SharedKnown) -> Self {
+        self.known = Some(known);
+        self
     }
 
     /// The store it writes through.
@@ -211,6 +224,16 @@ impl<S: AggregateStore> Aggregator<S> {
                 duplicates = batch.duplicates,
                 "stream batch delivered out of sequence order"
             );
+        }
+        if let Some(k) = &self.known {
+            let mut reels: Vec<&ReelId> = batch
+                .changes
+                .iter()
+                .filter_map(|c| c.reel.as_ref())
+                .collect();
+            reels.sort();
+            reels.dedup();
+            k.register(&reels).await?;
         }
         let planner = Planning {
             aggregator: self,

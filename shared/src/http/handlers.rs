@@ -1,5 +1,6 @@
 //! The `like` and `read` handlers.
 
+use super::cache_control::Cacheable;
 use super::charge::{READ_ROUTES, charge, view_reads};
 use super::request::{self, Command};
 use super::routes::{self, Function, Route};
@@ -13,7 +14,7 @@ use crate::store::Settings;
 use lambda_http::http::{HeaderValue, StatusCode, header};
 use lambda_http::{Body, Request, Response};
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tracing::Instrument;
 
 /// Reels whose views one `GET /counts` reads at once.
@@ -536,49 +537,6 @@ fn shards_json(reel: &ReelId, s: &Settings, outcome: Option<Begin>) -> Value {
         body["outcome"] = json!(o);
     }
     body
-}
-
-/// A count answer that a browser or CDN in front of the API may keep for as
-/// long as this instance would serve the same sum from its cache: a viral
-/// reel's views can then be absorbed before they reach a function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cacheable {
-    /// The body depends on nobody: `public`.
-    Shared,
-    /// The body depends on the caller (`liked_by_me`): `private`.
-    Caller,
-}
-
-impl Cacheable {
-    fn of(command: &Command) -> Option<Self> {
-        match command {
-            Command::Count { user: Some(_), .. } => Some(Cacheable::Caller),
-            Command::Count { user: None, .. }
-            | Command::Counts { .. }
-            | Command::ReelViews { .. }
-            | Command::ReelStats { .. }
-            | Command::Trending { .. }
-            | Command::LikesAndViews { .. } => Some(Cacheable::Shared),
-            _ => None,
-        }
-    }
-
-    /// `public|private, max-age=N`: N is what is left of the cache lifetime
-    /// of the oldest sum in `body` (its `age_ms`), in whole seconds rounded
-    /// down, so no cache keeps it past when this instance would read again.
-    /// A partial batch (`unavailable`) is not cached (`None`: `no-store`).
-    fn header(self, body: &Value, ttl: Duration) -> Option<HeaderValue> {
-        if body.get("unavailable").is_some() {
-            return None;
-        }
-        let age = Duration::from_millis(body.get("age_ms")?.as_u64()?);
-        let left = ttl.saturating_sub(age).as_secs();
-        let scope = match self {
-            Cacheable::Shared => "public",
-            Cacheable::Caller => "private",
-        };
-        HeaderValue::from_str(&format!("{scope}, max-age={left}")).ok()
-    }
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<Body> {

@@ -13,7 +13,8 @@
 //! module both others depend on), `request` (parsing into a [`Command`]),
 //! `handlers` (executing a command, and the one mapping of errors to
 //! responses; readiness asks [`crate::service::LikeService::ready`]),
-//! `charge` (what a count read is charged to its caller), `stats` (the
+//! `charge` (what a count read is charged to its caller), `cache_control`
+//! (which count answers a CDN may keep, and how long), `stats` (the
 //! windowed counts' route), `trending` (the top reels' route). The scheduled
 //! functions' events are not HTTP: `crate::triggers`.
 //!
@@ -21,6 +22,8 @@
 //! parsing needs no store, and the fuzz target builds the crate that way.
 
 mod access;
+#[cfg(feature = "dynamodb")]
+mod cache_control;
 #[cfg(feature = "dynamodb")]
 mod charge;
 #[cfg(feature = "dynamodb")]

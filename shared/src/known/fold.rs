@@ -20,9 +20,16 @@ use std::time::{Duration, Instant};
 /// before they are merged.
 pub const FOLD_EVERY_MS: i64 = 600_000;
 
-/// Registrations one run merges at most, in minutes of them: a fold that
-/// fell behind catches up over several runs.
-const MINUTES_PER_RUN: i64 = 60;
+/// Registrations one run merges at most (whole minutes of them): a fold
+/// that fell behind catches up over several runs.
+const REGISTRATIONS_PER_RUN: usize = 500_000;
+
+/// Minute partitions of registrations read at once.
+const MINUTES_AT_ONCE: usize = 16;
+
+/// A fold whose previous run is older than this backfills again (the
+/// schedule runs it once a minute).
+pub const FOLD_GAP_MS: i64 = 900_000;
 
 /// How long one run scans for the backfill.
 const BACKFILL_BUDGET: Duration = Duration::from_secs(20);
@@ -68,53 +75,53 @@ impl<S: KnownStore> Fold<S> {
     pub async fn fold_at(&self, now_ms: i64) -> Result<FoldReport, Error> {
         let mut report = FoldReport::default();
         let stored = self.store.known_meta().await?;
+        let day = REGISTRATION_TTL_SECS * 1000;
         let mut meta = match &stored {
             Some(m) => m.clone(),
+            // From a day back: every registration any writer may hold in
+            // its set is merged, even one put before the first fold.
             None => KnownMeta {
-                to_ms: now_ms - self.margin_ms,
-                first_ms: now_ms,
-                cursor: Some(ScanCursor {
-                    table: KnownScan::Counters,
-                    last: None,
-                }),
+                to_ms: now_ms - day,
                 ..KnownMeta::default()
             },
         };
         if meta.full {
             return Ok(report);
         }
-        // Registrations expire: a fold that stopped for that long has lost
-        // some, and only a new backfill makes the set complete again.
-        if now_ms - meta.to_ms > REGISTRATION_TTL_SECS * 1000 - 2 * MAX_AGE_SLACK_MS {
-            tracing::warn!(
-                to_ms = meta.to_ms,
-                "the known reels were not folded for a day: backfilling again"
-            );
-            meta.to_ms = now_ms - self.margin_ms;
+        // The fold not running for a while means this release was not
+        // running (a rollback to one without the known reels: its writers
+        // counted without registering) or failing: backfill again. The
+        // first run starts the backfill too.
+        if stored.is_none() || now_ms - meta.seen_ms > FOLD_GAP_MS {
+            if stored.is_some() {
+                tracing::warn!(
+                    seen_ms = meta.seen_ms,
+                    "the known reels' fold did not run for a while: backfilling again"
+                );
+            }
             meta.complete = false;
             meta.first_ms = now_ms;
             meta.cursor = Some(ScanCursor {
                 table: KnownScan::Counters,
                 last: None,
             });
+            // Registrations older than a day may be gone: not merged, but
+            // the backfill finds what they registered, if it was counted.
+            meta.to_ms = meta.to_ms.max(now_ms - day);
         }
+        meta.seen_ms = now_ms;
         let mut add: Vec<Vec<u32>> = vec![Vec::new(); SEGMENTS];
-        // Registrations stamped before `to`: every one is readable now (a
-        // writer's put is readable within the margin of its stamp).
-        let to = (now_ms - self.margin_ms).min(meta.to_ms + MINUTES_PER_RUN * 60_000);
+        // Registrations stamped before `until`: every one is readable now
+        // (a writer's put is readable within the margin of its stamp).
+        let until = now_ms - self.margin_ms;
         let backfilling = !meta.complete && now_ms >= meta.first_ms + self.backfill_delay_ms;
-        if to - meta.to_ms < FOLD_EVERY_MS && !backfilling && stored.is_some() {
-            report.complete = meta.complete;
-            return Ok(report);
+        let due = until - meta.to_ms >= FOLD_EVERY_MS || backfilling || stored.is_none();
+        let mut to = meta.to_ms;
+        if due {
+            to = self.read_since(&meta, until, &mut add, &mut report).await?;
         }
-        for minute in meta.to_ms.div_euclid(60_000)..=to.div_euclid(60_000) {
-            for (at, reel) in self.store.registrations(minute, meta.to_ms).await? {
-                if at < to {
-                    let (s, f) = fingerprint(&reel);
-                    add[s].push(f);
-                    report.registrations += 1;
-                }
-            }
+        if backfilling {
+            self.backfill(&mut meta, &mut add, &mut report).await?;
         }
         if backfilling {
             self.backfill(&mut meta, &mut add, &mut report).await?;
@@ -155,12 +162,52 @@ impl<S: KnownStore> Fold<S> {
             }
         }
         meta.to_ms = to;
+        // Written every run, folded or not: `seen_ms` is the heartbeat a
+        // gap is told by.
         if !self.store.put_meta(&meta).await? {
             report.lost = true;
             return Ok(report);
         }
         report.complete = meta.complete;
         Ok(report)
+    }
+
+    /// Reads the registrations from the meta item's `to_ms` up to `until`,
+    /// minute by minute (a few at a time), into `add`; stops after a whole
+    /// minute once a run has [`REGISTRATIONS_PER_RUN`]. Where it stopped:
+    /// every registration stamped before it is in `add` or the segments.
+    async fn read_since(
+        &self,
+        meta: &KnownMeta,
+        until: i64,
+        add: &mut [Vec<u32>],
+        report: &mut FoldReport,
+    ) -> Result<i64, Error> {
+        let mut to = meta.to_ms;
+        let last = until.div_euclid(60_000);
+        let mut minute = meta.to_ms.div_euclid(60_000);
+        while minute <= last {
+            let group: Vec<i64> = (minute..=last).take(MINUTES_AT_ONCE).collect();
+            let reads = group
+                .iter()
+                .map(|m| self.store.registrations(*m, meta.to_ms));
+            let pages = futures::future::try_join_all(reads).await?;
+            for (m, page) in group.iter().zip(pages) {
+                for (at, reel) in page {
+                    if at < until {
+                        let (s, f) = fingerprint(&reel);
+                        add[s].push(f);
+                        report.registrations += 1;
+                    }
+                }
+                to = ((m + 1) * 60_000).min(until);
+                minute = m + 1;
+                if report.registrations >= REGISTRATIONS_PER_RUN {
+                    return Ok(to);
+                }
+            }
+        }
+        Ok(to)
     }
 
     /// Scans for up to [`BACKFILL_BUDGET`] from the meta item's cursor,
@@ -203,10 +250,6 @@ impl<S: KnownStore> Fold<S> {
         Ok(())
     }
 }
-
-/// Slack kept between a registration's expiry and the oldest meta item a
-/// fold still trusts (TTL removals are never early).
-const MAX_AGE_SLACK_MS: i64 = 3_600_000;
 
 #[cfg(test)]
 mod tests;

@@ -57,9 +57,16 @@ use std::time::{Duration, Instant};
 /// a registration must be readable within that of its stamp.
 pub const MAX_PUT_MS: i64 = 2_000;
 
+/// Registrations put under one stamp, at most.
+const REGISTER_CHUNK: usize = 32;
+
 /// An untrusted (incomplete) set's meta item is read again this often, to
 /// learn that the backfill finished (one read unit each).
 pub const META_RECHECK: Duration = Duration::from_secs(10);
+
+/// A trusted set's meta item is read again this often, to learn that it is
+/// no longer complete (a backfill started again, a full segment).
+const META_RECHECK_COMPLETE: Duration = Duration::from_secs(60);
 
 /// A load that failed is not tried again sooner (reads read meanwhile).
 const LOAD_RETRY: Duration = Duration::from_secs(5);
@@ -121,6 +128,10 @@ struct State {
     refreshed: Option<Instant>,
     meta_checked: Option<Instant>,
     failed: Option<Instant>,
+    /// The meta item's `first_ms` at the last load: a backfill started
+    /// again since means a load again (registrations may have expired
+    /// unmerged: what the set learned from them is dropped).
+    first_ms: i64,
 }
 
 /// What the set did since the instance started (metrics and tests).
@@ -199,30 +210,32 @@ impl<S: KnownStore> Known<S> {
                 .map(|r| r.as_str().to_owned())
                 .collect()
         };
-        if todo.is_empty() {
-            return Ok(());
-        }
         // A put slower than MAX_PUT_MS may be stamped before a refresh
         // that missed it: put again, stamped anew (at most three times;
         // then the count fails, unacknowledged, as on any store error).
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let started = Instant::now();
-            self.store.register(crate::clock::now_ms(), &todo).await?;
-            if started.elapsed().as_millis() as i64 <= MAX_PUT_MS {
-                break;
+        // In chunks, each stamped when sent, so that a large views batch
+        // is not one put too slow to count; what a chunk registered is
+        // known at once.
+        for chunk in todo.chunks(REGISTER_CHUNK) {
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                let started = Instant::now();
+                self.store.register(crate::clock::now_ms(), chunk).await?;
+                if started.elapsed().as_millis() as i64 <= MAX_PUT_MS {
+                    break;
+                }
+                if attempts == 3 {
+                    return Err(Error::Throttled);
+                }
             }
-            if attempts == 3 {
-                return Err(Error::Throttled);
+            self.stats
+                .registered
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            let mut st = self.state_mut();
+            for r in chunk {
+                st.set.insert(fingerprint(r));
             }
-        }
-        self.stats
-            .registered
-            .fetch_add(todo.len() as u64, Ordering::Relaxed);
-        let mut st = self.state_mut();
-        for r in &todo {
-            st.set.insert(fingerprint(r));
         }
         Ok(())
     }
@@ -242,9 +255,14 @@ impl<S: KnownStore> Known<S> {
         if st.failed.is_some_and(|f| f.elapsed() < LOAD_RETRY) {
             return None;
         }
+        let recheck = if st.complete {
+            META_RECHECK_COMPLETE
+        } else {
+            META_RECHECK
+        };
         let reload = !st.loaded
             || st.refreshed.is_none_or(|r| r.elapsed() >= RELOAD_AFTER)
-            || (!st.complete && st.meta_checked.is_none_or(|m| m.elapsed() >= META_RECHECK));
+            || st.meta_checked.is_none_or(|m| m.elapsed() >= recheck);
         if reload {
             return Some(true);
         }
@@ -297,38 +315,52 @@ impl<S: KnownStore> Known<S> {
         false
     }
 
-    /// Reads the meta item, and the segments and registrations if it is
-    /// complete (or if never loaded: writers use what they can learn).
+    /// Reads the meta item; then, unless the set is loaded and what the
+    /// meta item says has not changed (a recheck), the segments and the
+    /// registrations since they were folded (if complete; else the last
+    /// moments: an incomplete set is used by writers only, to spare
+    /// repeated registrations). A load replaces the set whole, so an
+    /// instance knows only what the table holds (never a registration the
+    /// fold might not merge).
     async fn load(&self, started: Instant, started_ms: i64) -> Result<(), Error> {
         let meta = self.store.known_meta().await?;
         let complete = meta
             .as_ref()
             .is_some_and(|m| m.complete && !m.full && started_ms - m.to_ms <= MAX_FOLD_AGE_MS);
-        let was_loaded = self.state().loaded;
-        if !complete && was_loaded {
-            // Still incomplete: nothing to trust; what writers know stays.
+        let first_ms = meta.as_ref().map_or(0, |m| m.first_ms);
+        {
             let mut st = self.state_mut();
-            st.meta_checked = Some(started);
-            st.complete = false;
-            st.failed = None;
-            return Ok(());
+            let fresh = st.refreshed.is_some_and(|r| r.elapsed() < RELOAD_AFTER);
+            let same = st.first_ms == first_ms;
+            if st.loaded && fresh && same && (st.complete == complete || !complete) {
+                // A recheck: unchanged, or no longer complete (nothing to
+                // trust; what writers know stays true).
+                st.meta_checked = Some(started);
+                st.complete = complete;
+                st.failed = None;
+                if !complete {
+                    st.refreshed = Some(started);
+                }
+                return Ok(());
+            }
         }
         self.stats.loads.fetch_add(1, Ordering::Relaxed);
         let segments = self.store.known_segments().await?;
         let from = match (&meta, complete) {
             (Some(m), true) => m.to_ms - self.margin_ms,
-            // An incomplete set is used by writers only, to spare repeated
-            // registrations: the last few minutes suffice.
             _ => started_ms - self.margin_ms,
         };
         let recent = self.read_registrations(from, started_ms).await?;
-        let mut st = self.state_mut();
+        let mut set = FpSet::default();
         for s in segments {
-            st.set.set_segment(s.index, s.fps);
+            set.set_segment(s.index, s.fps);
         }
         for fp in recent {
-            st.set.insert(fp);
+            set.insert(fp);
         }
+        let mut st = self.state_mut();
+        st.set = set;
+        st.first_ms = first_ms;
         st.loaded = true;
         st.complete = complete;
         st.cursor_ms = started_ms - self.margin_ms;

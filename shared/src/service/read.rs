@@ -254,11 +254,12 @@ impl<S: CounterStore> LikeService<S> {
         let Some(at) = at else {
             return HashMap::new();
         };
+        // Read, and done, when the refresh started: the set knows nothing
+        // later (`covers` must not claim more).
         let load = self.loads.fetch_add(1, Ordering::Relaxed);
-        let done = Instant::now();
         absent
             .into_iter()
-            .map(|r| (r, Cached::read(load, ShardSum::default(), at, done)))
+            .map(|r| (r, Cached::read(load, ShardSum::default(), at, at)))
             .collect()
     }
 

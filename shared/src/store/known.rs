@@ -11,9 +11,11 @@ pub struct KnownMeta {
     /// The segments hold every registration made before this (Unix ms;
     /// registration times are their writers' clocks).
     pub to_ms: i64,
-    /// When the fold first ran (Unix ms): the backfill starts a while after
-    /// it, once no writer without registrations can still be running.
+    /// When the backfill was (last) started (Unix ms): it scans a while
+    /// after, once no writer without registrations can still be running.
     pub first_ms: i64,
+    /// When the fold last ran (Unix ms): a gap means a backfill again.
+    pub seen_ms: i64,
     /// The backfill is done: every reel counted before registrations began
     /// is in the segments.
     pub complete: bool,

@@ -153,6 +153,25 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Registers the reels `parts` view among the known reels, before any
+    /// of their views is written: the reels they count must be known to
+    /// every reader by then ([`crate::known`]). Each reel, counted or not (a
+    /// copy, a viewer past its bound): registering one that stays at zero
+    /// costs a write once, and the edge's bounds and the reel check limit
+    /// how many.
+    pub(super) async fn register_viewed(&self, parts: &[Part]) -> Result<(), Error> {
+        let Some(k) = &self.known else {
+            return Ok(());
+        };
+        let mut reels: Vec<&keys::ReelId> = parts
+            .iter()
+            .flat_map(|p| p.views.iter().map(|(r, _)| r))
+            .collect();
+        reels.sort();
+        reels.dedup();
+        k.register(&reels).await
+    }
+
     /// Applies one batch (see [`crate::aggregate::Aggregator::handle`]).
     pub async fn handle(
         &self,
@@ -182,20 +201,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
             .collect();
         let key = keys::views_checkpoint_key(&batch.stream_arn, &batch.shard_id);
         let parts = parts(&batch.records);
-        // Before any of the batch's views is written: the reels they count
-        // must be known to every reader by then ([`crate::known`]). Each
-        // reel of the batch, counted or not (a copy, a viewer past its
-        // bound): registering one that stays at zero costs a write once,
-        // and the edge's bounds and the reel check limit how many.
-        if let Some(k) = &self.known {
-            let mut reels: Vec<&keys::ReelId> = parts
-                .iter()
-                .flat_map(|p| p.views.iter().map(|(r, _)| r))
-                .collect();
-            reels.sort();
-            reels.dedup();
-            k.register(&reels).await?;
-        }
+        self.register_viewed(&parts).await?;
         let mut planning = ViewPlanning::new(
             self,
             &batch.shard_id,

@@ -234,6 +234,7 @@ impl<S: ViewStore, L: LogStore> ViewAggregator<S, L> {
                 None => {}
             }
         }
+        self.register_viewed(&fresh).await?;
         let name = keys::views_repair_source(shard_id, &range.start);
         let mut planning = ViewPlanning::new(
             self,

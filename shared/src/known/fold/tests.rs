@@ -71,12 +71,32 @@ async fn the_backfill_waits_for_writers_without_registrations_to_stop() {
     let store = Arc::new(MemKnown::default());
     *store.counted.lock().unwrap() = (vec!["old".into()], Vec::new());
     let fold = Fold::new(store.clone(), MARGIN, 3_600_000);
-    let r = fold.fold_at(T0).await.unwrap();
-    assert_eq!((r.backfilled, r.complete), (0, false));
-    let r = fold.fold_at(T0 + 1_800_000).await.unwrap();
-    assert_eq!((r.backfilled, r.complete), (0, false));
+    // Once a minute, as scheduled: no backfill for the delay's hour.
+    let mut t = T0;
+    while t < T0 + 3_600_000 {
+        let r = fold.fold_at(t).await.unwrap();
+        assert_eq!((r.backfilled, r.complete), (0, false), "at {}", t - T0);
+        t += 60_000;
+    }
     let r = fold.fold_at(T0 + 3_600_000).await.unwrap();
     assert_eq!((r.backfilled, r.complete), (1, true));
+}
+
+#[tokio::test]
+async fn a_registration_put_before_the_first_fold_is_merged() {
+    // A writer that registered a reel (and kept it in its set) before any
+    // fold ran: the first fold reads a day back.
+    let store = Arc::new(MemKnown::default());
+    store
+        .registrations
+        .lock()
+        .unwrap()
+        .push((T0 - 3_600_000, "early".into()));
+    let r = Fold::new(store.clone(), MARGIN, 0)
+        .fold_at(T0)
+        .await
+        .unwrap();
+    assert_eq!((r.registrations, r.added, r.complete), (1, 1, true));
 }
 
 #[tokio::test]
@@ -113,14 +133,16 @@ async fn a_full_segment_ends_the_set_for_good() {
 }
 
 #[tokio::test]
-async fn a_set_whose_fold_stopped_for_a_day_is_backfilled_again() {
+async fn a_fold_that_did_not_run_for_a_while_backfills_again() {
+    // A rollback to a release without the known reels: its writers
+    // counted without registering, and its warm runs folded nothing.
     let store = Arc::new(MemKnown::default());
     let fold = Fold::new(store.clone(), MARGIN, 0);
     assert!(fold.fold_at(T0).await.unwrap().complete);
-    let later = T0 + REGISTRATION_TTL_SECS * 1000;
-    *store.counted.lock().unwrap() = (vec!["old".into()], Vec::new());
+    *store.counted.lock().unwrap() = (vec!["counted-meanwhile".into()], Vec::new());
+    assert!(fold.fold_at(T0 + FOLD_GAP_MS).await.unwrap().complete);
+    let later = T0 + 2 * FOLD_GAP_MS + 1;
     let r = fold.fold_at(later).await.unwrap();
-    // Backfilled anew (a page this run), and complete again.
     assert_eq!((r.backfilled, r.complete), (1, true));
     assert_eq!(store.meta.lock().unwrap().clone().unwrap().first_ms, later);
 }

@@ -53,6 +53,7 @@ impl TryFrom<&Item> for KnownMeta {
         Ok(KnownMeta {
             to_ms: i.int("to").ok_or_else(bad)?,
             first_ms: i.int("first").ok_or_else(bad)?,
+            seen_ms: i.int("seen").ok_or_else(bad)?,
             complete: i.flag("complete").unwrap_or(false),
             full: i.flag("full").unwrap_or(false),
             cursor,
@@ -65,6 +66,7 @@ fn meta_item(m: &KnownMeta) -> Item {
     let mut i = key(SET_KEY, META_SORT);
     i.insert("to".into(), n(m.to_ms));
     i.insert("first".into(), n(m.first_ms));
+    i.insert("seen".into(), n(m.seen_ms));
     i.insert("complete".into(), AttributeValue::Bool(m.complete));
     i.insert("full".into(), AttributeValue::Bool(m.full));
     i.insert("ver".into(), n(m.version + 1));
