@@ -123,9 +123,6 @@ impl<S: KnownStore> Fold<S> {
         if backfilling {
             self.backfill(&mut meta, &mut add, &mut report).await?;
         }
-        if backfilling {
-            self.backfill(&mut meta, &mut add, &mut report).await?;
-        }
         if add.iter().any(|a| !a.is_empty()) {
             let mut segments = self.store.known_segments().await?;
             segments.sort_by_key(|s| s.index);

@@ -114,6 +114,8 @@ pub struct Known<S> {
     state: RwLock<State>,
     /// One refresh at a time; the others wait for it and use its result.
     refreshing: tokio::sync::Mutex<()>,
+    /// [`META_RECHECK_COMPLETE`] (tests shorten it).
+    recheck_complete: Duration,
     stats: KnownStats,
 }
 
@@ -157,8 +159,16 @@ impl<S: KnownStore> Known<S> {
             margin_ms: clock_skew.as_millis() as i64 + MAX_PUT_MS,
             state: RwLock::new(State::default()),
             refreshing: tokio::sync::Mutex::new(()),
+            recheck_complete: META_RECHECK_COMPLETE,
             stats: KnownStats::default(),
         }
+    }
+
+    /// The same, rechecking a complete set's meta item every `every`.
+    #[cfg(test)]
+    fn with_recheck(mut self, every: Duration) -> Self {
+        self.recheck_complete = every;
+        self
     }
 
     /// How far back of its last start a refresh reads registrations.
@@ -256,7 +266,7 @@ impl<S: KnownStore> Known<S> {
             return None;
         }
         let recheck = if st.complete {
-            META_RECHECK_COMPLETE
+            self.recheck_complete
         } else {
             META_RECHECK
         };
@@ -324,25 +334,44 @@ impl<S: KnownStore> Known<S> {
     /// fold might not merge).
     async fn load(&self, started: Instant, started_ms: i64) -> Result<(), Error> {
         let meta = self.store.known_meta().await?;
-        let complete = meta
-            .as_ref()
-            .is_some_and(|m| m.complete && !m.full && started_ms - m.to_ms <= MAX_FOLD_AGE_MS);
+        // Complete, and folded lately: a fold that has not run for
+        // FOLD_GAP_MS may have missed a release that did not register (the
+        // fold backfills again at its next run).
+        let complete = meta.as_ref().is_some_and(|m| {
+            m.complete
+                && !m.full
+                && started_ms - m.to_ms <= MAX_FOLD_AGE_MS
+                && started_ms - m.seen_ms <= fold::FOLD_GAP_MS
+        });
         let first_ms = meta.as_ref().map_or(0, |m| m.first_ms);
-        {
-            let mut st = self.state_mut();
+        let (recheck, cursor) = {
+            let st = self.state();
             let fresh = st.refreshed.is_some_and(|r| r.elapsed() < RELOAD_AFTER);
             let same = st.first_ms == first_ms;
-            if st.loaded && fresh && same && (st.complete == complete || !complete) {
-                // A recheck: unchanged, or no longer complete (nothing to
-                // trust; what writers know stays true).
-                st.meta_checked = Some(started);
-                st.complete = complete;
-                st.failed = None;
-                if !complete {
-                    st.refreshed = Some(started);
-                }
-                return Ok(());
+            let changes = st.complete == complete || !complete;
+            (st.loaded && fresh && same && changes, st.cursor_ms)
+        };
+        if recheck {
+            // Unchanged, or no longer complete (nothing to trust; what
+            // writers know stays true). A complete set is refreshed as
+            // well: a recheck is the refresh of the read that made it.
+            let fps = if complete {
+                self.read_registrations(cursor, started_ms).await?
+            } else {
+                Vec::new()
+            };
+            let mut st = self.state_mut();
+            for fp in fps {
+                st.set.insert(fp);
             }
+            if complete {
+                st.cursor_ms = started_ms - self.margin_ms;
+            }
+            st.refreshed = Some(started);
+            st.meta_checked = Some(started);
+            st.complete = complete;
+            st.failed = None;
+            return Ok(());
         }
         self.stats.loads.fetch_add(1, Ordering::Relaxed);
         let segments = self.store.known_segments().await?;

@@ -14,6 +14,7 @@ fn complete(ids: &[&str]) -> Arc<MemKnown> {
     let store = MemKnown::default();
     *store.meta.lock().unwrap() = Some(KnownMeta {
         to_ms: crate::clock::now_ms() - 1_000,
+        seen_ms: crate::clock::now_ms(),
         complete: true,
         version: 1,
         ..KnownMeta::default()
@@ -96,4 +97,34 @@ async fn a_store_that_fails_leaves_the_set_untrusted_and_a_like_unregistered() {
     assert_eq!(names(&a.absent(&r).await), None);
     assert!(a.register(&[&r[0]]).await.is_err());
     assert!(a.stats().failures.load(Ordering::Relaxed) >= 1);
+}
+
+#[tokio::test]
+async fn a_meta_recheck_reads_the_registrations_it_answers_for() {
+    // Trusted for a minute, its meta item rechecked on every read: the
+    // recheck is the read's refresh, and must read what was registered
+    // since (it answered "never counted" for a reel just liked).
+    let store = complete(&[]);
+    let a = Known::new(
+        store.clone(),
+        Duration::from_secs(60),
+        Duration::from_millis(5_000),
+    )
+    .with_recheck(Duration::ZERO);
+    let r = reels(&["new"]);
+    assert_eq!(names(&a.absent(&r).await), Some(vec!["new"]));
+    instance(&store).register(&[&r[0]]).await.unwrap();
+    assert_eq!(names(&a.absent(&r).await), Some(vec![]));
+}
+
+#[tokio::test]
+async fn a_set_whose_fold_stopped_running_is_not_trusted() {
+    // A rollback to a release that did not register: its warm runs did
+    // not fold, and an instance loading before the next fold must not
+    // trust the set that still says complete.
+    let store = complete(&[]);
+    if let Some(m) = store.meta.lock().unwrap().as_mut() {
+        m.seen_ms = crate::clock::now_ms() - fold::FOLD_GAP_MS - 1_000;
+    }
+    assert_eq!(names(&instance(&store).absent(&reels(&["x"])).await), None);
 }

@@ -53,7 +53,9 @@ impl TryFrom<&Item> for KnownMeta {
         Ok(KnownMeta {
             to_ms: i.int("to").ok_or_else(bad)?,
             first_ms: i.int("first").ok_or_else(bad)?,
-            seen_ms: i.int("seen").ok_or_else(bad)?,
+            // None before the heartbeat was written: read as a gap (a
+            // backfill again, the safe side).
+            seen_ms: i.int("seen").unwrap_or(0),
             complete: i.flag("complete").unwrap_or(false),
             full: i.flag("full").unwrap_or(false),
             cursor,
