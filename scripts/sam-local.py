@@ -362,8 +362,9 @@ def view(out, db):
     check(abs(r["at"] / 1000 - time.time()) < 600, f"at {r['at']}: not now")
     # Not applied here: only the views aggregator writes view items (the
     # likes' writer items, l#…, and their trending sketches, top#likes#…,
-    # share the table).
-    likes_items = ("l#", "top#likes#")
+    # share the table, as do the known reels, x~…: the registrations the
+    # like function and the likes' aggregator put for reel-8841 and r1).
+    likes_items = ("l#", "top#likes#", "x~")
     eq(
         [i for i in db.scan(VIEWS) if not i["pk"]["S"].startswith(likes_items)],
         [],
@@ -481,6 +482,10 @@ def warm(out, db):
     for pk in ("trending#likes#1h", "trending#likes#24h", "trending#views#1h",
                "trending#views#24h", "trending#warm"):
         check(db.counter(pk) is not None, f"no {pk} item")
+    # The known reels' fold ran first (docs/known-reels.md): its meta item,
+    # with the heartbeat of this run.
+    meta = db.item(VIEWS, {"pk": "x~set", "sk": "~meta"})
+    check(meta is not None and "seen" in meta, f"known reels' meta item {meta}")
 
 
 # (event file, check, prepare): run in this order, on one pair of tables.
