@@ -209,7 +209,10 @@ impl<S: KnownStore> Known<S> {
     /// counted. Fails only when the registration could not be put: then
     /// the count must not be acknowledged.
     pub async fn register_new(&self, reels: &[&ReelId]) -> Result<(), Error> {
-        self.refresh(false).await;
+        // Refreshed as for a read: an aggregator instance learns what the
+        // like functions registered since (a reel they registered is not
+        // put again by each instance that counts it after them).
+        self.refresh(true).await;
         let todo: Vec<String> = {
             let st = self.state();
             let mut seen = HashSet::new();

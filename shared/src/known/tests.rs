@@ -128,3 +128,16 @@ async fn a_set_whose_fold_stopped_running_is_not_trusted() {
     }
     assert_eq!(names(&instance(&store).absent(&reels(&["x"])).await), None);
 }
+
+#[tokio::test]
+async fn a_writer_learns_what_another_registered_before_it_registers() {
+    // The like function registers a new reel; the aggregator's instance,
+    // which loaded the set before, counts it next: nothing is put again.
+    let store = complete(&[]);
+    let (like, aggregator) = (instance(&store), instance(&store));
+    let r = reels(&["new"]);
+    aggregator.register(&[]).await.unwrap();
+    like.register(&[&r[0]]).await.unwrap();
+    aggregator.register(&[&r[0]]).await.unwrap();
+    assert_eq!(store.puts.load(Ordering::Relaxed), 1);
+}
