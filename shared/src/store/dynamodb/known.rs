@@ -12,7 +12,6 @@ use crate::keys::known::{
     registrations_from, registrations_key, segment_sort,
 };
 use crate::store::{KnownMeta, KnownScan, KnownScanPage, KnownSegment, KnownStore, ScanCursor};
-use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::{StreamExt, TryStreamExt};
@@ -94,29 +93,6 @@ impl DynamoStore {
                 "set WRITERS_TABLE (the template points it at the views table)",
             )
         })
-    }
-
-    /// A put conditioned on the stored item's `ver` being `version` (0:
-    /// no item): false when it is not.
-    async fn put_known(&self, item: Item, version: u64) -> Result<bool, Error> {
-        let put = self
-            .client
-            .put_item()
-            .table_name(self.sketch_table()?)
-            .set_item(Some(item));
-        let put = if version == 0 {
-            put.condition_expression("attribute_not_exists(ver)")
-        } else {
-            put.condition_expression("ver = :v")
-                .expression_attribute_values(":v", n(version))
-        };
-        match put.send().await {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(se)) if se.err().is_conditional_check_failed_exception() => {
-                Ok(false)
-            }
-            Err(e) => Err(translate("PutItem", e)),
-        }
     }
 
     /// Every item of `pk` with a sort key from `from` (and below `below`),
@@ -247,11 +223,13 @@ impl KnownStore for DynamoStore {
         );
         item.insert("n".into(), n(segment.fps.len()));
         item.insert("ver".into(), n(segment.version + 1));
-        self.put_known(item, segment.version).await
+        self.put_versioned_in(self.sketch_table()?, item, segment.version)
+            .await
     }
 
     async fn put_meta(&self, meta: &KnownMeta) -> Result<bool, Error> {
-        self.put_known(meta_item(meta), meta.version).await
+        self.put_versioned_in(self.sketch_table()?, meta_item(meta), meta.version)
+            .await
     }
 
     async fn scan_known(

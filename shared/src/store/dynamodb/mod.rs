@@ -216,10 +216,22 @@ impl DynamoStore {
     /// `ver` is still `expected` (0: no item, or one without a version).
     /// `Ok(false)`: another writer was first.
     pub(super) async fn put_versioned(&self, item: Item, expected: u64) -> Result<bool, Error> {
+        self.put_versioned_in(&self.counters_table, item, expected)
+            .await
+    }
+
+    /// [`Self::put_versioned`] into `table` (the known reels' items are in
+    /// the views table).
+    pub(super) async fn put_versioned_in(
+        &self,
+        table: &str,
+        item: Item,
+        expected: u64,
+    ) -> Result<bool, Error> {
         let mut put = self
             .client
             .put_item()
-            .table_name(&self.counters_table)
+            .table_name(table)
             .set_item(Some(item));
         put = if expected == 0 {
             put.condition_expression("attribute_not_exists(ver)")
